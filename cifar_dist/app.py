@@ -1,0 +1,48 @@
+"""The Hydra entry point: compose the config, pick the launcher, run the job."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Optional
+
+import hydra
+from omegaconf import DictConfig
+
+from cifar_dist.config import register_configs
+from cifar_dist.launchers.base import JobSpec, LaunchError, Launcher, in_child_process
+
+log = logging.getLogger(__name__)
+
+register_configs()
+
+
+def select_launcher(cfg: DictConfig) -> Launcher:
+    """The configured launcher, or the in-process one inside a launched process."""
+    if in_child_process():
+        # Never recurse: a process some launcher started is a rank, whatever
+        # the config says (its overrides say launcher=local anyway).
+        from cifar_dist.launchers.local import LocalLauncher
+
+        return LocalLauncher()
+    return hydra.utils.instantiate(cfg.launcher, _convert_="all")
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> Optional[float]:
+    job = JobSpec.from_hydra(cfg)
+    try:
+        result = select_launcher(cfg).launch(job)
+    except LaunchError as exc:
+        log.error("%s", exc)
+        if job.multirun:
+            raise
+        sys.exit(2)
+    if not result.ok:
+        log.error("job failed (exit %d): %s", result.exit_code, result.message)
+        if job.multirun:
+            return None
+        sys.exit(result.exit_code)
+    metrics = result.metrics or {}
+    test = metrics.get("test") or {}
+    # The return value is what Hydra sweepers optimise: test accuracy.
+    return test.get("accuracy")

@@ -1,0 +1,1 @@
+"""Hydra config groups (package data; also importable as pkg://cifar_dist.conf)."""

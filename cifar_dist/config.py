@@ -1,0 +1,188 @@
+"""Typed configuration schema.
+
+Every config group in ``cifar_dist/conf`` is backed by a dataclass registered
+here in Hydra's ConfigStore, so that a misspelt key or a value of the wrong
+type fails at start-up with Hydra's own error message instead of deep inside
+training. The YAML files pick their schema through their defaults list
+(``defaults: [<group>_schema]``).
+
+Launchers keep their own schema next to their code (``launchers/*.py``); this
+module only registers them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class EpochPolicy(str, Enum):
+    # The seed tutorial's rule: every rank walks the whole training set each
+    # epoch (shuffled differently per rank) and the epoch count is divided by
+    # the world size, ceil(epochs / size).
+    divide = "divide"
+    # Each rank walks a disjoint 1/size shard per epoch; epochs stay as given.
+    shard = "shard"
+
+
+class LrScaling(str, Enum):
+    linear = "linear"  # lr * world size (Goyal et al.; what the seed does)
+    none = "none"
+
+
+class Resume(str, Enum):
+    auto = "auto"  # resume when the run dir holds checkpoints, else start fresh
+    true = "true"  # resume; fail when there is nothing to resume from
+    false = "false"  # start fresh; refuse to overwrite existing checkpoints
+
+
+class Precision(str, Enum):
+    float32 = "float32"
+    mixed = "mixed"  # mixed_float16 on GPU, mixed_bfloat16 on CPUs that support it
+
+
+class Compression(str, Enum):
+    none = "none"
+    fp16 = "fp16"  # Horovod's fp16 gradient compression
+
+
+@dataclass
+class AugmentConfig:
+    # The seed's ImageDataGenerator(width_shift_range=0.1, height_shift_range=0.1,
+    # horizontal_flip=True, fill_mode="nearest"), done on whole batches in tf.data.
+    enabled: bool = True
+    width_shift: float = 0.1
+    height_shift: float = 0.1
+    horizontal_flip: bool = True
+
+
+@dataclass
+class DataConfig:
+    # "cifar10": the real archive (data.path, then the cache, then a download);
+    # "sample": the real-image sample that ships inside the package.
+    name: str = "cifar10"
+    path: Optional[str] = None
+    cache_dir: str = "~/.cache/cifar_dist/datasets"
+    url: str = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+    md5: str = "c58f30108f718f92721af3b95e74349a"
+    size_bytes: int = 170498071
+    download: bool = True
+    download_timeout_s: float = 60.0
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    shuffle_buffer: int = 0  # 0: the whole (per-rank) training set
+    prefetch: int = -1  # -1: tf.data.AUTOTUNE
+
+
+@dataclass
+class ModelConfig:
+    _target_: str = MISSING
+    num_classes: int = 10
+
+
+@dataclass
+class SeedCnnConfig(ModelConfig):
+    _target_: str = "cifar_dist.models.seed_cnn.build"
+    input_shape: List[int] = field(default_factory=lambda: [32, 32, 3])
+    conv_dropout: float = 0.25
+    dense_units: int = 512
+    dense_dropout: float = 0.5
+
+
+@dataclass
+class OptimizerConfig:
+    # A factory in cifar_dist.training.optimizers; ``lr`` is the single-rank
+    # learning rate, scaled by trainer.lr_scaling at build time.
+    _target_: str = MISSING
+    lr: float = 1e-4
+
+
+@dataclass
+class RmspropConfig(OptimizerConfig):
+    _target_: str = "cifar_dist.training.optimizers.rmsprop"
+    decay: float = 1e-6
+    rho: float = 0.9
+    epsilon: float = 1e-7
+
+
+@dataclass
+class SgdConfig(OptimizerConfig):
+    _target_: str = "cifar_dist.training.optimizers.sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    nesterov: bool = False
+    decay: float = 0.0
+
+
+@dataclass
+class AdamConfig(OptimizerConfig):
+    _target_: str = "cifar_dist.training.optimizers.adam"
+    lr: float = 1e-3
+    decay: float = 0.0
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 100
+    batch_size: int = 32  # per rank, as in the seed
+    epoch_policy: EpochPolicy = EpochPolicy.divide
+    lr_scaling: LrScaling = LrScaling.linear
+    # Horovod's LearningRateWarmupCallback over this many epochs (0 = off).
+    warmup_epochs: float = 0.0
+    # Optional step schedule applied after warmup: multiply the lr by
+    # lr_decay_factor at each epoch in lr_decay_epochs (empty = off).
+    lr_decay_epochs: List[int] = field(default_factory=list)
+    lr_decay_factor: float = 0.1
+    seed: int = 42
+    deterministic: bool = False  # tf.config.experimental.enable_op_determinism()
+    resume: Resume = Resume.auto
+    # Per-rank CPU threads; 0 = automatic (cores available / local ranks).
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    jit_compile: bool = False
+    precision: Precision = Precision.float32
+    compression: Compression = Compression.none
+    verbose: int = 1  # Keras verbosity on rank 0 (other ranks are always silent)
+    tensorboard: bool = True
+    plot: bool = True
+    save_model: bool = True
+    # Stop after this many epochs of *this* invocation (0 = no limit); used to
+    # split a long run over several invocations (or tests of resume).
+    max_epochs_per_run: int = 0
+
+
+@dataclass
+class LauncherConfig:
+    _target_: str = MISSING
+
+
+@dataclass
+class Config:
+    data: DataConfig = MISSING
+    model: ModelConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    launcher: Any = MISSING
+    task: Any = None
+
+
+def register_configs() -> None:
+    """Register every schema; called once before Hydra composes."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="model", name="seed_cnn_schema", node=SeedCnnConfig)
+    cs.store(group="optimizer", name="rmsprop_schema", node=RmspropConfig)
+    cs.store(group="optimizer", name="sgd_schema", node=SgdConfig)
+    cs.store(group="optimizer", name="adam_schema", node=AdamConfig)
+    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+
+    from cifar_dist.launchers import registered_launcher_schemas
+
+    for name, node in registered_launcher_schemas().items():
+        cs.store(group="launcher", name=f"{name}_schema", node=node)

@@ -1,0 +1,149 @@
+"""The launcher interface and what every launcher shares.
+
+Shaped after Hydra's launcher plugins (submitit, joblib, ray): a launcher is
+configured from its config node (``_target_`` + fields), receives one composed
+job and returns its outcome. Launchers that start other processes rebuild the
+child's command line from the job's own overrides (never ``sys.argv``: inside
+a sweep it still holds ``-m`` and the comma lists) and pin every child to the
+parent's output directory, with the in-process launcher inside.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from omegaconf import DictConfig
+
+# Set in the environment of every process a launcher starts; the app then runs
+# the job in-process whatever launcher the config names, so nothing recurses.
+RANK_GUARD_ENV = "CIFAR_DIST_CHILD"
+
+# Hydra overrides that describe the parent's own invocation and must not reach
+# a child: where the parent wrote its outputs, how it swept, and so on.
+_PARENT_ONLY_HYDRA_PREFIXES = (
+    "hydra.run",
+    "hydra.sweep",
+    "hydra.mode",
+    "hydra.launcher",
+    "hydra/launcher",
+    "hydra.sweeper",
+    "hydra/sweeper",
+    "hydra.output_subdir",
+    "hydra.job.chdir",
+    "hydra.callbacks",
+    "hydra/callbacks",
+)
+
+
+class LaunchError(RuntimeError):
+    """A problem found before or while launching; its message is one line that says what to do."""
+
+
+@dataclass
+class JobSpec:
+    """One composed job, as a launcher receives it."""
+
+    cfg: DictConfig
+    output_dir: Path
+    task_overrides: List[str] = field(default_factory=list)
+    hydra_overrides: List[str] = field(default_factory=list)
+    original_cwd: Path = field(default_factory=Path.cwd)
+    job_name: str = "cifar_dist"
+    multirun: bool = False
+    job_num: int = 0
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        return cls(
+            cfg=cfg,
+            output_dir=Path(hc.runtime.output_dir),
+            task_overrides=list(hc.overrides.task),
+            hydra_overrides=list(hc.overrides.hydra),
+            original_cwd=Path(hc.runtime.cwd),
+            job_name=hc.job.name,
+            multirun=hc.mode == RunMode.MULTIRUN,
+            job_num=int(hc.job.get("num", 0) or 0),
+        )
+
+    def child_overrides(self, launcher: str = "local") -> List[str]:
+        """Overrides that re-create this job in a child process.
+
+        The child gets the same task overrides (minus any launcher choice),
+        the in-process launcher, the user's own ``hydra.*`` overrides minus
+        the parent-only ones, and is pinned to this job's output directory
+        without writing ``.hydra/`` again.
+        """
+        task = [o for o in self.task_overrides if not _names_group(o, "launcher")]
+        hydra = [o for o in self.hydra_overrides if not _is_parent_only(o)]
+        return (
+            task
+            + [f"launcher={launcher}"]
+            + hydra
+            + [f"hydra.run.dir={quote_override_value(str(self.output_dir))}", "hydra.output_subdir=null"]
+        )
+
+    def child_command(self, python: Optional[str] = None, launcher: str = "local") -> List[str]:
+        """``python -m cifar_dist <child overrides>`` as an argv list."""
+        return [python or sys.executable, "-m", "cifar_dist", *self.child_overrides(launcher)]
+
+
+@dataclass
+class LaunchResult:
+    """What came of a launch: the exit status and, when known, the final metrics."""
+
+    exit_code: int
+    metrics: Optional[Dict[str, Any]] = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Launcher(abc.ABC):
+    """Runs one composed job. Subclasses take their config fields as keyword arguments."""
+
+    @abc.abstractmethod
+    def launch(self, job: JobSpec) -> LaunchResult:
+        """Run ``job`` to completion (or submit it) and report the outcome."""
+
+
+def in_child_process() -> bool:
+    """True inside a process a launcher started (an mpirun rank, a Batch AI node)."""
+    return os.environ.get(RANK_GUARD_ENV) == "1"
+
+
+def quote_override_value(value: str) -> str:
+    """Quote a string for Hydra's override grammar (paths may hold '=', ',', spaces...)."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def _override_key(override: str) -> str:
+    key = override.split("=", 1)[0]
+    return key.lstrip("+~")
+
+
+def _names_group(override: str, group: str) -> bool:
+    key = _override_key(override)
+    return key == group or key.startswith(group + ".") or key.startswith(group + "/")
+
+
+def _is_parent_only(override: str) -> bool:
+    key = _override_key(override)
+    return any(key == p or key.startswith(p + ".") or key.startswith(p + "/") for p in _PARENT_ONLY_HYDRA_PREFIXES)
+
+
+def parse_overrides(overrides: Sequence[str]) -> list:
+    """Parse overrides with Hydra's own parser (used by tests and dry runs)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides(list(overrides))
