@@ -116,6 +116,33 @@ class Launcher(abc.ABC):
         """Run ``job`` to completion (or submit it) and report the outcome."""
 
 
+class PendingJob(abc.ABC):
+    """A job a launcher submitted without waiting for it (e.g. one Batch AI job of a sweep)."""
+
+    output_dir: Path
+
+    @abc.abstractmethod
+    def wait(self) -> LaunchResult:
+        """Block until the job has ended (and its outputs are local), then report."""
+
+
+_pending: List[PendingJob] = []
+
+
+def register_pending(job: PendingJob) -> None:
+    """Launchers that submit sweep points concurrently register them here; the
+    sweep-end callback waits for all of them (``drain_pending``)."""
+    _pending.append(job)
+
+
+def drain_pending() -> List[LaunchResult]:
+    """Wait for every registered pending job, in submission order, and forget them."""
+    results = []
+    while _pending:
+        results.append(_pending.pop(0).wait())
+    return results
+
+
 def in_child_process() -> bool:
     """True inside a process a launcher started (an mpirun rank, a Batch AI node)."""
     return os.environ.get(RANK_GUARD_ENV) == "1"
