@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from cifar_dist.config import register_configs
 from cifar_dist.launchers.base import JobSpec, LaunchError, Launcher, in_child_process
+from cifar_dist.validation import ConfigError, validate
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,9 @@ def select_launcher(cfg: DictConfig) -> Launcher:
 def main(cfg: DictConfig) -> Optional[float]:
     job = JobSpec.from_hydra(cfg)
     try:
+        validate(cfg)
         result = select_launcher(cfg).launch(job)
-    except LaunchError as exc:
+    except (LaunchError, ConfigError) as exc:
         log.error("%s", exc)
         if job.multirun:
             raise

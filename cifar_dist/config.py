@@ -151,6 +151,9 @@ class TrainerConfig:
     tensorboard: bool = True
     plot: bool = True
     save_model: bool = True
+    # Checkpoints kept in <run dir>/checkpoints (newest first; 0 = all). Each
+    # holds weights and optimizer state (~10 MB for the seed CNN).
+    keep_checkpoints: int = 5
     # Stop after this many epochs of *this* invocation (0 = no limit); used to
     # split a long run over several invocations (or tests of resume).
     max_epochs_per_run: int = 0
@@ -168,7 +171,6 @@ class Config:
     optimizer: OptimizerConfig = MISSING
     trainer: TrainerConfig = MISSING
     launcher: Any = MISSING
-    task: Any = None
 
 
 def register_configs() -> None:

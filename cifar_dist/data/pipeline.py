@@ -1,0 +1,172 @@
+"""tf.data input pipelines: per-rank sharding, seeded shuffling, batched augmentation.
+
+Every random choice (the epoch's permutation, each batch's shifts and flips)
+is drawn with *stateless* random ops from (seed, epoch, step, rank), so the
+stream of batches is a pure function of the config: a run resumed at epoch k
+sees exactly the batches an uninterrupted run would have seen from epoch k on.
+
+All ranks get the same number of full batches per epoch (the remainder is
+dropped) and the same number of validation batches: a rank that runs one
+collective fewer than the others deadlocks the job.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+# Keeps the seed streams of (epoch, rank) pairs apart.
+_EPOCH_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True)
+class TrainStream:
+    dataset: tf.data.Dataset
+    steps_per_epoch: int
+    images_per_rank_epoch: int
+
+
+@dataclass(frozen=True)
+class EvalStream:
+    dataset: tf.data.Dataset
+    steps: int
+    samples: int
+
+
+def to_float(images: tf.Tensor) -> tf.Tensor:
+    """uint8 pixels to float32 in [0, 1], as the seed did (x /= 255)."""
+    return tf.cast(images, tf.float32) / 255.0
+
+
+def augment_batch(images: tf.Tensor, seed: tf.Tensor, width_shift: float, height_shift: float, flip: bool) -> tf.Tensor:
+    """The seed's ImageDataGenerator(width_shift_range, height_shift_range,
+    horizontal_flip, fill_mode="nearest") on a whole float batch at once.
+
+    Shifts are uniform in [-range, range] x size, bilinear, nearest fill (the
+    generator's spline order 1 and fill mode); the same kernel Keras'
+    RandomTranslation uses, but with stateless seeds.
+    """
+    shape = tf.shape(images)
+    batch, height, width = shape[0], shape[1], shape[2]
+    seeds = tf.random.experimental.stateless_split(seed, num=3)
+    if flip:
+        do_flip = tf.random.stateless_uniform([batch], seeds[0]) < 0.5
+        images = tf.where(do_flip[:, None, None, None], tf.reverse(images, axis=[2]), images)
+    if width_shift or height_shift:
+        dx = tf.random.stateless_uniform([batch], seeds[1], -width_shift, width_shift) * tf.cast(width, tf.float32)
+        dy = tf.random.stateless_uniform([batch], seeds[2], -height_shift, height_shift) * tf.cast(height, tf.float32)
+        ones, zeros = tf.ones([batch]), tf.zeros([batch])
+        # Output pixel (x, y) samples input (x - dx, y - dy).
+        transforms = tf.stack([ones, zeros, -dx, zeros, ones, -dy, zeros, zeros], axis=1)
+        images = tf.raw_ops.ImageProjectiveTransformV3(
+            images=images,
+            transforms=transforms,
+            output_shape=tf.stack([height, width]),
+            fill_value=tf.constant(0.0),
+            interpolation="BILINEAR",
+            fill_mode="NEAREST",
+        )
+    return images
+
+
+def _prefetch(value: int) -> int:
+    return tf.data.AUTOTUNE if value < 0 else value
+
+
+def train_stream(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    batch_size: int,
+    rank: int,
+    size: int,
+    shard: bool,
+    seed: int,
+    initial_epoch: int,
+    epochs: int,
+    augment,
+    num_classes: int = 10,
+    prefetch: int = -1,
+) -> TrainStream:
+    """Batches for epochs [initial_epoch, epochs) of this rank, as one dataset.
+
+    shard=True: every rank draws the same permutation and takes a disjoint
+    1/size slice of it (each image seen once per epoch by the whole job).
+    shard=False (the seed's policy): every rank walks the whole set in its own
+    order.
+    """
+    n = int(x.shape[0])
+    per_rank = n // size if shard else n
+    steps = per_rank // batch_size
+    if steps < 1:
+        raise ValueError(
+            f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
+        )
+    used = steps * batch_size
+    images = tf.constant(x)
+    labels = tf.one_hot(tf.constant(y, tf.int32), num_classes)
+    seed_t = tf.constant(seed, tf.int64)
+
+    def epoch_batches(epoch):
+        stream = epoch * _EPOCH_STRIDE + (0 if shard else rank)
+        order = tf.argsort(tf.random.stateless_uniform([n], tf.stack([seed_t, stream])))
+        if shard:
+            order = tf.reshape(order[: per_rank * size], [per_rank, size])[:, rank]
+        index_batches = tf.reshape(order[:used], [steps, batch_size])
+        steps_ds = tf.data.Dataset.range(steps)
+        return tf.data.Dataset.zip(
+            (tf.data.Dataset.from_tensors(epoch).repeat(steps), steps_ds, tf.data.Dataset.from_tensor_slices(index_batches))
+        )
+
+    def load(epoch, step, index):
+        batch = to_float(tf.gather(images, index))
+        if augment.enabled:
+            batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
+            batch = augment_batch(batch, batch_seed, augment.width_shift, augment.height_shift, augment.horizontal_flip)
+        batch = tf.ensure_shape(batch, [batch_size, *x.shape[1:]])
+        return batch, tf.gather(labels, index)
+
+    ds = (
+        tf.data.Dataset.range(initial_epoch, epochs)
+        .flat_map(epoch_batches)
+        .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(_prefetch(prefetch))
+    )
+    return TrainStream(ds, steps, used)
+
+
+def eval_stream(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    batch_size: int,
+    rank: int,
+    size: int,
+    equal_shards: bool,
+    num_classes: int = 10,
+) -> EvalStream:
+    """This rank's slice of an evaluation set, in order, no augmentation.
+
+    equal_shards=True (validation during fit): every rank gets n // size
+    images and the same number of batches, so the per-epoch metric average
+    across ranks is a plain mean. False (the final test): rank r takes images
+    r, r + size, ... so together the ranks cover every image exactly once;
+    the trainer reduces sums, not means.
+    """
+    n = int(x.shape[0])
+    if equal_shards:
+        per_rank = n // size
+        idx = np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
+    else:
+        idx = np.arange(rank, n, size)
+    xs, ys = x[idx], y[idx]
+    steps = max(1, math.ceil(len(idx) / batch_size)) if len(idx) else 0
+    ds = (
+        tf.data.Dataset.from_tensor_slices((xs, tf.one_hot(ys.astype(np.int32), num_classes)))
+        .batch(batch_size)
+        .map(lambda a, b: (to_float(a), b), num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return EvalStream(ds, steps, len(idx))

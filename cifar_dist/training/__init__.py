@@ -1,0 +1,1 @@
+"""Training: Horovod set-up, the training loop and its callbacks."""

@@ -1,0 +1,90 @@
+"""Keras callbacks of the training loop (besides Horovod's own).
+
+Order matters and is set in trainer.py: Horovod's broadcast and metric
+averaging come first so that everything after them sees averaged metrics;
+the writers below run on rank 0 only.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import tensorflow as tf
+
+from cifar_dist.training import checkpoints
+from cifar_dist.training.artifacts import write_json
+
+
+class EpochTimer(tf.keras.callbacks.Callback):
+    """Adds ``epoch_seconds`` and ``images_per_sec`` (whole job, training
+    steps only, validation excluded) to each epoch's logs."""
+
+    def __init__(self, images_per_epoch: int):
+        super().__init__()
+        self.images_per_epoch = images_per_epoch
+        self._start = self._train_end = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+        self._train_end = 0.0
+
+    def on_test_begin(self, logs=None):
+        if self._start and not self._train_end:
+            self._train_end = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.perf_counter()
+        train_seconds = (self._train_end or now) - self._start
+        if logs is not None:
+            logs["epoch_seconds"] = now - self._start
+            logs["images_per_sec"] = self.images_per_epoch / max(train_seconds, 1e-9)
+
+
+class AtomicCheckpoint(tf.keras.callbacks.Callback):
+    """Rank 0: after every epoch, the whole training state to checkpoints/checkpoint-NNN.h5, atomically."""
+
+    def __init__(self, directory: Path, keep: int):
+        super().__init__()
+        self.directory = directory
+        self.keep = keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        checkpoints.atomic_save_model(self.model, checkpoints.checkpoint_path(self.directory, epoch + 1), include_optimizer=True)
+        checkpoints.prune(self.directory, self.keep)
+
+
+class MetricsRecorder(tf.keras.callbacks.Callback):
+    """Rank 0: appends each epoch's (averaged) metrics to metrics.json, atomically, as it goes."""
+
+    def __init__(self, path: Path, metrics: Dict[str, Any], on_update: Callable[[Dict[str, Any]], None] = None):
+        super().__init__()
+        self.path = path
+        self.metrics = metrics
+        self.on_update = on_update
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {"epoch": epoch + 1}
+        for key, value in (logs or {}).items():
+            record[key] = float(value)
+        record["lr"] = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        epochs: List[Dict[str, Any]] = self.metrics.setdefault("epochs", [])
+        epochs[:] = [e for e in epochs if e["epoch"] < record["epoch"]] + [record]
+        if self.on_update:
+            self.on_update(self.metrics)
+        write_json(self.path, self.metrics)
+
+
+class StopAfterEpochs(tf.keras.callbacks.Callback):
+    """Ends fit() after ``count`` epochs of this invocation (the same on every
+    rank, so no rank waits for a collective the others never run)."""
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.count = count
+        self.done = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.done += 1
+        if self.done >= self.count:
+            self.model.stop_training = True

@@ -1,0 +1,115 @@
+"""Horovod and TensorFlow process set-up: one call, before any model is built.
+
+Follows Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py: init
+Horovod, pin one GPU per local rank with memory growth, then size the CPU
+thread pools for this rank (threads.py).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+
+from cifar_dist.training.threads import ThreadPlan, plan_threads
+
+log = logging.getLogger(__name__)
+
+
+class KerasVersionError(RuntimeError):
+    pass
+
+
+def keras_backing_tf_keras() -> tuple:
+    """(package name, version) of the Keras that ``tf.keras`` resolves to."""
+    import tensorflow as tf
+
+    root = tf.keras.__name__.split(".")[0]
+    version = getattr(importlib.import_module(root), "__version__", "unknown")
+    return root, version
+
+
+def ensure_keras2() -> None:
+    """Refuse Keras 3: Horovod 0.28's Keras integration patches Keras 2 hooks
+    that Keras 3's train_step never calls, so ranks would silently stop
+    averaging gradients."""
+    name, version = keras_backing_tf_keras()
+    if not str(version).startswith("2."):
+        raise KerasVersionError(
+            f"tf.keras is {name} {version} (Keras 3), which Horovod 0.28 cannot average gradients for; "
+            "install tf-keras~=2.18.0 and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported "
+            "(importing cifar_dist first does this)"
+        )
+
+
+def bind_horovod_to_tf_keras() -> None:
+    """Point Horovod's Keras layer at tf.keras's backend.
+
+    horovod.tensorflow.keras (0.28.1) does ``from keras import backend as K``
+    and hands that K to its callbacks. With TensorFlow >= 2.16 the ``keras``
+    package is Keras 3 while tf.keras is tf-keras (Keras 2), so
+    MetricAverageCallback, the lr warmup/schedule callbacks and
+    hvd.broadcast_global_variables would call a backend that lacks
+    ``constant``/``get_value``/``set_value`` (AttributeError at the first
+    epoch end). Horovod reads ``K`` when a callback is constructed, so
+    re-binding the module globals makes Horovod's own implementations work
+    unchanged. A no-op where ``keras`` already is Keras 2 (TF <= 2.15).
+    """
+    import horovod.tensorflow.keras as hvd_keras
+    import horovod.tensorflow.keras.callbacks as hvd_callbacks
+    import tensorflow as tf
+
+    for module in (hvd_keras, hvd_callbacks):
+        if getattr(module, "K", None) is not tf.keras.backend:
+            module.K = tf.keras.backend
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    threads: ThreadPlan
+    gpu: str  # the GPU this rank uses, or "" on CPU
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
+    """hvd.init(), GPU pinning and thread pools; returns who we are."""
+    ensure_keras2()
+    bind_horovod_to_tf_keras()
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    hvd.init()
+
+    # HOROVOD: one GPU per process, chosen by local rank; memory growth so that
+    # co-located ranks do not each grab all memory of their GPU.
+    gpu_name = ""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if hvd.local_rank() >= len(gpus):
+            raise RuntimeError(
+                f"{hvd.local_size()} ranks on this host but {len(gpus)} GPU(s): "
+                f"start at most {len(gpus)} ranks per host (launcher.np / hosts slots)"
+            )
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        gpu_name = gpus[hvd.local_rank()].name
+
+    # Must happen before TensorFlow runs its first op.
+    plan = plan_threads(hvd.local_size(), intra_op_threads, inter_op_threads)
+    tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
+    tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+
+    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name)
+    log.info(
+        "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s)",
+        world.rank, world.size, world.local_rank, world.local_size,
+        gpu_name or "CPU", plan.intra_op, plan.inter_op, plan.reason,
+    )
+    return world
