@@ -112,6 +112,16 @@ def _evaluate_exact(model, stream, hvd) -> Dict[str, float]:
     }
 
 
+def weights_digest(model) -> str:
+    """A fingerprint of the model's weights, to check that ranks agree."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for w in model.get_weights():
+        h.update(w.tobytes())
+    return h.hexdigest()[:16]
+
+
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     wall_start = time.time()
@@ -264,6 +274,15 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             callbacks=callbacks,
             verbose=t.verbose if world.is_chief else 0,
         )
+
+    # HOROVOD: with averaged gradients every rank ends with the same weights;
+    # record each rank's fingerprint so a broken averaging is visible.
+    digests = hvd_tf.allgather_object(weights_digest(model))
+    if world.is_chief:
+        metrics["rank_weight_digests"] = digests
+        metrics["ranks_in_sync"] = len(set(digests)) == 1
+        if not metrics["ranks_in_sync"]:
+            log.warning("ranks ended with different weights: %s", digests)
 
     done = max([e["epoch"] for e in metrics.get("epochs", [])] + [initial_epoch]) if world.is_chief else 0
     done = hvd_tf.broadcast_object(done, root_rank=0)
