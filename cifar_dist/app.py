@@ -9,8 +9,9 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.config import register_configs
-from cifar_dist.launchers.base import JobSpec, LaunchError, Launcher, in_child_process
-from cifar_dist.validation import ConfigError, validate
+from cifar_dist.errors import CifarDistError
+from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
+from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +29,24 @@ def select_launcher(cfg: DictConfig) -> Launcher:
     return hydra.utils.instantiate(cfg.launcher, _convert_="all")
 
 
+def fail(message: str, code: int) -> None:
+    """One line on stderr (and in the job log), then exit: no traceback for user errors."""
+    log.debug("failing: %s", message)
+    print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     job = JobSpec.from_hydra(cfg)
     try:
         validate(cfg)
         result = select_launcher(cfg).launch(job)
-    except (LaunchError, ConfigError) as exc:
-        log.error("%s", exc)
+    except CifarDistError as exc:
         if job.multirun:
-            raise
-        sys.exit(2)
+            log.error("job %d failed: %s", job.job_num, exc)
+            return None
+        fail(str(exc), 2)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:

@@ -10,8 +10,10 @@ from typing import List
 
 from omegaconf import DictConfig
 
+from cifar_dist.errors import CifarDistError
 
-class ConfigError(ValueError):
+
+class ConfigError(CifarDistError, ValueError):
     """Bad config values; the message is one line listing every problem."""
 
 

@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig
 
+from cifar_dist.errors import CifarDistError
+
 # Set in the environment of every process a launcher starts; the app then runs
 # the job in-process whatever launcher the config names, so nothing recurses.
 RANK_GUARD_ENV = "CIFAR_DIST_CHILD"
@@ -39,7 +41,7 @@ _PARENT_ONLY_HYDRA_PREFIXES = (
 )
 
 
-class LaunchError(RuntimeError):
+class LaunchError(CifarDistError, RuntimeError):
     """A problem found before or while launching; its message is one line that says what to do."""
 
 

@@ -10,12 +10,13 @@ import importlib
 import logging
 from dataclasses import dataclass
 
+from cifar_dist.errors import CifarDistError
 from cifar_dist.training.threads import ThreadPlan, plan_threads
 
 log = logging.getLogger(__name__)
 
 
-class KerasVersionError(RuntimeError):
+class KerasVersionError(CifarDistError, RuntimeError):
     pass
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict
 
 from omegaconf import DictConfig
 
+from cifar_dist.errors import CifarDistError
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 MODEL_NAME = "keras_cifar10_trained_model.h5"  # the seed's file name
 
 
-class ResumeError(RuntimeError):
+class ResumeError(CifarDistError, RuntimeError):
     pass
 
 
