@@ -173,6 +173,22 @@ class Config:
     launcher: Any = MISSING
 
 
+def typed(cfg):
+    """``cfg`` with its trainer and data nodes checked against their schemas.
+
+    A config composed by Hydra is typed already; one loaded from a run's
+    saved ``.hydra/config.yaml`` (to re-run it) is plain YAML, so enums are
+    strings and typos would pass. Merging onto the schemas restores both.
+    """
+    from omegaconf import OmegaConf, open_dict
+
+    out = cfg.copy()
+    with open_dict(out):
+        out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
+        out.data = OmegaConf.merge(OmegaConf.structured(DataConfig), cfg.data)
+    return out
+
+
 def register_configs() -> None:
     """Register every schema; called once before Hydra composes."""
     cs = ConfigStore.instance()

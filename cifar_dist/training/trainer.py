@@ -126,6 +126,9 @@ def weights_digest(model) -> str:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     wall_start = time.time()
+    from cifar_dist.config import typed
+
+    cfg = typed(cfg)
     validate(cfg)
     output_dir = Path(output_dir)
     t = cfg.trainer
