@@ -1,0 +1,277 @@
+"""Batch AI's ARM API through ``azure-mgmt-batchai``: what the tutorial did with
+``az batchai workspace/experiment/cluster/job ...``.
+
+Every call goes through azure-core's pipeline: 429/5xx and timeouts are
+retried by its RetryPolicy (honouring Retry-After, bounded in total time by
+``retry_timeout_s``), long-running operations are polled by ARM polling.
+SDK errors become one-line LaunchErrors that say what to do.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Dict, Iterator, List, Optional
+
+from cifar_dist.launchers.base import LaunchError
+from cifar_dist.launchers.batchai.config import Settings, VmPriority
+from cifar_dist.launchers.batchai.job import redact
+
+log = logging.getLogger(__name__)
+
+_CREDENTIALS = {
+    "default": "azure.identity.DefaultAzureCredential",
+    "cli": "azure.identity.AzureCliCredential",
+    "managed_identity": "azure.identity.ManagedIdentityCredential",
+    "environment": "azure.identity.EnvironmentCredential",
+}
+
+
+def make_credential(name: str) -> Any:
+    """An azure-identity credential by short name, or any TokenCredential class by import path."""
+    from hydra.utils import get_class
+
+    path = _CREDENTIALS.get(name, name)
+    try:
+        cls = get_class(path)
+    except Exception as exc:  # hydra wraps import errors in its own types
+        raise LaunchError(
+            f"launcher.credential={name!r} is neither one of {sorted(_CREDENTIALS)} nor an importable class: {exc}"
+        ) from None
+    return cls()
+
+
+def pipeline_kwargs(settings: Settings) -> Dict[str, Any]:
+    """Retry and transport settings shared by every ARM call."""
+    from azure.core.pipeline.policies import RetryPolicy
+
+    conf = settings.conf
+    return {
+        "retry_policy": RetryPolicy(
+            retry_total=conf.retry_total,
+            retry_status=conf.retry_total,
+            retry_connect=conf.retry_total,
+            retry_read=conf.retry_total,
+            retry_backoff_factor=conf.retry_backoff_factor,
+            retry_backoff_max=conf.retry_backoff_max_s,
+            timeout=conf.retry_timeout_s,
+        ),
+        "connection_timeout": conf.connection_timeout_s,
+        "read_timeout": conf.read_timeout_s,
+        "polling_interval": conf.poll_interval_s,
+    }
+
+
+ARM_AUTH_HINT = (
+    "sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) "
+    "and check launcher.subscription_id"
+)
+STORAGE_AUTH_HINT = "check $AZURE_BATCHAI_STORAGE_KEY and launcher.storage_account"
+
+
+@contextlib.contextmanager
+def azure_errors(action: str, secret: Optional[str] = None, auth_hint: str = ARM_AUTH_HINT) -> Iterator[None]:
+    """Turn SDK exceptions into LaunchErrors naming ``action`` and what to do."""
+    from azure.core.exceptions import (
+        ClientAuthenticationError,
+        HttpResponseError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    try:
+        yield
+    except ClientAuthenticationError as exc:
+        detail = _first_line(getattr(exc, "message", None) or str(exc))
+        raise LaunchError(
+            redact(
+                f"Azure rejected the credentials while trying to {action} ({detail}); {auth_hint}",
+                secret,
+            )
+        ) from None
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise LaunchError(
+            redact(f"cannot reach Azure to {action}: {_first_line(str(exc))}; check the network and endpoints", secret)
+        ) from None
+    except HttpResponseError as exc:
+        code = getattr(getattr(exc, "error", None), "code", None) or exc.reason or ""
+        message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
+        raise LaunchError(
+            redact(f"Azure refused to {action}: HTTP {exc.status_code} {code}: {_first_line(message)}", secret)
+        ) from None
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else "no details"
+
+
+class BatchAIService:
+    """The workspace, experiment, cluster and jobs of one launcher configuration."""
+
+    def __init__(self, settings: Settings, credential: Any):
+        from azure.mgmt.batchai import BatchAI
+
+        self.settings = settings
+        self._client = BatchAI(
+            credential,
+            settings.subscription_id,
+            base_url=settings.conf.arm_endpoint,
+            **pipeline_kwargs(settings),
+        )
+        self._rg = settings.resource_group
+        self._ws = settings.workspace
+        self._exp = settings.conf.experiment
+
+    @property
+    def models(self):
+        from azure.mgmt.batchai import models
+
+        return models
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- workspace, experiment, cluster ----------------------------------------
+
+    def ensure_workspace(self) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with azure_errors(f"read workspace {self._ws}"):
+            try:
+                self._client.workspaces.get(self._rg, self._ws)
+                return
+            except ResourceNotFoundError:
+                pass
+        if not self.settings.location:
+            raise LaunchError(
+                f"workspace {self._ws} does not exist in {self._rg}; set launcher.location "
+                "(or $AZURE_BATCHAI_LOCATION) to create it"
+            )
+        with azure_errors(f"create workspace {self._ws}"):
+            params = self.models.WorkspaceCreateParameters(location=self.settings.location)
+            self._client.workspaces.begin_create(self._rg, self._ws, params).result()
+        log.info("created Batch AI workspace %s in %s", self._ws, self.settings.location)
+
+    def ensure_experiment(self) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with azure_errors(f"read experiment {self._exp}"):
+            try:
+                self._client.experiments.get(self._rg, self._ws, self._exp)
+                return
+            except ResourceNotFoundError:
+                pass
+        with azure_errors(f"create experiment {self._exp}"):
+            self._client.experiments.begin_create(self._rg, self._ws, self._exp).result()
+        log.info("created Batch AI experiment %s", self._exp)
+
+    def get_cluster(self):
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with azure_errors(f"read cluster {self.settings.cluster}"):
+            try:
+                return self._client.clusters.get(self._rg, self._ws, self.settings.cluster)
+            except ResourceNotFoundError:
+                return None
+
+    def ensure_cluster(self, nodes: int) -> None:
+        """The cluster exists and can hold ``nodes`` nodes (created or resized when allowed)."""
+        conf = self.settings.conf
+        name = self.settings.cluster
+        cluster = self.get_cluster()
+        if cluster is None:
+            if not conf.create_cluster:
+                raise LaunchError(
+                    f"cluster {name} does not exist in workspace {self._ws}; create it "
+                    "(launcher.create_cluster=true, with launcher.vm_size/vm_priority) or name an existing one"
+                )
+            self._create_cluster(nodes)
+            return
+        scale = cluster.scale_settings
+        if scale is not None and scale.auto_scale is not None:
+            if scale.auto_scale.maximum_node_count < nodes:
+                raise LaunchError(
+                    f"cluster {name} autoscales to at most {scale.auto_scale.maximum_node_count} nodes "
+                    f"but the job needs {nodes}; lower launcher.node_count or raise the cluster's maximum"
+                )
+            return
+        current = scale.manual.target_node_count if scale is not None and scale.manual is not None else 0
+        if current >= nodes:
+            return
+        if not conf.resize_cluster:
+            raise LaunchError(
+                f"cluster {name} has {current} nodes but the job needs {nodes}; "
+                "allow launcher.resize_cluster=true or resize it (az batchai cluster resize)"
+            )
+        self.resize_cluster(nodes)
+
+    def _create_cluster(self, nodes: int) -> None:
+        from pathlib import Path
+
+        conf = self.settings.conf
+        key_path = Path(conf.ssh_public_key).expanduser()
+        if not key_path.is_file():
+            raise LaunchError(
+                f"creating cluster {self.settings.cluster} needs an SSH public key for its admin user; "
+                f"{key_path} does not exist (ssh-keygen, or set launcher.ssh_public_key)"
+            )
+        m = self.models
+        params = m.ClusterCreateParameters(
+            vm_size=conf.vm_size,
+            vm_priority=VmPriority(conf.vm_priority).value,
+            scale_settings=m.ScaleSettings(manual=m.ManualScaleSettings(target_node_count=nodes)),
+            user_account_settings=m.UserAccountSettings(
+                admin_user_name=conf.admin_user,
+                admin_user_ssh_public_key=key_path.read_text().strip(),
+            ),
+        )
+        with azure_errors(f"create cluster {self.settings.cluster}"):
+            self._client.clusters.begin_create(self._rg, self._ws, self.settings.cluster, params).result()
+        log.info("created cluster %s: %d x %s (%s)", self.settings.cluster, nodes, conf.vm_size, conf.vm_priority)
+
+    def resize_cluster(self, nodes: int) -> None:
+        m = self.models
+        params = m.ClusterUpdateParameters(
+            scale_settings=m.ScaleSettings(manual=m.ManualScaleSettings(target_node_count=nodes))
+        )
+        with azure_errors(f"resize cluster {self.settings.cluster} to {nodes} nodes"):
+            self._client.clusters.update(self._rg, self._ws, self.settings.cluster, params)
+        log.info("resized cluster %s to %d nodes", self.settings.cluster, nodes)
+
+    # --- jobs ---------------------------------------------------------------------
+
+    def get_job(self, name: str):
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with azure_errors(f"read job {name}"):
+            try:
+                return self._client.jobs.get(self._rg, self._ws, self._exp, name)
+            except ResourceNotFoundError:
+                return None
+
+    def create_job(self, name: str, body: Dict[str, Any], secret: Optional[str]):
+        """Submit the job (``properties`` in wire form) and wait for the create LRO."""
+        params = self.models.JobCreateParameters.deserialize({"properties": body})
+        with azure_errors(f"create job {name}", secret):
+            return self._client.jobs.begin_create(self._rg, self._ws, self._exp, name, params).result()
+
+    def terminate_job(self, name: str) -> None:
+        with azure_errors(f"terminate job {name}"):
+            self._client.jobs.begin_terminate(self._rg, self._ws, self._exp, name).result()
+
+    def active_jobs(self) -> List[str]:
+        with azure_errors(f"list the jobs of experiment {self._exp}"):
+            return [
+                j.name
+                for j in self._client.jobs.list_by_experiment(self._rg, self._ws, self._exp)
+                if j.execution_state in ("queued", "running", "terminating")
+            ]
+
+    def output_files(self, name: str, directory_id: str = "stdouterr") -> Dict[str, Any]:
+        """listOutputFiles: name -> File (with a SAS downloadUrl and the size)."""
+        options = self.models.JobsListOutputFilesOptions(outputdirectoryid=directory_id, linkexpiryinminutes=60)
+        with azure_errors(f"list the output files of job {name}"):
+            return {
+                f.name: f
+                for f in self._client.jobs.list_output_files(self._rg, self._ws, self._exp, name, options)
+            }

@@ -1,0 +1,235 @@
+"""The Batch AI job, as plain data: its name, where its files live on the share,
+its REST body, the az CLI's job.json and the equivalent ``az`` command.
+
+Pure functions, no Azure SDK: the same dict is written by a dry run, checked
+against the shipped schema and (turned into SDK models) sent by a real launch,
+so what a user reviews is what gets submitted.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from cifar_dist.launchers.base import RANK_GUARD_ENV, LaunchError
+from cifar_dist.launchers.batchai.config import Settings
+
+JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
+# What the az CLI replaces with --storage-account-key.
+KEY_PLACEHOLDER = "<AZURE_BATCHAI_STORAGE_KEY>"
+# Batch AI sets this on the nodes; written without braces so OmegaConf never
+# mistakes it for an interpolation.
+MOUNT_ROOT = "$AZ_BATCHAI_JOB_MOUNT_ROOT"
+CONFIG_NAME = "job_config"  # <CONFIG_NAME>.yaml, composed by Hydra on the nodes
+ENTRY_NAME = "node_entry.py"
+_NAME_RE = re.compile(r"^[-\w]{1,64}$", re.ASCII)
+
+
+def job_name(output_dir: Path, job_num: int, prefix: str = "cifar_dist") -> str:
+    """A deterministic name per run dir (and sweep point): re-running the same
+    launch finds the job it already submitted instead of creating a twin."""
+    digest = hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
+    return f"{prefix}-{digest}-{job_num}"
+
+
+@dataclass(frozen=True)
+class ShareLayout:
+    """Where one job's files live, relative to the share root; the node sees
+    the share at ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<share>``."""
+
+    share: str
+    base: str  # the experiment's folder
+    job: str
+    wheel: str  # packages/<content hash>/<wheel file name>
+
+    @property
+    def job_dir(self) -> str:
+        return f"{self.base}/jobs/{self.job}"
+
+    @property
+    def config_file(self) -> str:
+        return f"{self.job_dir}/{CONFIG_NAME}.yaml"
+
+    @property
+    def entry_file(self) -> str:
+        return f"{self.job_dir}/{ENTRY_NAME}"
+
+    @property
+    def run_dir(self) -> str:
+        """The Hydra run dir on the nodes: training writes its outputs here."""
+        return f"{self.job_dir}/outputs"
+
+    @property
+    def logs_dir(self) -> str:
+        return f"{self.base}/logs"
+
+    def on_node(self, path: str) -> str:
+        return f"{MOUNT_ROOT}/{self.share}/{path}"
+
+
+def check_names(settings: Settings, layout: ShareLayout) -> None:
+    """Names end up in URLs and in the node's shell command line: allow only what Batch AI allows."""
+    bad = [
+        f"{label}={value!r}"
+        for label, value in (
+            ("launcher.workspace", settings.workspace),
+            ("launcher.experiment", settings.conf.experiment),
+            ("launcher.cluster", settings.cluster),
+            ("launcher.share_dir", layout.base),
+            ("job name", layout.job),
+        )
+        if not _NAME_RE.match(value)
+    ]
+    if not re.match(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$", layout.share):
+        bad.append(f"launcher.share={layout.share!r} (3-63 lowercase letters, digits, single hyphens)")
+    if bad:
+        raise LaunchError(
+            "invalid Batch AI names: " + ", ".join(bad) + "; use 1-64 letters, digits, '-' or '_'"
+        )
+
+
+def iso8601_duration(delta: datetime.timedelta) -> str:
+    """The wire form of a TimeSpan (what msrest sends for a timedelta), e.g. P7D, PT1H30M."""
+    seconds = int(delta.total_seconds())
+    if seconds <= 0:
+        raise LaunchError("launcher.max_wall_clock_hours must be > 0")
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    out = "P" + (f"{days}D" if days else "")
+    clock = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "") + (f"{secs}S" if secs else "")
+    return out + ("T" + clock if clock else "")
+
+
+def storage_credentials(settings: Settings, reveal_key: bool) -> Dict[str, Any]:
+    """The mount's ``credentials``: a Key Vault reference when configured, else
+    the key itself (only for a real submission) or the az CLI's placeholder."""
+    conf = settings.conf
+    if settings.uses_key_vault:
+        return {
+            "accountKeySecretReference": {
+                "sourceVault": {"id": conf.key_vault_id},
+                "secretUrl": conf.key_vault_secret_url,
+            }
+        }
+    if reveal_key:
+        if settings.storage_key is None:
+            raise LaunchError("the storage account key is not set: export AZURE_BATCHAI_STORAGE_KEY")
+        return {"accountKey": settings.storage_key.reveal()}
+    return {"accountKey": KEY_PLACEHOLDER}
+
+
+def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool) -> Dict[str, Any]:
+    """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job."""
+    conf = settings.conf
+    if conf.node_count < 1:
+        raise LaunchError(f"launcher.node_count={conf.node_count} must be >= 1")
+    if conf.process_count is not None and conf.process_count < 1:
+        raise LaunchError(f"launcher.process_count={conf.process_count} must be >= 1 (or null: one per node)")
+    account = settings.storage_account
+    file_url = f"{settings.file_endpoint}/{layout.share}"
+
+    horovod: Dict[str, Any] = {
+        "pythonScriptFilePath": layout.on_node(layout.entry_file),
+        "commandLineArgs": " ".join(
+            [
+                "--config-dir",
+                layout.on_node(layout.job_dir),
+                "--config-name",
+                CONFIG_NAME,
+                "--run-dir",
+                layout.on_node(layout.run_dir),
+            ]
+        ),
+        "processCount": conf.process_count or conf.node_count,
+    }
+    if conf.python:
+        horovod["pythonInterpreterPath"] = conf.python
+
+    setup = [conf.setup_command.strip()] if conf.setup_command.strip() else []
+    setup.append(f"{conf.pip_install.strip()} {layout.on_node(layout.wheel)}")
+
+    env = {RANK_GUARD_ENV: "1", **conf.env}
+    return {
+        "schedulingPriority": conf.scheduling_priority.value,
+        "cluster": {"id": settings.cluster_id},
+        "nodeCount": conf.node_count,
+        "horovodSettings": horovod,
+        "stdOutErrPathPrefix": layout.on_node(layout.logs_dir),
+        "mountVolumes": {
+            "azureFileShares": [
+                {
+                    "accountName": account,
+                    "azureFileUrl": file_url,
+                    "credentials": storage_credentials(settings, reveal_key),
+                    "relativeMountPath": layout.share,
+                }
+            ]
+        },
+        "jobPreparation": {"commandLine": " && ".join(setup)},
+        "containerSettings": {"imageSourceRegistry": {"image": conf.image}},
+        "environmentVariables": [{"name": k, "value": v} for k, v in env.items()],
+        "constraints": {
+            "maxWallClockTime": iso8601_duration(datetime.timedelta(hours=conf.max_wall_clock_hours))
+        },
+    }
+
+
+def az_job_file(body: Dict[str, Any]) -> Dict[str, Any]:
+    """The az CLI's ``--config-file`` format."""
+    return {"$schema": JOB_FILE_SCHEMA, "properties": body}
+
+
+def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads: Dict[str, Path]) -> List[str]:
+    """The az commands that do by hand what a real launch does (uploads, then the job)."""
+    account = ["--account-name", settings.storage_account]
+    commands = [
+        shlex.join(["az", "storage", "share", "create", "--name", layout.share, *account]),
+    ]
+    made = set()
+    for remote, local in uploads.items():
+        folder = remote.rsplit("/", 1)[0]
+        parts = folder.split("/")
+        for i in range(1, len(parts) + 1):
+            sub = "/".join(parts[:i])
+            if sub not in made:
+                made.add(sub)
+                commands.append(
+                    shlex.join(
+                        ["az", "storage", "directory", "create", "--name", sub, "--share-name", layout.share, *account]
+                    )
+                )
+        commands.append(
+            shlex.join(
+                [
+                    "az", "storage", "file", "upload", "--share-name", layout.share, "--path", remote,
+                    "--source", str(local), *account,
+                ]
+            )
+        )
+    commands.append(
+        shlex.join(
+            [
+                "az", "batchai", "job", "create",
+                "--resource-group", settings.resource_group,
+                "--workspace", settings.workspace,
+                "--experiment", settings.conf.experiment,
+                "--name", layout.job,
+                "--cluster", settings.cluster,
+                "--config-file", str(job_file),
+                "--storage-account-name", settings.storage_account,
+            ]
+        )
+        # The key is filled in from the environment by the shell, never written out.
+        + ' --storage-account-key "$AZURE_BATCHAI_STORAGE_KEY"'
+    )
+    return commands
+
+
+def redact(text: str, secret: Optional[str]) -> str:
+    """Defence in depth for messages built from service replies."""
+    return text.replace(secret, "<redacted>") if secret else text

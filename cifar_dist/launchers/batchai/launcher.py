@@ -1,0 +1,194 @@
+"""``launcher=batchai``: the tutorial's ~10 az commands and hand-written job.json as one launch.
+
+Flow: resolve settings -> stage the wheel, the node config and the entry
+script locally -> build the job and check it against the shipped schema ->
+(dry run: write job.json, print the az commands, stop) -> ensure workspace,
+experiment, cluster, share -> upload what changed -> submit (or find the job
+this run dir already submitted) -> follow it, or hand it to the sweep.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher, PendingJob, drain_pending, register_pending
+from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
+from cifar_dist.launchers.batchai.job import (
+    ShareLayout,
+    az_commands,
+    az_job_file,
+    build_job_body,
+    check_names,
+    job_name,
+)
+from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
+from cifar_dist.launchers.batchai.schema import validate_job_file
+from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
+
+log = logging.getLogger(__name__)
+_drain_registered = False
+
+
+@dataclass
+class StagedJob:
+    """Everything one launch prepared locally, before anything remote happens."""
+
+    settings: Settings
+    layout: ShareLayout
+    wheel: Wheel
+    uploads: Dict[str, Path]  # path on the share -> local file
+    job_file: Path  # job.json in the run dir (the key as a placeholder or Key Vault reference)
+
+
+class BatchAIJob(PendingJob):
+    """A submitted job: ``wait()`` follows it to the end and fetches its outputs."""
+
+    def __init__(self, follower: JobFollower, credential):
+        self.output_dir = follower.output_dir
+        self._follower = follower
+        self._credential = credential
+
+    def wait(self) -> LaunchResult:
+        try:
+            return self._follower.run()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._follower.service.close()
+        close = getattr(self._credential, "close", None)
+        if close is not None:
+            close()
+
+
+class BatchAILauncher(Launcher):
+    def __init__(self, **kwargs):
+        self.conf = conf_from_kwargs(kwargs)
+
+    def launch(self, job: JobSpec) -> LaunchResult:
+        # The SDKs log every request at INFO; keep the user's log about the job.
+        logging.getLogger("azure").setLevel(logging.WARNING)
+        staged = self.stage(job)
+        if self.conf.dry_run:
+            return self._dry_run(staged)
+        handle = self.submit(job, staged)
+        name = staged.layout.job
+        if not self.conf.wait:
+            handle.close()
+            log.info("submitted Batch AI job %s; launcher.wait=false, not following it", name)
+            return LaunchResult(exit_code=0, message=f"submitted Batch AI job {name}")
+        if job.multirun:
+            _register(handle)
+            return LaunchResult(exit_code=0, message=f"submitted Batch AI job {name}; the sweep waits for it")
+        return handle.wait()
+
+    # --- local preparation ------------------------------------------------------------
+
+    def stage(self, job: JobSpec) -> StagedJob:
+        conf = self.conf
+        settings = resolve_settings(conf, os.environ, submit=not conf.dry_run)
+        wheel = package_wheel(conf.package, Path(conf.cache_dir).expanduser())
+        layout = ShareLayout(
+            share=conf.share,
+            base=settings.share_dir,
+            job=job_name(job.output_dir, job.job_num),
+            wheel=f"{settings.share_dir}/{wheel.share_path}",
+        )
+        check_names(settings, layout)
+
+        local = job.output_dir / LOCAL_SUBDIR
+        local.mkdir(parents=True, exist_ok=True)
+        config_file = local / Path(layout.config_file).name
+        config_file.write_text(node_job_config(job.cfg, _group_choices()), "utf-8")
+        entry_file = local / Path(layout.entry_file).name
+        entry_file.write_text(node_entry_source(), "utf-8")
+
+        doc = az_job_file(build_job_body(settings, layout, reveal_key=False))
+        validate_job_file(doc)
+        job_file = job.output_dir / "job.json"
+        job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+        uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file}
+        return StagedJob(settings, layout, wheel, uploads, job_file)
+
+    def _dry_run(self, staged: StagedJob) -> LaunchResult:
+        commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
+        print(f"Dry run: wrote {staged.job_file} (valid against the Batch AI 2018-05-01 Horovod job schema).")
+        print("The same job by hand (storage commands need --account-key or $AZURE_STORAGE_KEY):")
+        for command in commands:
+            print("  " + command)
+        return LaunchResult(exit_code=0, message=f"dry run: wrote {staged.job_file}")
+
+    # --- remote -------------------------------------------------------------------------
+
+    def submit(self, job: JobSpec, staged: StagedJob) -> BatchAIJob:
+        """Ensure everything the job needs exists remotely, then submit it (once per run dir)."""
+        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService, azure_errors, make_credential
+        from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
+
+        conf, settings, layout = self.conf, staged.settings, staged.layout
+        key = settings.storage_key
+        storage_kwargs = storage_client_kwargs(conf)
+        credential = make_credential(conf.credential)
+        service = BatchAIService(settings, credential)
+        share = FileShare(settings.file_endpoint, settings.storage_account, key, conf.share, **storage_kwargs)
+        try:
+            service.ensure_workspace()
+            service.ensure_experiment()
+            existing = service.get_job(layout.job)
+            if existing is not None:
+                log.info(
+                    "job %s of this run dir already exists (%s): following it instead of submitting again",
+                    layout.job,
+                    existing.execution_state,
+                )
+            else:
+                service.ensure_cluster(conf.node_count)
+                with azure_errors(f"upload the job's files to share {conf.share}", key.reveal(), STORAGE_AUTH_HINT):
+                    share.ensure_share()
+                    share.ensure_dir(layout.job_dir)
+                    for remote, local in staged.uploads.items():
+                        share.upload(remote, local.read_bytes())
+                body = build_job_body(settings, layout, reveal_key=True)
+                service.create_job(layout.job, body, key.reveal())
+                log.info(
+                    "submitted Batch AI job %s to cluster %s (%d node(s)); outputs go to share %s/%s",
+                    layout.job, settings.cluster, conf.node_count, conf.share, layout.run_dir,
+                )
+        except BaseException:
+            service.close()
+            raise
+        follower = JobFollower(
+            service=service,
+            share=share,
+            layout=layout,
+            output_dir=job.output_dir,
+            on_interrupt=conf.on_interrupt.value,
+            poll_interval_s=conf.poll_interval_s,
+            stream_output=conf.stream_output,
+            stderr_tail_lines=conf.stderr_tail_lines,
+            scale_down=conf.scale_down,
+            storage_kwargs=storage_kwargs,
+        )
+        return BatchAIJob(follower, credential)
+
+
+def _group_choices() -> Dict[str, Optional[str]]:
+    """This run's config group choices (data=..., model=...), from Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return dict(HydraConfig.get().runtime.choices)
+
+
+def _register(handle: BatchAIJob) -> None:
+    """Hand a sweep point to the sweep-end callback; as a fallback (no callback
+    configured), wait for whatever is still pending when the process exits."""
+    global _drain_registered
+    register_pending(handle)
+    if not _drain_registered:
+        atexit.register(drain_pending)
+        _drain_registered = True

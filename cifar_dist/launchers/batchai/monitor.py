@@ -1,0 +1,212 @@
+"""Following a submitted Batch AI job until it ends: what the tutorial did with
+``az batchai job show``, ``cluster show --query nodeStateCounts``, ``job file
+stream``, ``storage file download`` and ``cluster resize --target 0``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from cifar_dist.launchers.base import LaunchError, LaunchResult
+from cifar_dist.launchers.batchai.job import ShareLayout
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("succeeded", "failed")
+STREAMED = ("stdout.txt", "stderr.txt")
+LOCAL_SUBDIR = "batchai"  # in the run dir: job.json's companions, streamed stdout/stderr
+# Set by the first Ctrl-C: the other jobs of a sweep then stop waiting at once.
+interrupted = threading.Event()
+
+
+@dataclass
+class _Stream:
+    url: Optional[str] = None
+    offset: int = 0
+    pending: bytes = b""
+
+
+@dataclass
+class JobFollower:
+    """Waits for one job; streams its output; fetches its results."""
+
+    service: Any  # client.BatchAIService
+    share: Any  # storage.FileShare
+    layout: ShareLayout
+    output_dir: Path
+    on_interrupt: str
+    poll_interval_s: float
+    stream_output: bool
+    stderr_tail_lines: int
+    scale_down: bool
+    storage_kwargs: Dict[str, Any] = field(default_factory=dict)
+    _streams: Dict[str, _Stream] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.layout.job
+
+    def run(self) -> LaunchResult:
+        from cifar_dist.launchers.batchai.client import azure_errors
+
+        with azure_errors(f"follow Batch AI job {self.name}"):
+            try:
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
+                job = self._wait_until_done()
+            except KeyboardInterrupt:
+                interrupted.set()
+                return self._interrupted()
+            return self._finish(job)
+
+    # --- waiting ------------------------------------------------------------------
+
+    def _wait_until_done(self):
+        last_state, last_nodes = None, None
+        while True:
+            job = self.service.get_job(self.name)
+            if job is None:
+                raise LaunchError(f"job {self.name} disappeared (deleted?); re-run to submit it again")
+            state = str(job.execution_state)
+            cluster = self.service.get_cluster()
+            nodes = _node_counts(cluster)
+            if (state, nodes) != (last_state, last_nodes):
+                log.info("job %s: %s | cluster %s nodes: %s", self.name, state, self.service.settings.cluster, nodes)
+                last_state, last_nodes = state, nodes
+            if self.stream_output and state != "queued":
+                self._pump_streams()
+            if state in TERMINAL:
+                self._pump_streams()
+                return job
+            time.sleep(self.poll_interval_s)
+
+    def _pump_streams(self) -> None:
+        """Read what is new in stdout.txt/stderr.txt (ranged reads from the SAS downloadUrl)."""
+        from cifar_dist.launchers.batchai.storage import read_from
+
+        if not all(self._streams.get(n, _Stream()).url for n in STREAMED):
+            files = self.service.output_files(self.name)
+            for name in STREAMED:
+                if name in files:
+                    if name not in self._streams:
+                        # Following the job again (after a detach): carry on after what is saved.
+                        local = self.output_dir / LOCAL_SUBDIR / name
+                        self._streams[name] = _Stream(offset=local.stat().st_size if local.is_file() else 0)
+                    self._streams[name].url = files[name].download_url
+        for name in STREAMED:
+            stream = self._streams.get(name)
+            if stream is None or not stream.url:
+                continue
+            data = read_from(stream.url, stream.offset, **self.storage_kwargs)
+            if data is None:  # the SAS link expired or the file is gone: ask for a new link next time
+                stream.url = None
+                continue
+            if data:
+                stream.offset += len(data)
+                self._save(name, data)
+                self._echo(name, stream, data)
+
+    def _save(self, name: str, data: bytes) -> None:
+        local = self.output_dir / LOCAL_SUBDIR / name
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with open(local, "ab") as fh:
+            fh.write(data)
+
+    def _echo(self, name: str, stream: _Stream, data: bytes) -> None:
+        if not self.stream_output:
+            return
+        text = stream.pending + data
+        complete, _, stream.pending = text.rpartition(b"\n")
+        if complete:
+            out = sys.stdout if name == "stdout.txt" else sys.stderr
+            out.write(complete.decode("utf-8", "replace") + "\n")
+            out.flush()
+
+    # --- the end --------------------------------------------------------------------
+
+    def _finish(self, job) -> LaunchResult:
+        fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
+        log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
+        metrics = _read_metrics(self.output_dir / "metrics.json")
+        self._maybe_scale_down()
+        if str(job.execution_state) == "succeeded":
+            return LaunchResult(exit_code=0, metrics=metrics, message=f"job {self.name} succeeded")
+        info = job.execution_info
+        exit_code = info.exit_code if info is not None and info.exit_code else 1
+        errors = "; ".join(f"{e.code}: {e.message}" for e in (info.errors or [])) if info is not None else ""
+        self._print_stderr_tail()
+        reason = f"Batch AI job {self.name} failed with exit code {exit_code}"
+        if errors:
+            reason += f" ({errors})"
+        return LaunchResult(
+            exit_code=min(max(int(exit_code), 1), 255),
+            metrics=metrics,
+            message=reason + f"; stderr is in {self.output_dir / LOCAL_SUBDIR / 'stderr.txt'}",
+        )
+
+    def _print_stderr_tail(self) -> None:
+        path = self.output_dir / LOCAL_SUBDIR / "stderr.txt"
+        if not path.is_file() or self.stderr_tail_lines <= 0:
+            return
+        lines = path.read_text("utf-8", "replace").splitlines()[-self.stderr_tail_lines:]
+        sys.stderr.write(f"--- last {len(lines)} lines of {self.name} stderr.txt ---\n" + "\n".join(lines) + "\n")
+        sys.stderr.flush()
+
+    def _maybe_scale_down(self) -> None:
+        if not self.scale_down:
+            return
+        busy = [j for j in self.service.active_jobs() if j != self.name]
+        if busy:
+            log.info("not scaling the cluster down: %d other job(s) of the experiment still active", len(busy))
+            return
+        self.service.resize_cluster(0)
+
+    def _interrupted(self) -> LaunchResult:
+        settings = self.service.settings
+        if self.on_interrupt == "terminate":
+            log.warning("interrupted: terminating Batch AI job %s", self.name)
+            self.service.terminate_job(self.name)
+            return LaunchResult(exit_code=130, message=f"interrupted; Batch AI job {self.name} terminated")
+        show = (
+            f"az batchai job show --resource-group {settings.resource_group} --workspace {settings.workspace} "
+            f"--experiment {settings.conf.experiment} --name {self.name}"
+        )
+        log.warning("interrupted: job %s keeps running (launcher.on_interrupt=detach)", self.name)
+        return LaunchResult(
+            exit_code=130,
+            message=f"interrupted; Batch AI job {self.name} keeps running: re-run the same command to follow it "
+            f"and fetch its outputs, or `{show}`",
+        )
+
+
+def _node_counts(cluster) -> str:
+    counts = getattr(cluster, "node_state_counts", None)
+    if counts is None:
+        return "unknown"
+    return ", ".join(
+        f"{n} {label}"
+        for label, n in (
+            ("idle", counts.idle_node_count),
+            ("preparing", counts.preparing_node_count),
+            ("running", counts.running_node_count),
+            ("leaving", counts.leaving_node_count),
+            ("unusable", counts.unusable_node_count),
+        )
+    )
+
+
+def _read_metrics(path: Path) -> Optional[Dict[str, Any]]:
+    if not path.is_file():
+        log.warning("the job wrote no %s", path.name)
+        return None
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except ValueError:
+        log.warning("%s is not valid JSON", path)
+        return None

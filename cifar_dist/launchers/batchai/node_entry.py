@@ -1,0 +1,54 @@
+"""Entry script that Batch AI runs on every rank (``horovodSettings.pythonScriptFilePath``).
+
+The launcher uploads this file next to the run's composed config; Batch AI
+starts it under mpirun, once per rank, after jobPreparation has installed the
+cifar_dist wheel. It runs the Hydra app with that config (in-process launcher)
+and its run dir on the mounted share, so the outputs land where the launcher
+downloads them from. Only the standard library is imported before the app.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+
+def _rank() -> int:
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int) -> List[str]:
+    """Hydra arguments for this rank: rank 0 writes .hydra/ and cifar_dist_node.log,
+    the others log to their own file and write no .hydra/ (all share one dir;
+    the names differ from the launching side's cifar_dist.log, which the
+    downloaded outputs must not overwrite)."""
+    escaped = run_dir.replace("\\", "\\\\").replace("'", "\\'")
+    argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir='{escaped}'"]
+    if rank == 0:
+        argv.append("hydra.job.name=cifar_dist_node")
+    else:
+        argv += [f"hydra.job.name=cifar_dist_node_rank{rank}", "hydra.output_subdir=null"]
+    return argv
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-dir", required=True)
+    parser.add_argument("--config-name", required=True)
+    parser.add_argument("--run-dir", required=True)
+    args = parser.parse_args(argv)
+
+    # A launched process always trains in-process (see launchers/base.py).
+    os.environ["CIFAR_DIST_CHILD"] = "1"
+    sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank())]
+    from cifar_dist.app import main as app_main
+
+    app_main()
+
+
+if __name__ == "__main__":
+    main()
