@@ -22,4 +22,5 @@ def registered_launcher_schemas() -> Dict[str, type]:
     from cifar_dist.launchers.local import LocalLauncherConf
 
     schemas: Dict[str, type] = {"local": LocalLauncherConf}
+    from cifar_dist.launchers.batchai.config import BatchAILauncherConf; schemas["batchai"] = BatchAILauncherConf
     return schemas
