@@ -227,7 +227,7 @@ class BatchAIService:
         )
         with azure_errors(f"create cluster {self.settings.cluster}"):
             self._client.clusters.begin_create(self._rg, self._ws, self.settings.cluster, params).result()
-        log.info("created cluster %s: %d x %s (%s)", self.settings.cluster, nodes, conf.vm_size, conf.vm_priority)
+        log.info("created cluster %s: %d x %s (%s)", self.settings.cluster, nodes, conf.vm_size, VmPriority(conf.vm_priority).value)
 
     def resize_cluster(self, nodes: int) -> None:
         m = self.models

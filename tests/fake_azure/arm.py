@@ -1,0 +1,308 @@
+"""Microsoft.BatchAI (api-version 2018-05-01) as the SDK sees it: workspaces,
+experiments, clusters and jobs under /subscriptions/.../resourceGroups/...,
+long-running operations through Azure-AsyncOperation and Location headers,
+listOutputFiles with SAS download URLs.
+
+Jobs run on the clock: queued for ``queued_s``, running for ``running_s``
+(while "running" they write stdout lines, and at the end the outputs a
+training run writes, into the mounted share), then succeeded, or failed when
+the job's environment holds FAKE_OUTCOME=fail or when a file the job needs
+was not uploaded.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .files import FileStore
+
+API_VERSION = "2018-05-01"
+MOUNT_ROOT = "$AZ_BATCHAI_JOB_MOUNT_ROOT/"
+_RESOURCE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.BatchAI"
+    r"/workspaces/(?P<ws>[^/]+)"
+    r"(?:/clusters/(?P<cluster>[^/]+)"
+    r"|/experiments/(?P<exp>[^/]+)(?:/jobs(?:/(?P<job>[^/]+)(?:/(?P<action>terminate|listOutputFiles))?)?)?)?$"
+)
+STDOUT_LINES = 6
+
+
+@dataclass
+class FakeJob:
+    name: str
+    path: str  # ARM id
+    body: Dict[str, Any]  # what the SDK sent (the whole request body)
+    created: float
+    queued_s: float
+    running_s: float
+    guid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    state: str = "queued"
+    exit_code: Optional[int] = None
+    errors: List[Dict[str, str]] = field(default_factory=list)
+    lines_written: int = 0
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    terminated: bool = False
+
+    @property
+    def props(self) -> Dict[str, Any]:
+        return self.body["properties"]
+
+    def env(self, name: str) -> Optional[str]:
+        for item in self.props.get("environmentVariables", []):
+            if item["name"] == name:
+                return item["value"]
+        return None
+
+
+class BatchAIState:
+    def __init__(self, files: FileStore, base_url_fn, queued_s: float = 0.3, running_s: float = 0.8):
+        self.files = files
+        self.base_url = base_url_fn
+        self.queued_s = queued_s
+        self.running_s = running_s
+        self.workspaces: Dict[str, Dict[str, Any]] = {}
+        self.experiments: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self.clusters: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self.jobs: Dict[Tuple[str, str, str], FakeJob] = {}
+        self.operations: Dict[str, int] = {}  # op id -> polls left before it succeeds
+
+    # --- the clock -------------------------------------------------------------------
+
+    def advance(self) -> None:
+        now = time.monotonic()
+        for job in self.jobs.values():
+            if job.state in ("succeeded", "failed"):
+                continue
+            age = now - job.created
+            if job.state == "queued" and age >= job.queued_s:
+                job.state, job.started_at = "running", now
+                missing = self._missing_inputs(job)
+                if missing:
+                    self._fail(job, 127, [f"python: can't open file '{m}': [Errno 2] No such file or directory" for m in missing])
+                    continue
+            if job.state == "running":
+                share, out = self._stdouterr(job)
+                due = min(STDOUT_LINES, int((now - job.started_at) / job.running_s * STDOUT_LINES) + 1)
+                while job.lines_written < due:
+                    job.lines_written += 1
+                    self.files.append(share, f"{out}/stdout.txt", f"Epoch {job.lines_written}/{STDOUT_LINES} - loss: 1.{9 - job.lines_written}\n".encode())
+                if now - job.started_at >= job.running_s:
+                    if job.env("FAKE_OUTCOME") == "fail":
+                        self._fail(job, 3, ["Traceback (most recent call last):", "RuntimeError: planted training failure"])
+                    else:
+                        self._write_outputs(job)
+                        job.state, job.exit_code, job.finished_at = "succeeded", 0, now
+
+    def _fail(self, job: FakeJob, code: int, stderr: List[str]) -> None:
+        share, out = self._stdouterr(job)
+        self.files.append(share, f"{out}/stderr.txt", ("\n".join(f"noise line {i}" for i in range(50)) + "\n").encode())
+        self.files.append(share, f"{out}/stderr.txt", ("\n".join(stderr) + "\n").encode())
+        job.state, job.exit_code, job.finished_at = "failed", code, time.monotonic()
+        job.errors = [{"code": "JobFailed", "message": f"The job exited with exit code {code}"}]
+
+    def _node_path(self, job: FakeJob, node_path: str) -> Tuple[str, str]:
+        """$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount>/<path> -> (share, path), through the job's mounts."""
+        assert node_path.startswith(MOUNT_ROOT), node_path
+        mount, _, rest = node_path[len(MOUNT_ROOT):].partition("/")
+        for share in self.props_shares(job):
+            if share["relativeMountPath"] == mount:
+                return share["azureFileUrl"].rstrip("/").rsplit("/", 1)[1], rest
+        raise AssertionError(f"no mount {mount} in {job.props.get('mountVolumes')}")
+
+    def props_shares(self, job: FakeJob) -> List[Dict[str, Any]]:
+        return job.props.get("mountVolumes", {}).get("azureFileShares", [])
+
+    def _args(self, job: FakeJob) -> Dict[str, str]:
+        words = job.props["horovodSettings"]["commandLineArgs"].split()
+        return dict(zip(words[::2], words[1::2]))
+
+    def run_dir(self, job: FakeJob) -> Tuple[str, str]:
+        return self._node_path(job, self._args(job)["--run-dir"])
+
+    def _stdouterr(self, job: FakeJob) -> Tuple[str, str]:
+        share, prefix = self._node_path(job, job.props["stdOutErrPathPrefix"])
+        sub, rg, ws, exp = re.match(
+            r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Microsoft\.BatchAI/workspaces/([^/]+)/experiments/([^/]+)/",
+            job.path,
+        ).groups()
+        segment = f"{sub}/{rg}/workspaces/{ws}/experiments/{exp}/jobs/{job.name}/{job.guid}"
+        return share, f"{prefix}/{segment}/stdouterr"
+
+    def _missing_inputs(self, job: FakeJob) -> List[str]:
+        needed = [job.props["horovodSettings"]["pythonScriptFilePath"]]
+        args = self._args(job)
+        needed.append(f"{args['--config-dir']}/{args['--config-name']}.yaml")
+        needed += [w for w in job.props["jobPreparation"]["commandLine"].split() if w.endswith(".whl")]
+        missing = []
+        for node_path in needed:
+            share, path = self._node_path(job, node_path)
+            if not self.files.exists(share, path):
+                missing.append(node_path)
+        return missing
+
+    def _write_outputs(self, job: FakeJob) -> None:
+        """What a training run leaves in its run dir (trainer.py's artifacts)."""
+        share, run = self.run_dir(job)
+        self.files.write(share, f"{run}/saved_models/keras_cifar10_trained_model.h5", b"\x89HDF\r\n\x1a\n fake model " + job.name.encode())
+        self.files.write(share, f"{run}/checkpoints/checkpoint-001.h5", b"\x89HDF\r\n\x1a\n fake checkpoint")
+        self.files.write(share, f"{run}/metrics.json", json.dumps({"test": {"accuracy": 0.625, "loss": 1.05}, "job": job.name}).encode())
+        self.files.write(share, f"{run}/training_log.csv", b"epoch,loss\n0,1.9\n")
+        self.files.write(share, f"{run}/cifar_dist_node.log", b"[INFO] node log\n")
+        self.files.write(share, f"{run}/.hydra/config.yaml", b"node: side\n")
+
+    # --- requests ----------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, query: Dict[str, str], body: bytes) -> Tuple[int, Dict[str, str], Any]:
+        if path.startswith("/operations/"):
+            return self._operation(path.rsplit("/", 1)[1])
+        if query.get("api-version") != API_VERSION:
+            return 400, {}, _err("InvalidApiVersion", f"api-version must be {API_VERSION}")
+        match = _RESOURCE.match(path)
+        if not match:
+            return 404, {}, _err("InvalidResourceType", path)
+        g = match.groupdict()
+        ws = g["ws"]
+        if g["cluster"]:
+            return self._cluster(method, path, (ws, g["cluster"]), body)
+        if g["exp"] is None:
+            return self._workspace(method, path, ws, body)
+        listing = path.endswith("/jobs")
+        if g["job"] is None and not listing:
+            return self._experiment(method, path, (ws, g["exp"]))
+        if (ws, g["exp"]) not in self.experiments:
+            return 404, {}, _err("ResourceNotFound", f"experiment {g['exp']} not found")
+        if listing:
+            return 200, {}, {"value": [self._job_json(j) for k, j in self.jobs.items() if k[:2] == (ws, g["exp"])]}
+        return self._job(method, path, (ws, g["exp"], g["job"]), g["action"], query, body)
+
+    def _lro(self, kind: str, polls: int = 1) -> Dict[str, str]:
+        op = uuid.uuid4().hex
+        self.operations[op] = polls
+        url = f"{self.base_url()}/operations/{op}?api-version={API_VERSION}"
+        header = "Azure-AsyncOperation" if kind == "async" else "Location"
+        return {header: url, "Retry-After": "0"}
+
+    def _operation(self, op: str) -> Tuple[int, Dict[str, str], Any]:
+        left = self.operations.get(op)
+        if left is None:
+            return 404, {}, _err("OperationNotFound", op)
+        if left > 0:
+            self.operations[op] = left - 1
+            return 202, {"Retry-After": "0", "Location": f"{self.base_url()}/operations/{op}?api-version={API_VERSION}"}, {"status": "InProgress"}
+        return 200, {}, {"status": "Succeeded"}
+
+    def _workspace(self, method, path, ws, body):
+        if method == "GET":
+            if ws not in self.workspaces:
+                return 404, {}, _err("ResourceNotFound", f"workspace {ws} not found")
+            return 200, {}, self.workspaces[ws]
+        if method == "PUT":
+            location = json.loads(body)["location"]
+            self.workspaces[ws] = {"id": path, "name": ws, "type": "Microsoft.BatchAI/workspaces", "location": location,
+                                   "properties": {"provisioningState": "succeeded"}}
+            return 202, self._lro("location"), None
+        return 405, {}, _err("MethodNotAllowed", method)
+
+    def _experiment(self, method, path, key):
+        if method == "GET":
+            if key not in self.experiments:
+                return 404, {}, _err("ResourceNotFound", f"experiment {key[1]} not found")
+            return 200, {}, self.experiments[key]
+        if method == "PUT":
+            if key[0] not in self.workspaces:
+                return 404, {}, _err("ResourceNotFound", f"workspace {key[0]} not found")
+            self.experiments[key] = {"id": path, "name": key[1], "properties": {"provisioningState": "succeeded"}}
+            return 202, self._lro("location"), None
+        return 405, {}, _err("MethodNotAllowed", method)
+
+    def _cluster(self, method, path, key, body):
+        if method == "GET":
+            if key not in self.clusters:
+                return 404, {}, _err("ResourceNotFound", f"cluster {key[1]} not found")
+            return 200, {}, self._cluster_json(key)
+        if method == "PUT":
+            sent = json.loads(body)
+            self.clusters[key] = {"id": path, "name": key[1], "properties": {**sent["properties"], "provisioningState": "succeeded"}}
+            return 202, self._lro("async"), None
+        if method == "PATCH":
+            if key not in self.clusters:
+                return 404, {}, _err("ResourceNotFound", f"cluster {key[1]} not found")
+            sent = json.loads(body)
+            self.clusters[key]["properties"]["scaleSettings"] = sent["properties"]["scaleSettings"]
+            return 200, {}, self._cluster_json(key)
+        return 405, {}, _err("MethodNotAllowed", method)
+
+    def _cluster_json(self, key) -> Dict[str, Any]:
+        cluster = json.loads(json.dumps(self.clusters[key]))
+        target = cluster["properties"].get("scaleSettings", {}).get("manual", {}).get("targetNodeCount", 0)
+        running = sum(j.props.get("nodeCount", 1) for j in self.jobs.values() if j.state == "running")
+        preparing = sum(j.props.get("nodeCount", 1) for j in self.jobs.values() if j.state == "queued")
+        running = min(running, target)
+        preparing = min(preparing, max(target - running, 0))
+        cluster["properties"]["currentNodeCount"] = target
+        cluster["properties"]["nodeStateCounts"] = {
+            "idleNodeCount": max(target - running - preparing, 0),
+            "runningNodeCount": running,
+            "preparingNodeCount": preparing,
+            "unusableNodeCount": 0,
+            "leavingNodeCount": 0,
+        }
+        return cluster
+
+    def _job(self, method, path, key, action, query, body):
+        job = self.jobs.get(key)
+        if action is None and method == "PUT":
+            if job is not None:
+                return 409, {}, _err("Conflict", f"job {key[2]} already exists")
+            self.jobs[key] = FakeJob(key[2], path, json.loads(body), time.monotonic(), self.queued_s, self.running_s)
+            return 202, self._lro("async"), None
+        if job is None:
+            return 404, {}, _err("ResourceNotFound", f"job {key[2]} not found")
+        if action is None and method == "GET":
+            return 200, {}, self._job_json(job)
+        if action == "terminate" and method == "POST":
+            if job.state not in ("succeeded", "failed"):
+                job.terminated = True
+                job.state, job.finished_at = "failed", time.monotonic()
+                job.errors = [{"code": "JobTerminated", "message": "The job was terminated by the user"}]
+            return 202, self._lro("location"), None
+        if action == "listOutputFiles" and method == "POST":
+            if query.get("outputdirectoryid") != "stdouterr" or job.state == "queued":
+                return 200, {}, {"value": []}
+            share, out = self._stdouterr(job)
+            files = []
+            for name in ("stdout.txt", "stderr.txt", "execution.log"):
+                data = self.files.read(share, f"{out}/{name}")
+                if data is None and name == "stderr.txt":
+                    self.files.write(share, f"{out}/{name}", b"")
+                    data = b""
+                if data is None:
+                    continue
+                account = self.props_shares(job)[0]["accountName"]
+                url = f"{self.base_url()}/{account}/{share}/{out}/{name}?sv=2017-04-17&sr=f&sp=r&sig=fakesignature"
+                files.append({"name": name, "fileType": "file", "downloadUrl": url, "properties": {"contentLength": len(data)}})
+            return 200, {}, {"value": files}
+        return 405, {}, _err("MethodNotAllowed", f"{method} {action}")
+
+    def _job_json(self, job: FakeJob) -> Dict[str, Any]:
+        props = json.loads(json.dumps(job.props))
+        for share in props.get("mountVolumes", {}).get("azureFileShares", []):
+            share.get("credentials", {}).pop("accountKey", None)  # never reported back
+        props["executionState"] = job.state
+        props["provisioningState"] = "succeeded"
+        props["jobOutputDirectoryPathSegment"] = self._stdouterr(job)[1].rsplit("/stdouterr", 1)[0]
+        info: Dict[str, Any] = {"startTime": "2018-06-01T00:00:00Z"} if job.started_at else {}
+        if job.state in ("succeeded", "failed"):
+            info.update({"endTime": "2018-06-01T00:10:00Z", "exitCode": job.exit_code, "errors": job.errors})
+        if info:
+            props["executionInfo"] = info
+        return {"id": job.path, "name": job.name, "type": "Microsoft.BatchAI/workspaces/experiments/jobs", "properties": props}
+
+
+def _err(code: str, message: str) -> Dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
