@@ -1,0 +1,199 @@
+"""The CIFAR-10 python batch format: safe decoding and validation.
+
+``cifar-10-python.tar.gz`` holds, under ``cifar-10-batches-py/``, pickles of
+dicts with bytes keys: ``data_batch_1`` .. ``data_batch_5`` and ``test_batch``
+(``data``: uint8 (N, 3072), each row 1024 red, 1024 green, 1024 blue values
+of a 32x32 image; ``labels``: N ints in [0, 10)) and ``batches.meta``
+(``label_names``). Unpickling runs code chosen by whoever wrote the file, and
+these files come from the network or from wherever ``data.path`` points, so
+they are read with an unpickler that can build nothing but a numpy array,
+after a scan that refuses oversized memo indices (a cheap way to make the C
+unpickler allocate gigabytes). Every problem becomes a one-line DataError
+that names the file and says how to fix it.
+"""
+from __future__ import annotations
+
+import codecs
+import io
+import pickle
+import pickletools
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from cifar_dist.errors import CifarDistError
+
+BATCH_DIR = "cifar-10-batches-py"
+TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_BATCH = "test_batch"
+META = "batches.meta"
+MEMBERS = (META, *TRAIN_BATCHES, TEST_BATCH)
+
+NUM_CLASSES = 10
+IMAGE_SHAPE = (32, 32, 3)
+ROW_LENGTH = 32 * 32 * 3
+
+# The largest memo index a real batch uses is ~10,030 (one per label); a
+# pickle asking for more is not a CIFAR batch.
+_MAX_MEMO_INDEX = 1_000_000
+
+
+class DataError(CifarDistError):
+    """The data set cannot be read; the one-line message names the file or URL and says what to do."""
+
+
+@dataclass(frozen=True)
+class CifarArrays:
+    x_train: np.ndarray  # uint8, (N, 32, 32, 3), NHWC
+    y_train: np.ndarray  # int64, (N,)
+    x_test: np.ndarray
+    y_test: np.ndarray
+    class_names: tuple[str, ...]  # from batches.meta label_names
+    source: str  # where it was read from, for logs and metrics
+
+
+def reason(exc: object) -> str:
+    """The first line of an exception's message (its type name when empty), for one-line errors."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
+
+
+def _latin1_encode(text, encoding):
+    """``_codecs.encode`` as Python 3 protocol-2 pickles use it for bytes, and no other codec."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not allowed")
+    return codecs.encode(text, "latin1")
+
+
+def _plain_dtype(*args):
+    """``numpy.dtype`` limited to dtypes without Python objects inside."""
+    dtype = np.dtype(*args)
+    if dtype.hasobject:
+        raise pickle.UnpicklingError("object dtypes are not allowed")
+    return dtype
+
+
+# What a pickled numpy array needs, and nothing else. The original files were
+# written by numpy 1.x under Python 2 (numpy.core.multiarray); files written
+# by numpy 2 under Python 3 name numpy._core.multiarray and _codecs.encode.
+_reconstruct = np.empty(0).__reduce__()[0]
+_ALLOWED: Mapping[tuple[str, str], Callable] = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): _plain_dtype,
+    ("_codecs", "encode"): _latin1_encode,
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only the globals in ``_ALLOWED``; anything else stops unpickling before it runs."""
+
+    def find_class(self, module, name):
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}") from None
+
+
+def _scan(raw: bytes) -> None:
+    """Walk the opcodes without executing any, refusing memo indices no batch needs."""
+    for op, arg, _ in pickletools.genops(raw):
+        if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "BINGET", "LONG_BINGET", "GET"):
+            if int(arg) > _MAX_MEMO_INDEX:
+                raise pickle.UnpicklingError(f"memo index {arg} is too large")
+
+
+def unpickle(raw: bytes, where: str, fix: str) -> object:
+    """Decode one batch file's bytes with the restricted unpickler; any failure is a DataError."""
+    try:
+        _scan(raw)
+        return RestrictedUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except Exception as exc:  # garbage can fail in any of a dozen ways; all mean "not a CIFAR batch"
+        raise DataError(f"{where} is not a readable CIFAR-10 batch ({reason(exc)}); {fix}") from None
+
+
+def _field(batch: object, key: bytes, where: str, fix: str):
+    if not isinstance(batch, dict):
+        raise DataError(f"{where} holds a {type(batch).__name__}, not a CIFAR-10 batch dict; {fix}")
+    if key not in batch and key.decode() not in batch:
+        raise DataError(f"{where} has no {key.decode()!r} entry; {fix}")
+    return batch[key] if key in batch else batch[key.decode()]
+
+
+def decode_images(batch: object, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """A data or test batch as (uint8 NHWC images, int64 labels), after checking shapes, dtypes and labels."""
+    data = _field(batch, b"data", where, fix)
+    labels = _field(batch, b"labels", where, fix)
+    if type(data) is not np.ndarray or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != ROW_LENGTH:
+        got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataError(f"{where}: 'data' is {got}, expected uint8 (N, {ROW_LENGTH}); {fix}")
+    n = data.shape[0]
+    if n == 0:
+        raise DataError(f"{where} holds no images; {fix}")
+    if isinstance(labels, np.ndarray):
+        ok = labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer)
+        labels = labels.tolist() if ok else None
+    elif isinstance(labels, (list, tuple)) and all(type(v) is int for v in labels):
+        labels = list(labels)
+    else:
+        labels = None
+    if labels is None:
+        raise DataError(f"{where}: 'labels' is not a list of ints; {fix}")
+    if len(labels) != n:
+        raise DataError(f"{where} has {n} images but {len(labels)} labels; {fix}")
+    bad = [v for v in labels if not 0 <= v < NUM_CLASSES]
+    if bad:
+        raise DataError(f"{where} has label {bad[0]} outside [0, {NUM_CLASSES}); {fix}")
+    # Rows are channel-planar (1024 R, 1024 G, 1024 B): NCHW, then NHWC as Keras expects.
+    images = np.ascontiguousarray(data.reshape(n, 3, 32, 32).transpose(0, 2, 3, 1))
+    return images, np.asarray(labels, dtype=np.int64)
+
+
+def decode_class_names(meta: object, where: str, fix: str) -> tuple[str, ...]:
+    """``label_names`` from batches.meta: exactly ten names."""
+    names = _field(meta, b"label_names", where, fix)
+    if not isinstance(names, (list, tuple)) or len(names) != NUM_CLASSES or not all(isinstance(v, (bytes, str)) for v in names):
+        raise DataError(f"{where}: 'label_names' is not a list of {NUM_CLASSES} names; {fix}")
+    try:
+        return tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in names)
+    except UnicodeDecodeError:
+        raise DataError(f"{where}: 'label_names' are not text; {fix}") from None
+
+
+def read_images(raw: bytes, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of a data/test batch file to (images, labels)."""
+    return decode_images(unpickle(raw, where, fix), where, fix)
+
+
+def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str) -> CifarArrays:
+    """All batches of one copy of the data set, as CifarArrays.
+
+    ``read(member)`` returns the bytes of ``cifar-10-batches-py/<member>`` or
+    None when the copy lacks it; ``where(member)`` names it in errors. Train
+    data is every data_batch_1..5 present (the packaged sample has 1..4).
+    """
+    def required(member: str) -> bytes:
+        raw = read(member)
+        if raw is None:
+            raise DataError(f"{where(member)} is missing; {fix}")
+        return raw
+
+    class_names = decode_class_names(unpickle(required(META), where(META), fix), where(META), fix)
+    train = []
+    for member in TRAIN_BATCHES:
+        raw = read(member)
+        if raw is not None:
+            train.append(read_images(raw, where(member), fix))
+    if not train:
+        raise DataError(f"{where(TRAIN_BATCHES[0])} is missing (no data_batch_* at all); {fix}")
+    x_test, y_test = read_images(required(TEST_BATCH), where(TEST_BATCH), fix)
+    return CifarArrays(
+        x_train=np.concatenate([x for x, _ in train]),
+        y_train=np.concatenate([y for _, y in train]),
+        x_test=x_test,
+        y_test=y_test,
+        class_names=class_names,
+        source=source,
+    )
