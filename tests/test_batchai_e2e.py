@@ -49,3 +49,78 @@ def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fak
     assert json.loads((run_dir / "job.json").read_text())["properties"]["mountVolumes"]["azureFileShares"][0][
         "credentials"
     ] == {"accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"}
+
+
+def test_failed_job_exits_non_zero_and_prints_the_stderr_tail(fake_azure, storage_key, wheel_cache, tmp_path):
+    args = launcher_overrides(
+        fake_azure, tmp_path / "run", wheel_cache,
+        **{"+launcher.env.FAKE_OUTCOME": "fail", "launcher.stream_output": "false"},
+    )
+    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "RuntimeError: planted training failure" in proc.stderr
+    assert "last 40 lines of" in proc.stderr and "noise line 9" not in proc.stderr  # a tail, not the whole file
+    assert "failed with exit code 3" in proc.stdout + proc.stderr
+    # The whole stderr is kept in the run dir.
+    assert "noise line 9" in (tmp_path / "run" / "batchai" / "stderr.txt").read_text()
+
+
+def test_auth_failure_is_one_clear_line(fake_azure, storage_key, wheel_cache, tmp_path):
+    env = cli_env(fake_azure, storage_key, FAKE_AZURE_TOKEN="expired-token")
+    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env, tmp_path)
+    assert proc.returncode == 2
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "Azure rejected the credentials" in line]
+    assert len(errors) == 1 and "az login" in errors[0]
+    assert "Traceback" not in proc.stderr
+    assert fake_azure.job_creates() == []
+
+
+def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storage_key, wheel_cache, tmp_path):
+    arm_job = lambda path: path.startswith("/subscriptions/") and "/jobs/" in path  # noqa: E731
+    is_job_create = lambda method, path: method == "PUT" and arm_job(path)  # noqa: E731
+    is_job_get = lambda method, path: method == "GET" and arm_job(path)  # noqa: E731
+    fake_azure.faults += [Fault(is_job_create, 429, times=2, retry_after="1"), Fault(is_job_get, 503, times=2, retry_after="0")]
+    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), cli_env(fake_azure, storage_key), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    creates = fake_azure.job_creates()
+    assert [r.status for r in creates] == [429, 429, 202]
+    assert creates[2].at - creates[0].at >= 1.9  # Retry-After: 1 was honoured, twice
+    assert [f.hits for f in fake_azure.faults] == [2, 2]
+
+
+def test_rerunning_the_same_launch_neither_resubmits_nor_reuploads(fake_azure, storage_key, wheel_cache, tmp_path):
+    args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache)
+    env = cli_env(fake_azure, storage_key)
+    assert run_cli(args, env, tmp_path).returncode == 0
+    uploads_before = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]
+    proc = run_cli(args, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(fake_azure.job_creates()) == 1
+    assert "already exists (succeeded): following it" in proc.stdout
+    uploads_after = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]
+    assert uploads_after == uploads_before
+
+
+@pytest.mark.parametrize("mode", ["terminate", "detach"])
+def test_ctrl_c_while_waiting(fake_azure, storage_key, wheel_cache, tmp_path, mode):
+    fake_azure.batchai.running_s = 30.0  # long enough to interrupt
+    args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.on_interrupt": mode})
+    proc = start_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(j.state == "running" for j in fake_azure.jobs()):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    (job,) = fake_azure.jobs()
+    terminates = fake_azure.arm_requests("POST", "/terminate")
+    if mode == "terminate":
+        assert len(terminates) == 1 and job.terminated
+    else:
+        assert terminates == [] and job.state == "running"
+        assert "keeps running: re-run the same command" in out + err
