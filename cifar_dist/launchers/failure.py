@@ -1,0 +1,117 @@
+"""Which rank made a multi-rank job fail, and what its log said.
+
+When one rank dies, Horovod shuts down on every other rank ("Horovod has been
+shut down ...") and the runtime kills the rest, so the rank mpirun reports
+first is often a victim. The per-rank exit records written by ``rank_exec``
+tell the true order; the runner's own messages are the fallback when a rank
+left no record (its wrapper was killed, or its host does not share the run
+dir).
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from cifar_dist.launchers.rank_exec import exit_record_path, log_path
+
+HOROVOD_SHUTDOWN = "Horovod has been shut down"
+
+_RUNNER_PATTERNS = (
+    # mpirun: a rank killed by a signal
+    re.compile(r"process rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)"),
+    # mpirun: the first rank to exit non-zero
+    re.compile(r"Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]\s+Exit code:\s+(?P<code>\d+)"),
+    # horovodrun --gloo
+    re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)"),
+)
+
+
+@dataclass
+class RankFailure:
+    rank: Optional[int]
+    how: str  # "exited with code 3", "was killed by signal 9 (SIGKILL)"
+    host: str = ""
+    log: Optional[Path] = None
+    log_tail: str = ""
+
+    def message(self, output_dir: Path) -> str:
+        who = f"rank {self.rank}" if self.rank is not None else "a rank"
+        where = f" on {self.host}" if self.host else ""
+        text = f"{who}{where} {self.how}; the whole job was stopped."
+        if self.log is not None:
+            text += f" Last lines of {self.log}:\n{self.log_tail}"
+        return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: re-run with hydra.run.dir={output_dir} to resume."
+
+
+def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
+    records = []
+    for rank in range(np):
+        path = exit_record_path(log_dir, rank)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("time", 0) >= since:
+            records.append(record)
+    return records
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 32768))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    # Keras progress bars redraw with \r and \b: keep only what was last shown.
+    shown = [line.rsplit("\r", 1)[-1].replace("\b", "") for line in text.splitlines()]
+    return "\n".join([line for line in shown if line.strip()][-lines:])
+
+
+def _describe(code: int, sig: Optional[int]) -> str:
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"was killed by signal {sig} ({name})"
+    return f"exited with code {code}"
+
+
+def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> RankFailure:
+    """The rank to blame: the earliest non-zero exit that was not Horovod's
+    reaction to another rank's failure; else what the runner reported."""
+    failed = [r for r in read_exit_records(log_dir, np, since) if r.get("exit_code")]
+
+    def victim(record: dict) -> bool:
+        return HOROVOD_SHUTDOWN in tail(log_path(log_dir, record["rank"]), 60)
+
+    causes = sorted((r for r in failed if not victim(r)), key=lambda r: r["time"]) or sorted(failed, key=lambda r: r["time"])
+    if causes:
+        first = causes[0]
+        rank = int(first["rank"])
+        return RankFailure(
+            rank=rank, how=_describe(first["exit_code"], first.get("signal")), host=first.get("host", ""),
+            log=log_path(log_dir, rank), log_tail=tail(log_path(log_dir, rank)),
+        )
+    for pattern in _RUNNER_PATTERNS:
+        match = pattern.search(runner_output)
+        if match:
+            rank = int(match["rank"])
+            groups = match.groupdict()
+            if groups.get("signal"):
+                how = _describe(128 + int(groups["signal"]), int(groups["signal"]))
+            else:
+                code = int(groups["code"])
+                how = _describe(code, -code if code < 0 else None)
+            path = log_path(log_dir, rank)
+            return RankFailure(
+                rank=rank, how=how, host=groups.get("host") or "",
+                log=path if path.exists() else None, log_tail=tail(path),
+            )
+    return RankFailure(rank=None, how="failed before any rank reported")

@@ -1,0 +1,72 @@
+"""Run the job on N Horovod ranks under OpenMPI's ``mpirun``.
+
+``python -m cifar_dist launcher=mpirun launcher.np=2`` re-invokes the same
+job (same overrides, same run dir, in-process launcher inside) as
+``mpirun -np 2 ... python -m cifar_dist.launchers.rank_exec ... -- python -m
+cifar_dist <overrides>``, in the spirit of Horovod's documented
+``mpirun -np 4 -H server1:2,server2:2 -bind-to ... -x VAR python train.py``.
+Locally each rank is bound to cores/np cores (``--map-by slot:PE=k --bind-to
+core``), which is what lets TensorFlow size its thread pools per rank.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import List, Optional
+
+from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+
+
+@dataclass
+class MpirunLauncherConf(MultiRankConf):
+    _target_: str = "cifar_dist.launchers.mpirun.MpirunLauncher"
+    mpirun: str = "mpirun"  # the executable (a name on PATH or a path)
+    # Replaces ssh for starting OpenMPI's daemons on other hosts
+    # (--mca plm_rsh_agent), e.g. "ssh -p 2222" or a script.
+    rsh_agent: Optional[str] = None
+
+
+class MpirunLauncher(MultiRankLauncher):
+    runner_name = "mpirun"
+
+    def __init__(self, mpirun: str = "mpirun", rsh_agent: Optional[str] = None, **common):
+        self.mpirun = mpirun
+        self.rsh_agent = rsh_agent
+        super().__init__(**common)
+
+    def runner_executable(self) -> str:
+        return self.mpirun
+
+    def missing_runner_hint(self) -> str:
+        return "install OpenMPI (apt-get install openmpi-bin), set launcher.mpirun=/path/to/mpirun, or use launcher=gloo"
+
+    def remote_shell(self) -> List[str]:
+        if self.rsh_agent:
+            return self.rsh_agent.split()
+        return super().remote_shell()
+
+    def binds_itself(self) -> bool:
+        return True
+
+    def binding_args(self) -> List[str]:
+        per_rank = self.cores_per_rank()
+        if not per_rank:
+            return ["--bind-to", "none", "--map-by", "slot"]
+        return ["--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
+
+    def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
+        argv = [self.mpirun, "-np", str(self.np)]
+        if os.geteuid() == 0:
+            argv.append("--allow-run-as-root")
+        if self.hostfile:
+            argv += ["--hostfile", os.path.expanduser(self.hostfile)]
+        elif self.hosts:
+            argv += ["-H", ",".join(h.spec() for h in self.hosts)]
+        argv += self.binding_args()
+        if self.oversubscribe:
+            argv.append("--oversubscribe")
+        if self.rsh_agent:
+            argv += ["--mca", "plm_rsh_agent", self.rsh_agent]
+        for name in forwarded:
+            argv += ["-x", name]
+        return argv + self.extra_args + rank_command

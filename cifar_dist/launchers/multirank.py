@@ -1,0 +1,252 @@
+"""What the mpirun and Gloo launchers share: N ranks of the same job, one run dir.
+
+A subclass only says how to spell the runner's command line
+(``runner_command``) and how the runner reaches other hosts. Everything else
+is here: pre-flight checks, the per-rank wrapper (``rank_exec``: per-rank log
+files, exit records), the environment every rank needs, streaming and
+stopping the job (``supervise``), and naming the rank that failed
+(``failure``). The flow of ``launch`` is ``start(job).wait()`` so that a
+launcher which batches several sweep points into one runner process can
+return the pending job instead of waiting for it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from cifar_dist.launchers.base import (
+    RANK_GUARD_ENV,
+    JobSpec,
+    LaunchError,
+    LaunchResult,
+    Launcher,
+    PendingJob,
+    quote_override_value,
+)
+from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, local_cores, resolve_hosts
+
+log = logging.getLogger(__name__)
+
+LOG_DIR = "logs"  # per-rank logs, exit records and the runner's output, under the run dir
+RUNNER_LOG = "launcher.log"
+
+# Variables every rank needs, forwarded by name (never by value on the command line).
+ALWAYS_FORWARDED = ("TF_USE_LEGACY_KERAS", RANK_GUARD_ENV, "PYTHONUNBUFFERED")
+FORWARDED_IF_SET = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "HYDRA_FULL_ERROR", "TF_ENABLE_ONEDNN_OPTS")
+
+# Ranks other than 0 log to their own console (-> logs/rank.N.log) only, with
+# Hydra's usual line format, so that N ranks never append to the run's one
+# <job name>.log file (rank 0 and the launching process keep writing it).
+NONCHIEF_OVERRIDES = (
+    "hydra/job_logging=stdout",
+    "hydra.job_logging.formatters.simple.format="
+    + quote_override_value("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"),
+)
+
+
+@dataclass
+class MultiRankConf:
+    """Fields every multi-rank launcher takes (see docs/launchers.md)."""
+
+    np: int = 2  # ranks in total
+    hosts: List[str] = field(default_factory=list)  # ["h1:4", "h2:4"]; empty: this machine
+    hostfile: Optional[str] = None  # OpenMPI hostfile ("node slots=4" lines)
+    # auto: bind each rank to cores/np cores of this machine when np <= cores
+    # (TensorFlow then sizes its thread pools to them); core: bind always; none.
+    bind_to: str = "auto"
+    oversubscribe: bool = False  # allow more ranks than slots (slow; for tests)
+    env: Dict[str, str] = field(default_factory=dict)  # set for, and forwarded to, every rank
+    forward_env: List[str] = field(default_factory=list)  # names passed on from this environment
+    extra_args: List[str] = field(default_factory=list)  # appended to the runner's own options
+    python: Optional[str] = None  # interpreter on the ranks (default: this one, same path on every host)
+    dry_run: bool = False  # print the command and exit
+    # Horovod's stall check: a rank missing from a collective this long ends
+    # the job (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 keeps Horovod's default.
+    stall_shutdown_s: int = 120
+    # After a rank has failed, stop the job ourselves if the runner has not
+    # within this many seconds.
+    rank_failure_grace_s: float = 15.0
+    kill_grace_s: float = 10.0  # after asking the runner to stop: SIGKILL the tree
+    host_check_timeout_s: float = 10.0  # pre-flight "does every host answer"
+
+
+class RunningJob(PendingJob):
+    """One runner process for one job, started; ``wait()`` supervises it to the end."""
+
+    def __init__(self, launcher: "MultiRankLauncher", job: JobSpec, argv: List[str], env: Dict[str, str]):
+        self.launcher = launcher
+        self.job = job
+        self.output_dir = job.output_dir
+        self.argv = argv
+        self.env = env
+
+    def wait(self) -> LaunchResult:
+        from cifar_dist.launchers.failure import first_failure, read_exit_records
+        from cifar_dist.launchers.supervise import Supervisor
+
+        launcher, job = self.launcher, self.job
+        log_dir = job.output_dir / LOG_DIR
+        log_dir.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+
+        def rank_failed_long_ago() -> str:
+            for record in read_exit_records(log_dir, launcher.np, started):
+                if record.get("exit_code") and time.time() - record["time"] > launcher.rank_failure_grace_s:
+                    return f"rank {record['rank']} failed {launcher.rank_failure_grace_s:g}s ago"
+            return ""
+
+        log.info("launching %d ranks: %s", launcher.np, shlex.join(self.argv))
+        outcome = Supervisor(
+            self.argv, cwd=job.original_cwd, env=self.env, log_file=log_dir / RUNNER_LOG,
+            kill_grace_s=launcher.kill_grace_s, watch=rank_failed_long_ago, line_filter=launcher.line_filter(),
+        ).run()
+
+        if outcome.interrupted:
+            message = (f"interrupted: all ranks stopped; re-run with hydra.run.dir={job.output_dir} "
+                       "to resume from the last checkpoint")
+            if job.multirun:
+                log.error("%s", message)
+                raise KeyboardInterrupt  # end the whole sweep, as Ctrl-C does without a launcher
+            return LaunchResult(exit_code=130, message=message)
+        if outcome.returncode == 0 and not outcome.stopped_reason:
+            return LaunchResult(exit_code=0, metrics=_read_metrics(job.output_dir))
+        failure = first_failure(log_dir, launcher.np, started, outcome.tail)
+        code = outcome.returncode if outcome.returncode and outcome.returncode > 0 else 1
+        return LaunchResult(exit_code=code, message=failure.message(job.output_dir))
+
+
+class MultiRankLauncher(Launcher):
+    """Runs a job on ``np`` Horovod ranks under some runner (mpirun, horovodrun)."""
+
+    runner_name = "runner"
+
+    def __init__(self, np: int = 2, hosts: Sequence[str] = (), hostfile: Optional[str] = None,
+                 bind_to: str = "auto", oversubscribe: bool = False, env: Optional[Dict[str, str]] = None,
+                 forward_env: Sequence[str] = (), extra_args: Sequence[str] = (), python: Optional[str] = None,
+                 dry_run: bool = False, stall_shutdown_s: int = 120, rank_failure_grace_s: float = 15.0,
+                 kill_grace_s: float = 10.0, host_check_timeout_s: float = 10.0):
+        self.np = int(np)
+        self.hosts_config = list(hosts or [])
+        self.hostfile = hostfile
+        if bind_to not in ("auto", "core", "none"):
+            raise LaunchError(f"launcher.bind_to={bind_to!r} must be auto, core or none")
+        self.bind_to = bind_to
+        self.oversubscribe = bool(oversubscribe)
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.forward_env = list(forward_env or [])
+        self.extra_args = [str(a) for a in (extra_args or [])]
+        self.python = python or sys.executable
+        self.dry_run = bool(dry_run)
+        self.stall_shutdown_s = int(stall_shutdown_s)
+        self.rank_failure_grace_s = float(rank_failure_grace_s)
+        self.kill_grace_s = float(kill_grace_s)
+        self.host_check_timeout_s = float(host_check_timeout_s)
+        self.hosts: List[Host] = resolve_hosts(self.hosts_config, self.hostfile)
+
+    # ---- what subclasses provide -------------------------------------------------
+    def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
+        raise NotImplementedError
+
+    def remote_shell(self) -> List[str]:
+        """Command prefix that runs a command on a host (host and command are appended)."""
+        return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(self.host_check_timeout_s))}"]
+
+    def runner_executable(self) -> str:
+        raise NotImplementedError
+
+    def missing_runner_hint(self) -> str:
+        raise NotImplementedError
+
+    def binds_itself(self) -> bool:
+        """True when the runner binds ranks to cores (else rank_exec does it)."""
+        return False
+
+    def line_filter(self):
+        return None
+
+    # ---- shared logic --------------------------------------------------------------
+    @property
+    def local_only(self) -> bool:
+        return all(is_local(h.name) for h in self.hosts)
+
+    def cores_per_rank(self) -> int:
+        """Cores each rank is bound to (0: no binding)."""
+        if self.bind_to == "none":
+            return 0
+        local_ranks = self.np if not self.hosts else max(
+            (h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.np)
+        cores = local_cores()
+        if self.bind_to == "auto" and (not self.local_only or local_ranks > cores):
+            return 0
+        return max(1, cores // max(1, min(local_ranks, self.np)))
+
+    def rank_command(self, job: JobSpec) -> List[str]:
+        wrapper = [self.python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+        if self.cores_per_rank() and not self.binds_itself():
+            wrapper.append("--bind-cores")
+        for override in NONCHIEF_OVERRIDES:
+            wrapper.append(f"--nonchief-arg={override}")
+        return [*wrapper, "--", *job.child_command(python=self.python)]
+
+    def rank_environment(self) -> Dict[str, str]:
+        """Variables set for the ranks (on top of this process's environment)."""
+        env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": os.environ.get("TF_USE_LEGACY_KERAS", "1")}
+        if self.stall_shutdown_s > 0:
+            env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, self.stall_shutdown_s // 2))
+            env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(self.stall_shutdown_s)
+        env.update(self.env)
+        return env
+
+    def forwarded_names(self, env: Dict[str, str]) -> List[str]:
+        names = list(ALWAYS_FORWARDED) + [k for k in self.rank_environment() if k not in ALWAYS_FORWARDED]
+        names += [n for n in FORWARDED_IF_SET if n in env]
+        for name in self.forward_env:
+            if name in env:
+                names.append(name)
+            else:
+                log.warning("launcher.forward_env: %s is not set here; not forwarded", name)
+        return list(dict.fromkeys(names))
+
+    def command(self, job: JobSpec, env: Optional[Dict[str, str]] = None) -> List[str]:
+        env = env if env is not None else self.environment()
+        return self.runner_command(self.rank_command(job), self.forwarded_names(env))
+
+    def environment(self) -> Dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.rank_environment())
+        return env
+
+    def preflight(self) -> None:
+        """Everything that can be checked before a rank starts; one-line LaunchError each."""
+        check_slots(self.np, self.hosts, self.oversubscribe)
+        if shutil.which(self.runner_executable()) is None:
+            raise LaunchError(f"{self.runner_executable()} not found on PATH; {self.missing_runner_hint()}")
+        check_reachable(self.hosts, self.remote_shell(), self.host_check_timeout_s)
+
+    def start(self, job: JobSpec) -> RunningJob:
+        self.preflight()
+        env = self.environment()
+        return RunningJob(self, job, self.command(job, env), env)
+
+    def launch(self, job: JobSpec) -> LaunchResult:
+        if self.dry_run:
+            check_slots(self.np, self.hosts, self.oversubscribe)
+            argv = self.command(job)
+            print(shlex.join(argv), flush=True)
+            return LaunchResult(exit_code=0, message="dry run: nothing started")
+        return self.start(job).wait()
+
+
+def _read_metrics(output_dir: Path) -> Optional[dict]:
+    try:
+        return json.loads((output_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None

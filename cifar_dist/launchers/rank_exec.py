@@ -1,0 +1,157 @@
+"""The per-rank wrapper a multi-process launcher starts instead of the job itself.
+
+``python -m cifar_dist.launchers.rank_exec --log-dir DIR [options] -- CMD...``
+runs CMD as a child and
+
+* writes the rank's whole output to ``DIR/rank.<N>.log`` (appended, one header
+  per launch), and also passes rank 0's output through to the launcher's
+  console, so only rank 0 streams while every rank keeps a log;
+* records how the rank ended in ``DIR/rank.<N>.exit.json`` (exit code or
+  signal, and when), which lets the launcher name the rank that failed first
+  instead of the one the MPI runtime happened to notice;
+* optionally binds the rank to its share of the cores (``--bind-cores``: what
+  ``mpirun --bind-to core`` does, for runners that cannot bind, e.g. Gloo);
+* appends ``--nonchief-arg`` arguments on ranks other than 0 (the launchers use
+  this to keep those ranks from opening the run's shared Hydra log file).
+
+The child dies with the wrapper (PR_SET_PDEATHSIG), and SIGTERM/SIGINT/SIGHUP
+are passed on, so a runtime that kills the wrapper never leaves a rank behind.
+Only the standard library is imported: this runs once per rank, per launch.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMIX_RANK", "PMI_RANK")
+LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "MPI_LOCALRANKID")
+LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_PR_SET_PDEATHSIG = 1
+
+
+def log_path(log_dir: Path, rank: int) -> Path:
+    return Path(log_dir) / f"rank.{rank}.log"
+
+
+def exit_record_path(log_dir: Path, rank: int) -> Path:
+    return Path(log_dir) / f"rank.{rank}.exit.json"
+
+
+def env_int(names: Sequence[str], default: Optional[int] = None) -> Optional[int]:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return default
+
+
+def core_share(cores: Sequence[int], local_rank: int, local_size: int) -> List[int]:
+    """The cores of one rank when ``local_size`` ranks split ``cores`` evenly
+    (empty when there are fewer cores than ranks: then nothing is bound)."""
+    cores = sorted(cores)
+    if local_size < 1 or local_size > len(cores) or not 0 <= local_rank < local_size:
+        return []
+    per = len(cores) // local_size
+    return cores[local_rank * per:(local_rank + 1) * per]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _pump(fd: int, sinks: Sequence) -> None:
+    """Copy the child's output to every sink until it closes its end."""
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        for sink in sinks:
+            try:
+                sink.write(chunk)
+                sink.flush()
+            except (OSError, ValueError):  # console gone: keep logging to the file
+                pass
+
+
+def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_args: Sequence[str] = ()) -> int:
+    rank = env_int(RANK_VARS, 0)
+    local_rank = env_int(LOCAL_RANK_VARS, 0)
+    local_size = env_int(LOCAL_SIZE_VARS, 1)
+    if bind_cores and hasattr(os, "sched_setaffinity"):
+        share = core_share(os.sched_getaffinity(0), local_rank, local_size)
+        if share:
+            os.sched_setaffinity(0, share)  # inherited by the child
+    if rank != 0:
+        command = [*command, *nonchief_args]
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    record = exit_record_path(log_dir, rank)
+    record.unlink(missing_ok=True)
+    log = open(log_path(log_dir, rank), "ab")
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    log.write(
+        f"==== rank {rank} (local {local_rank}/{local_size}) on {socket.gethostname()}, "
+        f"cores {affinity}, started {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode()
+    )
+    log.flush()
+
+    chief = rank == 0
+    child = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if chief else log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent,
+    )
+
+    def forward(signum, _frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+
+    if chief:
+        _pump(child.stdout.fileno(), [log, sys.stdout.buffer])
+    returncode = child.wait()
+    log.close()
+
+    ended = {"rank": rank, "host": socket.gethostname(), "pid": child.pid, "time": time.time()}
+    if returncode < 0:
+        ended.update(exit_code=128 - returncode, signal=-returncode, signal_name=signal.Signals(-returncode).name)
+    else:
+        ended.update(exit_code=returncode, signal=None, signal_name=None)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ended))
+    os.replace(tmp, record)
+    return ended["exit_code"]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cifar_dist.launchers.rank_exec", description=__doc__.split("\n")[0])
+    parser.add_argument("--log-dir", required=True, type=Path)
+    parser.add_argument("--bind-cores", action="store_true")
+    parser.add_argument("--nonchief-arg", action="append", default=[])
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given after --")
+    return run(args.log_dir, command, args.bind_cores, args.nonchief_arg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The end of a sweep: one table of every point's final metrics, as text, CSV and plot.
+
+Registered as a Hydra callback in ``conf/hydra/default.yaml``. At
+``on_multirun_end`` it first waits for sweep points that launchers submitted
+without waiting (``drain_pending``: Batch AI jobs, concurrent MPI groups),
+then reads every point's run dir under the sweep dir (``.hydra/hydra.yaml``
+for its number and overrides, ``metrics.json`` for its results). Reading the
+run dirs rather than the launchers' return values means the summary is the
+same however the points were run, and can be rebuilt later with
+``python -m cifar_dist.sweep <sweep dir>``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+CSV_NAME = "sweep_summary.csv"
+PLOT_NAME = "sweep_summary.png"
+
+
+@dataclass
+class Point:
+    num: int
+    output_dir: Path
+    overrides: List[str]
+    status: str  # ok | incomplete | failed
+    test_accuracy: Optional[float] = None
+    test_loss: Optional[float] = None
+    images_per_sec: Optional[float] = None
+    wall_time_s: Optional[float] = None
+    ranks: Optional[int] = None
+    epochs_done: int = 0
+    curve: List[Dict[str, Any]] = field(default_factory=list)  # metrics.json "epochs"
+
+
+def read_point(job_dir: Path) -> Optional[Point]:
+    """One sweep point from its run dir (None when it is not a Hydra job dir)."""
+    from omegaconf import OmegaConf
+
+    try:
+        hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
+    except (OSError, ValueError):
+        return None
+    num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
+    overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
+    point = Point(num=num, output_dir=job_dir, overrides=overrides, status="failed")
+    try:
+        metrics = json.loads((job_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return point
+    test = metrics.get("test") or {}
+    point.status = "ok" if metrics.get("complete") else "incomplete"
+    point.test_accuracy = test.get("accuracy")
+    point.test_loss = test.get("loss")
+    point.images_per_sec = metrics.get("images_per_sec")
+    point.wall_time_s = metrics.get("wall_time_s")
+    point.ranks = metrics.get("ranks")
+    point.curve = list(metrics.get("epochs") or [])
+    point.epochs_done = max([int(e.get("epoch", 0)) for e in point.curve] + [0])
+    return point
+
+
+def collect(sweep_dir: Path) -> List[Point]:
+    points = [read_point(p.parent.parent) for p in Path(sweep_dir).rglob(".hydra/hydra.yaml")]
+    return sorted((p for p in points if p is not None), key=lambda p: (p.num, str(p.output_dir)))
+
+
+def varying_overrides(points: List[Point]) -> List[List[str]]:
+    """Each point's overrides minus those every point shares (what the sweep varied)."""
+    if not points:
+        return []
+    common = set(points[0].overrides).intersection(*(set(p.overrides) for p in points[1:]))
+    return [[o for o in p.overrides if o not in common] or p.overrides for p in points]
+
+
+def _fmt(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(points: List[Point]) -> str:
+    labels = [" ".join(v) for v in varying_overrides(points)]
+    header = ["#", "overrides", "status", "test_acc", "test_loss", "img/s", "wall_s", "ranks", "epochs"]
+    rows = [
+        [str(p.num), label, p.status, _fmt(p.test_accuracy, 4), _fmt(p.test_loss, 4),
+         _fmt(p.images_per_sec, 1), _fmt(p.wall_time_s, 1), str(p.ranks or "-"), str(p.epochs_done)]
+        for p, label in zip(points, labels)
+    ]
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_csv(points: List[Point], path: Path) -> None:
+    labels = varying_overrides(points)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["job", "overrides", "varied", "status", "test_accuracy", "test_loss",
+                         "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir"])
+        for p, varied in zip(points, labels):
+            writer.writerow([p.num, " ".join(p.overrides), " ".join(varied), p.status, p.test_accuracy, p.test_loss,
+                             p.images_per_sec, p.wall_time_s, p.ranks, p.epochs_done, str(p.output_dir)])
+
+
+def _numeric_axis(points: List[Point], labels: List[List[str]]):
+    """(name, values) when the sweep varied exactly one numeric key, else None."""
+    keys = {tuple(o.split("=", 1)[0] for o in v) for v in labels}
+    if len(keys) != 1 or len(next(iter(keys))) != 1:
+        return None
+    try:
+        values = [float(v[0].split("=", 1)[1]) for v in labels]
+    except (ValueError, IndexError):
+        return None
+    return next(iter(keys))[0], values
+
+
+def plot(points: List[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = varying_overrides(points)
+    names = [" ".join(v) for v in labels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    axis = _numeric_axis(points, labels)
+    done = [(p, n) for p, n in zip(points, names) if p.test_accuracy is not None]
+    if axis is not None:
+        key, values = axis
+        pairs = sorted((v, p.test_accuracy) for v, p in zip(values, points) if p.test_accuracy is not None)
+        left.plot([v for v, _ in pairs], [a for _, a in pairs], "o-")
+        if pairs and min(v for v, _ in pairs) > 0 and max(v for v, _ in pairs) / min(v for v, _ in pairs) >= 10:
+            left.set_xscale("log")
+        left.set_xlabel(key)
+    else:
+        left.bar(range(len(done)), [p.test_accuracy for p, _ in done])
+        left.set_xticks(range(len(done)), [f"#{p.num}" for p, _ in done])
+        left.set_xlabel("sweep point (see sweep_summary.csv)")
+    left.set_ylabel("final test accuracy")
+    left.set_title("test accuracy per point")
+    for p, name in zip(points, names):
+        epochs = [e["epoch"] for e in p.curve if "val_accuracy" in e]
+        if epochs:
+            right.plot(epochs, [e["val_accuracy"] for e in p.curve if "val_accuracy" in e], marker=".",
+                       label=f"#{p.num} {name}"[:60])
+    right.set_xlabel("epoch")
+    right.set_ylabel("validation accuracy")
+    right.set_title("learning curves")
+    if right.lines:
+        right.legend(fontsize="small")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def summarize(sweep_dir: Path, out=None) -> List[Point]:
+    """Print the table and write the CSV and plot into ``sweep_dir``."""
+    out = out or sys.stdout
+    sweep_dir = Path(sweep_dir)
+    points = collect(sweep_dir)
+    if not points:
+        log.warning("sweep summary: no sweep points under %s", sweep_dir)
+        return points
+    text = table(points)
+    print(f"\nSweep summary ({sweep_dir}):\n{text}\n", file=out, flush=True)
+    write_csv(points, sweep_dir / CSV_NAME)
+    try:
+        plot(points, sweep_dir / PLOT_NAME)
+    except Exception as exc:  # a missing plot must not hide the table and CSV
+        log.warning("sweep summary plot failed: %s", exc)
+    failed = [p for p in points if p.status != "ok"]
+    if failed:
+        log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
+                    ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))
+    return points
+
+
+class SweepSummary(Callback):
+    """Hydra callback: after the last sweep point, wait for pending ones, then summarize."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from cifar_dist.launchers.base import drain_pending
+
+        for result in drain_pending():
+            if not result.ok:
+                log.error("sweep point failed (exit %d): %s", result.exit_code, result.message)
+        summarize(Path(config.hydra.sweep.dir))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        sys.exit("usage: python -m cifar_dist.sweep <sweep dir>   (rebuilds sweep_summary.csv/.png and prints the table)")
+    summarize(Path(sys.argv[1]))
