@@ -211,22 +211,22 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
                 ]
             )
         )
-    commands.append(
-        shlex.join(
-            [
-                "az", "batchai", "job", "create",
-                "--resource-group", settings.resource_group,
-                "--workspace", settings.workspace,
-                "--experiment", settings.conf.experiment,
-                "--name", layout.job,
-                "--cluster", settings.cluster,
-                "--config-file", str(job_file),
-                "--storage-account-name", settings.storage_account,
-            ]
-        )
-        # The key is filled in from the environment by the shell, never written out.
-        + ' --storage-account-key "$AZURE_BATCHAI_STORAGE_KEY"'
+    create = shlex.join(
+        [
+            "az", "batchai", "job", "create",
+            "--resource-group", settings.resource_group,
+            "--workspace", settings.workspace,
+            "--experiment", settings.conf.experiment,
+            "--name", layout.job,
+            "--cluster", settings.cluster,
+            "--config-file", str(job_file),
+            "--storage-account-name", settings.storage_account,
+        ]
     )
+    if not settings.uses_key_vault:
+        # The key is filled in from the environment by the shell, never written out.
+        create += ' --storage-account-key "$AZURE_BATCHAI_STORAGE_KEY"'
+    commands.append(create)
     return commands
 
 
