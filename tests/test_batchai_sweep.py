@@ -1,0 +1,36 @@
+"""A sweep with launcher=batchai submits every point as its own job at once and
+waits for all of them at the end (the sweep callback drains the pending jobs)."""
+from __future__ import annotations
+
+import json
+
+from omegaconf import OmegaConf
+
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+
+
+def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, wheel_cache, tmp_path):
+    fake_azure.batchai.running_s = 2.5  # longer than submitting the other points takes
+    sweep_dir = tmp_path / "sweep"
+    args = ["-m", "optimizer.lr=0.1,0.01,0.001", f"hydra.sweep.dir={sweep_dir}"]
+    args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")]
+    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    creates = [r for r in fake_azure.job_creates() if r.status == 202]
+    jobs = fake_azure.jobs()
+    assert len(creates) == 3 and len({j.name for j in jobs}) == 3
+    first_done = min(j.finished_at for j in jobs)
+    assert all(r.at < first_done for r in creates), "a point was submitted only after another had finished"
+    assert all(j.state == "succeeded" for j in jobs)
+
+    lrs, job_dirs = set(), set()
+    for num in range(3):
+        point = sweep_dir / str(num)
+        assert json.loads((point / "metrics.json").read_text())["test"]["accuracy"] == 0.625
+        assert (point / "saved_models" / "keras_cifar10_trained_model.h5").is_file()
+        doc = json.loads((point / "job.json").read_text())
+        job_dirs.add(doc["properties"]["horovodSettings"]["commandLineArgs"].split()[1])
+        lrs.add(OmegaConf.load(point / "batchai" / "job_config.yaml").optimizer.lr)  # what the nodes train with
+    assert len(job_dirs) == 3 and lrs == {0.1, 0.01, 0.001}
+    assert (sweep_dir / "sweep_summary.csv").is_file()
