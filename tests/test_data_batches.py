@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cifar_dist.data import DataError
-from cifar_dist.data.batches import read_images, unpickle
+from cifar_dist.data.batches import read_batch_file, read_images, unpickle
 from cifar_fixtures import batch_bytes, batch_files, random_batches, write_folder
 
 FIX = "point data.path at a good copy"
@@ -119,6 +119,19 @@ def test_a_truncated_batch_file_under_data_path_names_the_file_and_the_fix(tmp_p
         load_dataset(OmegaConf.create({"name": "cifar10", "path": str(tmp_path)}))
     text = _one_line(err.value)
     assert str(folder / "data_batch_2") in text and "data.path" in text
+
+
+def test_read_batch_file_reads_one_file_and_names_it_when_bad(tmp_path):
+    [(x, y)], _ = random_batches(1, 11)
+    good, bad = tmp_path / "data_batch_1", tmp_path / "photo.jpg"
+    good.write_bytes(batch_bytes(x, y))
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not a pickle")
+    images, labels = read_batch_file(good)
+    assert np.array_equal(images, x) and np.array_equal(labels, y)
+    with pytest.raises(DataError, match=f"^{bad} is not a readable CIFAR-10 batch"):
+        read_batch_file(bad)
+    with pytest.raises(DataError, match="cannot read"):
+        read_batch_file(tmp_path / "absent")
 
 
 @st.composite

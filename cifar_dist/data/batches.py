@@ -167,6 +167,16 @@ def read_images(raw: bytes, where: str, fix: str) -> tuple[np.ndarray, np.ndarra
     return decode_images(unpickle(raw, where, fix), where, fix)
 
 
+def read_batch_file(path, fix: str = "check that it is a batch file of cifar-10-python.tar.gz") -> tuple[np.ndarray, np.ndarray]:
+    """One data/test batch file on disk to (uint8 NHWC images, int64 labels), read as safely as the archives."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise DataError(f"cannot read {path} ({reason(exc)}); {fix}") from None
+    return read_images(raw, str(path), fix)
+
+
 def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str) -> CifarArrays:
     """All batches of one copy of the data set, as CifarArrays.
 
