@@ -87,7 +87,7 @@ def test_a_truncated_or_non_tar_archive_is_a_one_line_error(tmp_path):
 
 
 def test_archive_members_outside_the_batches_folder_are_skipped_and_dot_slash_names_accepted(tmp_path):
-    extra = [(member("./cifar-10-batches-py/readme.html"), b"<html/>"), (member("NOTES.txt"), b"hi")]
+    extra = [(member("./", tarfile.DIRTYPE), None), (member("./cifar-10-batches-py/readme.html"), b"<html/>"), (member("NOTES.txt"), b"hi")]
     archive = tmp_path / "copy.tar.gz"
     archive.write_bytes(tar_bytes(FILES, extra))
     _assert_is_the_fixture(_from_path(archive))

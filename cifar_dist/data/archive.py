@@ -35,9 +35,9 @@ def _normalized(name: str) -> str | None:
     if name.startswith(("/", "\\")) or "\\" in name or (len(name) > 1 and name[1] == ":"):
         return None
     parts = [p for p in name.split("/") if p not in ("", ".")]
-    if not parts or ".." in parts:
+    if ".." in parts:
         return None
-    return posixpath.join(*parts)
+    return posixpath.join(*parts) if parts else "."  # "./": the archive's root folder, harmless
 
 
 def _batch_member(norm: str) -> str | None:
