@@ -31,7 +31,8 @@ from cifar_dist.launchers.base import (
     PendingJob,
     quote_override_value,
 )
-from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, local_cores, resolve_hosts
+from cifar_dist.launchers import hosts as hostlib
+from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,6 @@ class MultiRankLauncher(Launcher):
         self.np = int(np)
         self.hosts_config = list(hosts or [])
         self.hostfile = hostfile
-        if bind_to not in ("auto", "core", "none"):
-            raise LaunchError(f"launcher.bind_to={bind_to!r} must be auto, core or none")
         self.bind_to = bind_to
         self.oversubscribe = bool(oversubscribe)
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
@@ -149,7 +148,17 @@ class MultiRankLauncher(Launcher):
         self.rank_failure_grace_s = float(rank_failure_grace_s)
         self.kill_grace_s = float(kill_grace_s)
         self.host_check_timeout_s = float(host_check_timeout_s)
-        self.hosts: List[Host] = resolve_hosts(self.hosts_config, self.hostfile)
+        # Config problems surface as LaunchError from launch(), not from the
+        # constructor (Hydra's instantiate would wrap them in a traceback).
+        self._hosts: Optional[List[Host]] = None
+
+    @property
+    def hosts(self) -> List[Host]:
+        if self._hosts is None:
+            if self.bind_to not in ("auto", "core", "none"):
+                raise LaunchError(f"launcher.bind_to={self.bind_to!r} must be auto, core or none")
+            self._hosts = resolve_hosts(self.hosts_config, self.hostfile)
+        return self._hosts
 
     # ---- what subclasses provide -------------------------------------------------
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
@@ -183,7 +192,7 @@ class MultiRankLauncher(Launcher):
             return 0
         local_ranks = self.np if not self.hosts else max(
             (h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.np)
-        cores = local_cores()
+        cores = hostlib.local_cores()
         if self.bind_to == "auto" and (not self.local_only or local_ranks > cores):
             return 0
         return max(1, cores // max(1, min(local_ranks, self.np)))

@@ -11,6 +11,7 @@ would miss them. Output is streamed to the console and copied to a log file.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
+
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
@@ -64,6 +67,26 @@ def process_tree(pid: int) -> Dict[int, Optional[str]]:
         found[child] = _start_time(child)
         todo += _children(child)
     return found
+
+
+def _set_child_subreaper(on: bool) -> bool:
+    """Adopt orphaned descendants (Linux): ranks whose runner has exited are
+    re-parented to this process instead of init, so they can still be found."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_adopted() -> None:
+    """Collect the exit status of adopted descendants that have ended (no zombies)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def kill_tree(known: Dict[int, Optional[str]], sig: int = signal.SIGKILL) -> int:
@@ -114,6 +137,8 @@ class Supervisor:
     def run(self) -> Supervised:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
+        before = set(_children(os.getpid()))
+        subreaper = _set_child_subreaper(True)
         proc = subprocess.Popen(
             self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -141,8 +166,17 @@ class Supervisor:
                     pass
         finally:
             self._restore_signal_handlers(previous)
-            # Ranks the runner failed to take down with it (re-parented by now).
+            # Ranks the runner failed to take down with it: adopted by this
+            # process (subreaper) or, failing that, known from the last snapshot.
+            if subreaper:
+                for orphan in set(_children(os.getpid())) - before:
+                    tree[orphan] = _start_time(orphan)
+                    tree.update(process_tree(orphan))
             kill_tree(tree)
+            if subreaper:
+                time.sleep(0.1)
+                _reap_adopted()
+                _set_child_subreaper(False)
             reader.join(timeout=5)
         return Supervised(
             returncode=proc.returncode,
