@@ -1,0 +1,86 @@
+"""The sweep summary read from run dirs laid out as Hydra writes them (no training)."""
+import csv
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from cifar_dist.launchers import base
+from cifar_dist.launchers.base import LaunchResult, PendingJob
+from cifar_dist.sweep import SweepSummary, collect, summarize, table
+
+
+def make_point(sweep_dir: Path, num: int, overrides, metrics=None) -> Path:
+    job_dir = sweep_dir / str(num)
+    (job_dir / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}, "overrides": {"task": list(overrides)}}}),
+                   job_dir / ".hydra" / "hydra.yaml")
+    if metrics is not None:
+        (job_dir / "metrics.json").write_text(json.dumps(metrics))
+    return job_dir
+
+
+def metrics(acc, loss, complete=True, epochs=2):
+    return {
+        "test": {"loss": loss, "accuracy": acc}, "images_per_sec": 400.0 + acc, "wall_time_s": 30.5, "ranks": 2,
+        "complete": complete,
+        "epochs": [{"epoch": e + 1, "val_accuracy": acc * (e + 1) / epochs, "loss": 2.0} for e in range(epochs)],
+    }
+
+
+def test_summary_table_csv_and_plot(tmp_path, capsys):
+    common = ["data=sample", "launcher=mpirun", "launcher.np=2"]
+    make_point(tmp_path, 0, ["optimizer.lr=1e-4", *common], metrics(0.25, 2.0))
+    make_point(tmp_path, 1, ["optimizer.lr=2e-4", *common], metrics(0.31, 1.9))
+    make_point(tmp_path, 2, ["optimizer.lr=4e-4", *common], metrics(0.0, 0.0, complete=False, epochs=1) | {"test": None})
+    make_point(tmp_path, 10, ["optimizer.lr=8e-4", *common])  # failed before writing metrics
+    (tmp_path / "10" / "logs").mkdir()  # a child run dir without .hydra/ is not a point
+
+    points = summarize(tmp_path)
+    assert [p.num for p in points] == [0, 1, 2, 10]  # numeric order, not "10" < "2"
+    assert [p.status for p in points] == ["ok", "ok", "incomplete", "failed"]
+
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    header = next(line for line in lines if line.startswith("#"))
+    assert header.split() == ["#", "overrides", "status", "test_acc", "test_loss", "img/s", "wall_s", "ranks", "epochs"]
+    row1 = next(line for line in lines if line.startswith("1 "))
+    assert row1.split() == ["1", "optimizer.lr=2e-4", "ok", "0.3100", "1.9000", "400.3", "30.5", "2", "2"]
+    assert "launcher.np=2" not in out  # common overrides are left out of the table
+    assert next(line for line in lines if line.startswith("10 ")).split()[2:4] == ["failed", "-"]
+
+    rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
+    assert [r["varied"] for r in rows] == ["optimizer.lr=1e-4", "optimizer.lr=2e-4", "optimizer.lr=4e-4", "optimizer.lr=8e-4"]
+    assert rows[1]["overrides"] == "optimizer.lr=2e-4 data=sample launcher=mpirun launcher.np=2"
+    assert float(rows[0]["test_accuracy"]) == 0.25 and rows[3]["test_accuracy"] == ""
+    assert Path(rows[0]["output_dir"]) == tmp_path / "0"
+    png = (tmp_path / "sweep_summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_points_with_several_varied_keys_get_a_bar_chart(tmp_path):
+    make_point(tmp_path, 0, ["optimizer=adam", "trainer.batch_size=32"], metrics(0.2, 2.1))
+    make_point(tmp_path, 1, ["optimizer=sgd", "trainer.batch_size=64"], metrics(0.3, 2.0))
+    summarize(tmp_path)
+    assert (tmp_path / "sweep_summary.png").stat().st_size > 10_000
+    assert "optimizer=sgd trainer.batch_size=64" in table(collect(tmp_path))
+
+
+class FinishesLater(PendingJob):
+    def __init__(self, output_dir, overrides):
+        self.output_dir, self.overrides = output_dir, overrides
+
+    def wait(self):
+        make_point(self.output_dir.parent, int(self.output_dir.name), self.overrides, metrics(0.4, 1.5))
+        return LaunchResult(exit_code=0)
+
+
+def test_callback_waits_for_pending_points_before_summarizing(tmp_path, capsys):
+    base.register_pending(FinishesLater(tmp_path / "0", ["optimizer.lr=1e-3"]))
+    base.register_pending(FinishesLater(tmp_path / "1", ["optimizer.lr=2e-3"]))
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    SweepSummary().on_multirun_end(config=cfg)
+    assert base.drain_pending() == []
+    rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
+    assert [(r["varied"], r["status"]) for r in rows] == [("optimizer.lr=1e-3", "ok"), ("optimizer.lr=2e-3", "ok")]
+    assert "Sweep summary" in capsys.readouterr().out
