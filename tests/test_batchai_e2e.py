@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,16 +19,38 @@ def _job_file_of(record) -> dict:
     return {"$schema": "x", "properties": json.loads(record.body)["properties"]}
 
 
+def assert_key_only_in_the_mount_credentials(fake, run_dir, outputs, key):
+    """The secret-leak check: a planted key is in no file of the run dir (config
+    dumps, logs, job.json, node config, outputs), not in the console output, and
+    on the wire only in the mount credentials of the job-create body."""
+    assert key not in "".join(outputs)
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert len(files) >= 8 and {".hydra", "batchai", "saved_models"} <= {p.relative_to(run_dir).parts[0] for p in files}
+    for path in files:
+        assert key.encode() not in path.read_bytes(), path
+    carrying = [r for r in fake.requests if key in r.raw]
+    assert carrying and all(r in fake.job_creates() for r in carrying)
+    for record in carrying:
+        props = json.loads(record.body)["properties"]
+        assert props["mountVolumes"]["azureFileShares"][0]["credentials"].pop("accountKey") == key
+        assert key not in json.dumps(props)  # not in the node's command line, environment or jobPreparation
+
+
 def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fake_azure, storage_key, wheel_cache, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(launcher_overrides(fake_azure, run_dir, wheel_cache), cli_env(fake_azure, storage_key), tmp_path)
+    args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.scale_down": "true"})
+    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # Everything the tutorial created by hand now exists, once.
     state = fake_azure.batchai
     assert list(state.workspaces) == ["batchaidev"] and list(state.clusters) == [("batchaidev", "nc6cluster")]
-    cluster = state.clusters[("batchaidev", "nc6cluster")]["properties"]
+    (cluster_put,) = fake_azure.arm_requests("PUT", "/clusters/")
+    cluster = json.loads(cluster_put.body)["properties"]
     assert cluster["vmSize"] == "Standard_NC6" and cluster["scaleSettings"]["manual"]["targetNodeCount"] == 2
+    # ... and the cluster was scaled to 0 once the job was done.
+    final = state.clusters[("batchaidev", "nc6cluster")]["properties"]["scaleSettings"]["manual"]
+    assert final["targetNodeCount"] == 0
     (create,) = fake_azure.job_creates()
     assert schema_errors(_job_file_of(create)) == []
     props = json.loads(create.body)["properties"]
@@ -49,6 +72,7 @@ def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fak
     assert json.loads((run_dir / "job.json").read_text())["properties"]["mountVolumes"]["azureFileShares"][0][
         "credentials"
     ] == {"accountKey": "<AZURE_BATCHAI_STORAGE_KEY>"}
+    assert_key_only_in_the_mount_credentials(fake_azure, run_dir, [proc.stdout, proc.stderr], storage_key)
 
 
 def test_failed_job_exits_non_zero_and_prints_the_stderr_tail(fake_azure, storage_key, wheel_cache, tmp_path):
@@ -99,6 +123,7 @@ def test_rerunning_the_same_launch_neither_resubmits_nor_reuploads(fake_azure, s
     assert "already exists (succeeded): following it" in proc.stdout
     uploads_after = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]
     assert uploads_after == uploads_before
+    assert_key_only_in_the_mount_credentials(fake_azure, tmp_path / "run", [proc.stdout, proc.stderr], storage_key)
 
 
 @pytest.mark.parametrize("mode", ["terminate", "detach"])
@@ -111,6 +136,8 @@ def test_ctrl_c_while_waiting(fake_azure, storage_key, wheel_cache, tmp_path, mo
         while not any(j.state == "running" for j in fake_azure.jobs()):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
             time.sleep(0.05)
+        # The key reaches the launcher through its environment, never its arguments (ps).
+        assert storage_key.encode() not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:

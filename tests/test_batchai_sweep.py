@@ -10,7 +10,7 @@ from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli
 
 
 def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, wheel_cache, tmp_path):
-    fake_azure.batchai.running_s = 2.5  # longer than submitting the other points takes
+    fake_azure.batchai.finish_after_jobs = 3  # jobs finish once all three exist (or after 20 s)
     sweep_dir = tmp_path / "sweep"
     args = ["-m", "optimizer.lr=0.1,0.01,0.001", f"hydra.sweep.dir={sweep_dir}"]
     args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")]

@@ -70,6 +70,11 @@ class BatchAIState:
         self.clusters: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self.jobs: Dict[Tuple[str, str, str], FakeJob] = {}
         self.operations: Dict[str, int] = {}  # op id -> polls left before it succeeds
+        # Sweep tests: no job finishes before this many exist (or hold_limit_s has passed
+        # since the first was created), so a launcher that waits for each job before
+        # submitting the next is caught however slow the machine is.
+        self.finish_after_jobs = 0
+        self.hold_limit_s = 20.0
 
     # --- the clock -------------------------------------------------------------------
 
@@ -91,12 +96,16 @@ class BatchAIState:
                 while job.lines_written < due:
                     job.lines_written += 1
                     self.files.append(share, f"{out}/stdout.txt", f"Epoch {job.lines_written}/{STDOUT_LINES} - loss: 1.{9 - job.lines_written}\n".encode())
-                if now - job.started_at >= job.running_s:
+                held = len(self.jobs) < self.finish_after_jobs and now - self._first_created() < self.hold_limit_s
+                if now - job.started_at >= job.running_s and not held:
                     if job.env("FAKE_OUTCOME") == "fail":
                         self._fail(job, 3, ["Traceback (most recent call last):", "RuntimeError: planted training failure"])
                     else:
                         self._write_outputs(job)
                         job.state, job.exit_code, job.finished_at = "succeeded", 0, now
+
+    def _first_created(self) -> float:
+        return min(j.created for j in self.jobs.values())
 
     def _fail(self, job: FakeJob, code: int, stderr: List[str]) -> None:
         share, out = self._stdouterr(job)
