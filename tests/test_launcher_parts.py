@@ -161,6 +161,15 @@ def test_the_rank_that_failed_first_is_blamed_not_horovods_victims(tmp_path):
     assert message.startswith("rank 1 on vm exited with code 3; the whole job was stopped.")
     assert "re-run with hydra.run.dir=" in message
 
+    # A rank whose wrapper was killed leaves no record: the runner's report
+    # wins over the ranks the runner then tore down with SIGTERM.
+    write_rank(logs, 0, 305.0, 143, "Epoch 2/3\n", sig=15)
+    (logs / "rank.1.exit.json").unlink()
+    failure = first_failure(logs, 2, since=300.0, runner_output=(
+        "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."))
+    assert (failure.rank, failure.how) == (1, "was killed by signal 9 (SIGKILL)")
+    assert failure.log == logs / "rank.1.log"
+
     # Records from an earlier launch do not count; the runner's report does.
     failure = first_failure(logs, 2, since=200.0, runner_output=(
         "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."))

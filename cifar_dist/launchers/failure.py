@@ -83,22 +83,43 @@ def _describe(code: int, sig: Optional[int]) -> str:
     return f"exited with code {code}"
 
 
+TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> RankFailure:
-    """The rank to blame: the earliest non-zero exit that was not Horovod's
-    reaction to another rank's failure; else what the runner reported."""
-    failed = [r for r in read_exit_records(log_dir, np, since) if r.get("exit_code")]
+    """The rank to blame.
+
+    In order: the earliest rank that failed on its own (non-zero exit that is
+    neither Horovod's shutdown after another rank's failure nor the SIGTERM
+    or SIGINT a runner uses to tear the job down); else the rank the runner
+    reported (its wrapper left no record, e.g. it was killed itself); else
+    the earliest failed rank of any kind.
+    """
+    failed = sorted((r for r in read_exit_records(log_dir, np, since) if r.get("exit_code")), key=lambda r: r["time"])
 
     def victim(record: dict) -> bool:
-        return HOROVOD_SHUTDOWN in tail(log_path(log_dir, record["rank"]), 60)
+        return record.get("signal") in TEARDOWN_SIGNALS or HOROVOD_SHUTDOWN in tail(log_path(log_dir, record["rank"]), 60)
 
-    causes = sorted((r for r in failed if not victim(r)), key=lambda r: r["time"]) or sorted(failed, key=lambda r: r["time"])
+    causes = [r for r in failed if not victim(r)]
     if causes:
-        first = causes[0]
-        rank = int(first["rank"])
-        return RankFailure(
-            rank=rank, how=_describe(first["exit_code"], first.get("signal")), host=first.get("host", ""),
-            log=log_path(log_dir, rank), log_tail=tail(log_path(log_dir, rank)),
-        )
+        return _from_record(log_dir, causes[0])
+    reported = _from_runner_output(log_dir, runner_output)
+    if reported is not None:
+        return reported
+    if failed:
+        return _from_record(log_dir, failed[0])
+    return RankFailure(rank=None, how="failed before any rank reported")
+
+
+def _from_record(log_dir: Path, record: dict) -> RankFailure:
+    rank = int(record["rank"])
+    return RankFailure(
+        rank=rank, how=_describe(record["exit_code"], record.get("signal")), host=record.get("host", ""),
+        log=log_path(log_dir, rank), log_tail=tail(log_path(log_dir, rank)),
+    )
+
+
+def _from_runner_output(log_dir: Path, runner_output: str) -> Optional[RankFailure]:
     for pattern in _RUNNER_PATTERNS:
         match = pattern.search(runner_output)
         if match:
@@ -114,4 +135,4 @@ def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> R
                 rank=rank, how=how, host=groups.get("host") or "",
                 log=path if path.exists() else None, log_tail=tail(path),
             )
-    return RankFailure(rank=None, how="failed before any rank reported")
+    return None
