@@ -33,12 +33,6 @@ class LrScaling(str, Enum):
     none = "none"
 
 
-class Resume(str, Enum):
-    auto = "auto"  # resume when the run dir holds checkpoints, else start fresh
-    true = "true"  # resume; fail when there is nothing to resume from
-    false = "false"  # start fresh; refuse to overwrite existing checkpoints
-
-
 class Precision(str, Enum):
     float32 = "float32"
     mixed = "mixed"  # mixed_float16 on GPU, mixed_bfloat16 on CPUs that support it
@@ -140,7 +134,11 @@ class TrainerConfig:
     lr_decay_factor: float = 0.1
     seed: int = 42
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism()
-    resume: Resume = Resume.auto
+    # auto: resume when the run dir holds checkpoints, else start fresh;
+    # true: resume, fail when there is nothing to resume from;
+    # false: start fresh, refuse to touch existing checkpoints.
+    # (A string, not an Enum: the command line's true/false arrive as booleans.)
+    resume: str = "auto"
     # Per-rank CPU threads; 0 = automatic (cores available / local ranks).
     intra_op_threads: int = 0
     inter_op_threads: int = 0
@@ -160,6 +158,38 @@ class TrainerConfig:
 
 
 @dataclass
+class TaskConfig:
+    # What the in-process launcher runs on every rank: a function (cfg, output_dir) -> metrics.
+    _target_: str = MISSING
+    name: str = MISSING
+
+
+@dataclass
+class TrainTaskConfig(TaskConfig):
+    _target_: str = "cifar_dist.training.trainer.train"
+    name: str = "train"
+
+
+@dataclass
+class EvaluateTaskConfig(TaskConfig):
+    _target_: str = "cifar_dist.evaluation.evaluate"
+    name: str = "evaluate"
+
+
+@dataclass
+class EvaluateConfig:
+    # A run dir (its saved model, else its newest checkpoint) or a .h5 file.
+    model: str = MISSING
+    # "test" / "train": that split of the data group; otherwise a path: a
+    # CIFAR batch file, a glob of them, a folder of cifar-10-batches-py, or
+    # a folder of 32x32 images (labelled by sub-folder name when the names
+    # are class names).
+    input: str = "test"
+    batch_size: int = 256
+    predictions: bool = True  # write predictions.csv
+
+
+@dataclass
 class LauncherConfig:
     _target_: str = MISSING
 
@@ -171,6 +201,8 @@ class Config:
     optimizer: OptimizerConfig = MISSING
     trainer: TrainerConfig = MISSING
     launcher: Any = MISSING
+    task: TaskConfig = MISSING
+    evaluate: Optional[EvaluateConfig] = None
 
 
 def typed(cfg):
@@ -199,6 +231,9 @@ def register_configs() -> None:
     cs.store(group="optimizer", name="sgd_schema", node=SgdConfig)
     cs.store(group="optimizer", name="adam_schema", node=AdamConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
+    cs.store(group="task", name="train_schema", node=TrainTaskConfig)
+    cs.store(group="task", name="evaluate_schema", node=EvaluateTaskConfig)
+    cs.store(group="evaluate", name="evaluate_schema", node=EvaluateConfig)
 
     from cifar_dist.launchers import registered_launcher_schemas
 

@@ -14,8 +14,10 @@ class LocalLauncherConf:
 
 class LocalLauncher(Launcher):
     def launch(self, job: JobSpec) -> LaunchResult:
-        # Imported here: the trainer pulls in TensorFlow and Horovod.
-        from cifar_dist.training.trainer import train
+        # The task (train, evaluate) is a function named by the config; it is
+        # imported only now because it pulls in TensorFlow and Horovod.
+        from hydra.utils import get_method
 
-        metrics = train(job.cfg, job.output_dir)
+        task = get_method(job.cfg.task._target_)
+        metrics = task(job.cfg, job.output_dir)
         return LaunchResult(exit_code=0, metrics=metrics)

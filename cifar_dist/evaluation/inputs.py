@@ -1,0 +1,124 @@
+"""What an evaluation reads: the model to score and the images to score it on."""
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from cifar_dist.errors import CifarDistError
+
+SEED_MODEL = Path("saved_models") / "keras_cifar10_trained_model.h5"
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
+
+
+class EvaluationInputError(CifarDistError):
+    pass
+
+
+def resolve_model_path(model: str) -> Path:
+    """A .h5 file as given; for a run dir, its saved model, else its newest checkpoint."""
+    from cifar_dist.training.checkpoints import list_checkpoints
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir():
+        if (path / SEED_MODEL).is_file():
+            return path / SEED_MODEL
+        found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
+        if found:
+            return found[-1][1]
+        raise EvaluationInputError(
+            f"{path} holds neither {SEED_MODEL} nor checkpoints/checkpoint-NNN.h5; "
+            "point evaluate.model at a training run dir or a .h5 model file"
+        )
+    raise EvaluationInputError(f"evaluate.model={model}: no such file or directory; point it at a training run dir or a .h5 file")
+
+
+def load_model(path: Path, num_classes: int):
+    """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked for CIFAR shapes."""
+    import tensorflow as tf
+
+    try:
+        model = tf.keras.models.load_model(path, compile=False)
+    except Exception as exc:  # h5py/Keras raise many types for a bad file
+        raise EvaluationInputError(
+            f"{path} is not a loadable Keras model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "point evaluate.model at a saved_models/*.h5 or checkpoints/*.h5 written by cifar_dist"
+        ) from None
+    if tuple(model.input_shape[1:]) != (32, 32, 3) or model.output_shape[-1] != num_classes:
+        raise EvaluationInputError(
+            f"{path} maps {model.input_shape[1:]} to {model.output_shape[-1]} classes, not 32x32x3 images to "
+            f"{num_classes} classes; use a CIFAR-10 model (or set model.num_classes)"
+        )
+    return model
+
+
+@dataclass
+class Images:
+    x: np.ndarray  # uint8 (N, 32, 32, 3)
+    labels: np.ndarray  # int64 (N,), -1 where unknown
+    class_names: Sequence[str]
+    source: str
+    names: Optional[List[str]] = None  # per-image file names, for folders of images
+
+
+def load_images(spec: str, data_cfg, default_class_names: Sequence[str]) -> Images:
+    """The images named by evaluate.input."""
+    if spec in ("test", "train"):
+        from cifar_dist.data import load_dataset
+
+        data = load_dataset(data_cfg)
+        x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
+        return Images(x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})")
+    path = Path(spec).expanduser()
+    if path.is_dir() and _image_files(path):
+        return _image_folder(path, default_class_names)
+    files = sorted(Path(p) for p in glob.glob(str(path))) if any(c in spec for c in "*?[") else [path]
+    if path.is_dir():
+        batches_dir = path / "cifar-10-batches-py" if (path / "cifar-10-batches-py").is_dir() else path
+        files = sorted(p for p in batches_dir.iterdir() if p.name.startswith(("data_batch_", "test_batch")))
+    files = [f for f in files if f.is_file()]
+    if not files:
+        raise EvaluationInputError(
+            f"evaluate.input={spec}: no CIFAR batch files or images there; use 'test', 'train', a CIFAR batch file "
+            "(or a glob of them), a cifar-10-batches-py folder, or a folder of 32x32 images"
+        )
+    from cifar_dist.data.batches import read_batch_file
+
+    xs, ys = [], []
+    for f in files:
+        x, y = read_batch_file(f)
+        xs.append(x)
+        ys.append(y)
+    return Images(np.concatenate(xs), np.concatenate(ys).astype(np.int64), tuple(default_class_names),
+                  ", ".join(str(f) for f in files))
+
+
+def _image_files(folder: Path) -> List[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
+
+def _image_folder(folder: Path, class_names: Sequence[str]) -> Images:
+    """Every image under ``folder``; labelled when it sits in a sub-folder named after a class."""
+    from PIL import Image
+
+    files = _image_files(folder)
+    index = {name: i for i, name in enumerate(class_names)}
+    xs, labels, names = [], [], []
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+        except Exception as exc:
+            raise EvaluationInputError(f"{f} is not a readable image ({type(exc).__name__}); remove it or convert it to PNG") from None
+        if arr.shape != (32, 32, 3):
+            raise EvaluationInputError(f"{f} is {arr.shape[1]}x{arr.shape[0]}, not 32x32; resize it to 32x32 (CIFAR-10's size)")
+        rel = f.relative_to(folder)
+        xs.append(arr)
+        labels.append(index.get(rel.parts[0], -1) if len(rel.parts) > 1 else -1)
+        names.append(str(rel))
+    return Images(np.stack(xs), np.asarray(labels, np.int64), tuple(class_names), str(folder), names)
