@@ -26,6 +26,8 @@ def problems(cfg: DictConfig) -> List[str]:
         found.append(f"trainer.batch_size={t.batch_size} must be >= 1")
     if t.warmup_epochs < 0:
         found.append(f"trainer.warmup_epochs={t.warmup_epochs} must be >= 0")
+    if str(t.resume).lower() not in ("auto", "true", "false"):
+        found.append(f"trainer.resume={t.resume} must be auto, true or false")
     if t.keep_checkpoints < 0:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
     if t.max_epochs_per_run < 0:

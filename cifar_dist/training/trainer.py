@@ -103,12 +103,16 @@ def _evaluate_exact(model, stream, hvd) -> Dict[str, float]:
     loss = acc = 0.0
     if stream.samples:
         loss, acc = model.evaluate(stream.dataset, steps=stream.steps, verbose=0)
+    # Keras reports a float32 mean; the count of correct images behind it is
+    # exact after rounding, so the combined accuracy is an exact fraction.
+    correct = round(float(acc) * stream.samples)
     # HOROVOD: one collective for the three numbers of every rank.
-    parts = hvd.allgather_object((float(loss) * stream.samples, float(acc) * stream.samples, stream.samples))
+    parts = hvd.allgather_object((float(loss) * stream.samples, correct, stream.samples))
     total = sum(p[2] for p in parts)
     return {
         "loss": sum(p[0] for p in parts) / total,
         "accuracy": sum(p[1] for p in parts) / total,
+        "correct": int(sum(p[1] for p in parts)),
         "samples": int(total),
     }
 
@@ -176,7 +180,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 
     checkpoint_dir = output_dir / "checkpoints"
     metrics_path = output_dir / "metrics.json"
-    initial_epoch = _decide_resume(world, hvd_tf, checkpoint_dir, t.resume.value, model)
+    initial_epoch = _decide_resume(world, hvd_tf, checkpoint_dir, str(t.resume).lower(), model)
     if world.is_chief and initial_epoch:
         log.info("resuming after epoch %d from %s", initial_epoch, checkpoints.checkpoint_path(checkpoint_dir, initial_epoch))
 
