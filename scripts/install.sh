@@ -3,7 +3,7 @@
 # ./.venv (or $CIFAR_DIST_VENV). Idempotent: a second run checks and exits fast.
 #
 #   1. system OpenMPI (apt, when mpirun/mpicxx are missing; needs root)
-#   2. a virtualenv with TensorFlow (CPU) + tf-keras of the verified line
+#   2. a virtualenv with TensorFlow + tf-keras of the verified line
 #   3. Horovod built from source against that TensorFlow, with MPI and Gloo;
 #      the wheel is cached in $CIFAR_DIST_WHEEL_CACHE (default
 #      ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (the build
@@ -50,13 +50,13 @@ pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
 
 if ! "$PY" - <<PYEOF 2>/dev/null
 import importlib.metadata as m
-assert m.version("tensorflow-cpu") == "$TF_VERSION"
+assert m.version("tensorflow") == "$TF_VERSION"
 assert m.version("tf-keras").startswith("${TF_KERAS_VERSION%.*}")
 PYEOF
 then
-    say "installing tensorflow-cpu==$TF_VERSION tf-keras==$TF_KERAS_VERSION"
+    say "installing tensorflow==$TF_VERSION tf-keras==$TF_KERAS_VERSION"
     pip_install --upgrade pip setuptools wheel
-    pip_install "tensorflow-cpu==$TF_VERSION" "tf-keras==$TF_KERAS_VERSION"
+    pip_install "tensorflow==$TF_VERSION" "tf-keras==$TF_KERAS_VERSION"
 fi
 
 # 3. Horovod, from the wheel cache or built once ------------------------------
