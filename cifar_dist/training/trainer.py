@@ -27,6 +27,42 @@ class ResumeError(CifarDistError, RuntimeError):
     pass
 
 
+class JitCompileError(CifarDistError, RuntimeError):
+    pass
+
+
+class PrecisionError(CifarDistError, RuntimeError):
+    pass
+
+
+def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
+    """Refuse ``trainer.jit_compile=true`` where XLA cannot compile the train step.
+
+    With ``jit_compile`` Keras compiles the whole train step, optimizer
+    included, so Horovod's allreduce must be an XLA op. Horovod has XLA
+    kernels only in CUDA builds, enabled by HOROVOD_ENABLE_XLA_OPS=1; on CPU
+    the first step fails deep in TensorFlow ("No registered 'HorovodAllreduce'
+    OpKernel for XLA_CPU_JIT"). (Without Horovod, XLA on this CPU also runs
+    the seed CNN ~8x slower than the default oneDNN kernels; see
+    docs/benchmarks.md.)
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    if not jit_compile:
+        return
+    if not on_gpu:
+        raise JitCompileError(
+            "trainer.jit_compile=true cannot run on CPU: Horovod's allreduce has no XLA CPU kernel "
+            "(and XLA is ~8x slower than oneDNN for this model on CPU); use trainer.jit_compile=false"
+        )
+    if environ.get("HOROVOD_ENABLE_XLA_OPS") != "1":
+        raise JitCompileError(
+            "trainer.jit_compile=true on GPU needs Horovod's XLA ops: export HOROVOD_ENABLE_XLA_OPS=1 "
+            "(Horovod built with CUDA), or use trainer.jit_compile=false"
+        )
+
+
 def planned_epochs(trainer_cfg, size: int) -> int:
     """The seed divides the epochs over the ranks (every rank sees all data
     each epoch); the shard policy keeps them (each rank sees 1/size)."""
@@ -51,7 +87,7 @@ def _set_precision(precision: str, on_gpu: bool) -> str:
         from cifar_dist.training.hardware import cpu_supports_bfloat16
 
         if not cpu_supports_bfloat16():
-            raise RuntimeError(
+            raise PrecisionError(
                 "trainer.precision=mixed needs a GPU or a CPU with bfloat16 instructions (avx512_bf16/amx); "
                 "use trainer.precision=float32"
             )
@@ -127,6 +163,13 @@ def weights_digest(model) -> str:
     return h.hexdigest()[:16]
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     wall_start = time.time()
@@ -156,6 +199,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
     tf.keras.utils.set_random_seed(t.seed + world.rank)
+    check_jit_compile(bool(t.jit_compile), bool(world.gpu))
     policy = _set_precision(t.precision.value, bool(world.gpu))
 
     data = load_dataset(cfg.data)
@@ -286,7 +330,9 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     # HOROVOD: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
     digests = hvd_tf.allgather_object(weights_digest(model))
+    peak_rss = hvd_tf.allgather_object(peak_rss_mb())
     if world.is_chief:
+        metrics["peak_rss_mb_per_rank"] = peak_rss
         metrics["rank_weight_digests"] = digests
         metrics["ranks_in_sync"] = len(set(digests)) == 1
         if not metrics["ranks_in_sync"]:
