@@ -19,7 +19,9 @@ given as a ratio to the seed reference:
 
 Variants (``--variants``): seed, bare, cifar_dist_1, cifar_dist_N (N = --ranks,
 default the core count), fast (``experiment=fast`` on N ranks), and the
-option probes mixed_1, mixed_N, fp16_N, jit_1, jit_N.
+option probes mixed_1, mixed_N, fp16_N, jit_1, jit_N (cifar_dist) and bare_jit
+(bare Keras under XLA: what jit_compile would buy if Horovod's allreduce could
+be compiled on CPU).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from typing import Dict, List, Optional
 
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
-DEFAULT_VARIANTS = "seed,bare,cifar_dist_1,cifar_dist_N,fast,mixed_1,mixed_N,fp16_N,jit_1"
+DEFAULT_VARIANTS = "seed,bare,cifar_dist_1,cifar_dist_N,fast,mixed_1,mixed_N,fp16_N,jit_1,bare_jit"
 
 
 @dataclass
@@ -58,6 +60,7 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
     return {
         "seed": Variant("seed", "seed reference (ImageDataGenerator, fit_generator)", 1, "script"),
         "bare": Variant("bare", "bare Keras (fit on arrays, no augmentation)", 1, "script"),
+        "bare_jit": Variant("bare_jit", "bare Keras, jit_compile=True (XLA)", 1, "script"),
         "cifar_dist_1": Variant("cifar_dist_1", "cifar_dist, 1 rank", 1, "cifar_dist"),
         "cifar_dist_N": Variant("cifar_dist_N", f"cifar_dist, {n} ranks", n, "cifar_dist"),
         "fast": Variant("fast", f"cifar_dist experiment=fast, {n} ranks", n, "cifar_dist", ["experiment=fast"]),
@@ -109,9 +112,9 @@ def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     if v.name == "seed":
         return [py, str(SCRIPTS / "seed_reference.py"), "--dir", str(run_dir), "--data", data, "--epochs", str(epochs),
                 "--metrics", str(run_dir / "result.json"), "--verbose", "0"]
-    if v.name == "bare":
+    if v.name in ("bare", "bare_jit"):
         return [py, str(SCRIPTS / "bench_bare_keras.py"), "--data", data, "--epochs", str(epochs),
-                "--metrics", str(run_dir / "result.json")]
+                "--metrics", str(run_dir / "result.json")] + (["--jit-compile"] if v.name == "bare_jit" else [])
     # cifar_dist: the seed's "divide" policy runs ceil(epochs / ranks) epochs per rank, each over all
     # the data, so trainer.epochs = epochs x ranks gives `epochs` epochs on every rank (unless the
     # variant's experiment sets its own schedule).
@@ -212,7 +215,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--train-images", type=int, default=0, help="use only the first N sample training images (0 = all)")
     p.add_argument("--test-images", type=int, default=0, help="use only the first N sample test images (0 = all)")
     p.add_argument("--out", default=str(REPO / "docs"), help="where the table, JSON and plots go (default docs/)")
-    p.add_argument("--work", help="run dirs (default <out>/bench_runs/<timestamp>, kept)")
+    p.add_argument("--work", help="run dirs, kept (default outputs/bench/<timestamp>, git-ignored)")
     a = p.parse_args(argv)
     if a.smoke:
         a.seed_epochs = a.seed_epochs or 2
@@ -240,7 +243,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from bench_report import summarise, write_outputs
 
     out = Path(a.out)
-    work = Path(a.work) if a.work else out / "bench_runs" / time.strftime("%Y%m%d-%H%M%S")
+    work = Path(a.work) if a.work else REPO / "outputs" / "bench" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True, exist_ok=True)
     log_file = (work / "bench.log").open("a")
 
@@ -267,7 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         pipelines.append(run_pipeline(data, a.pipeline_batches, work, log))
         for name in names:
             v = table[name]
-            if name.startswith(("mixed_", "fp16_", "jit_")):
+            if name.startswith(("mixed_", "fp16_", "jit_", "bare_jit")):
                 epochs = a.probe_epochs
             elif name in ("seed", "cifar_dist_1", "cifar_dist_N") and rep == 0:
                 epochs = a.seed_epochs  # the accuracy-vs-time curves
