@@ -80,6 +80,7 @@ def summarise(results: List[dict], pipelines: List[dict], info: dict) -> dict:
                 "process_wall_s": head.get("process_wall_s"),
                 "timeline": accuracy_timeline(head) if head.get("ok") else [],
                 "command": head.get("command"),
+                "load_avg_1min": head.get("load_avg_1min"),
             }
         )
     ref = next((r for r in rows if r["variant"] == REFERENCE), {})
@@ -129,19 +130,20 @@ def markdown(s: dict) -> str:
         f"(seed training time {_fmt(s['seed_train_time_s'], '.0f', ' s')}).",
         "",
         "| variant | ranks | global batch | train images/s | × seed | peak RSS/rank MB | × seed | final test acc "
-        "| time to target | × seed time |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| time to target | × seed time | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in s["rows"]:
         if not r["ok"]:
-            lines.append(f"| {r['label']} | {r['ranks']} | | failed: {r['error']} | | | | | | |")
+            lines.append(f"| {r['label']} | {r['ranks']} | | failed: {r['error']} | | | | | | | |")
             continue
         lines.append(
             f"| {r['label']} | {r['ranks']} | {_fmt(r['global_batch'], 'd') if r['global_batch'] else '—'} "
             f"| {_fmt(r['images_per_sec'])} | {_fmt(r['images_per_sec_vs_seed'], '.2f', '×')} "
             f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r['peak_rss_vs_seed'], '.2f', '×')} "
             f"| {_fmt(r['test_accuracy'], '.4f')} ({r['epochs']} ep) | {_fmt(r['time_to_target_s'], '.0f', ' s')} "
-            f"| {_fmt(r['time_to_target_vs_seed_total'], '.2f', '×')} |"
+            f"| {_fmt(r['time_to_target_vs_seed_total'], '.2f', '×')} "
+            f"| {'→'.join(f'{x:.1f}' for x in r.get('load_avg_1min') or []) or '—'} |"
         )
     p = s["pipeline_images_per_sec"]
     if p:

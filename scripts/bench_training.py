@@ -157,6 +157,7 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     env.pop("CIFAR_DIST_CHILD", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")]))
     log(f"[{time.strftime('%H:%M:%S')}] {v.name} (rep {rep}): {shlex.join(cmd)}")
+    load_before = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=v.timeout_s,
                           stdin=subprocess.DEVNULL)
@@ -165,7 +166,10 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     (run_dir / "stderr.txt").write_text(proc.stderr)
     result = normalise(v, run_dir, wall, proc)
     result["command"] = shlex.join(cmd)
-    log(f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s")
+    # The 1-minute load average around the run: other users of the machine show up here.
+    result["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    log(f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s, "
+        f"load {result['load_avg_1min'][0]:.1f} -> {result['load_avg_1min'][1]:.1f}")
     return result
 
 
@@ -272,7 +276,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             v = table[name]
             if name.startswith(("mixed_", "fp16_", "jit_", "bare_jit")):
                 epochs = a.probe_epochs
-            elif name in ("seed", "cifar_dist_1", "cifar_dist_N") and rep == 0:
+            elif name in ("seed", "cifar_dist_1") and rep == 0:
                 epochs = a.seed_epochs  # the accuracy-vs-time curves
             else:
                 epochs = a.epochs
