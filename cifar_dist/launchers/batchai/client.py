@@ -187,6 +187,14 @@ class BatchAIService:
                 )
             self._create_cluster(nodes)
             return
+        wanted = VmPriority(conf.vm_priority).value
+        current_priority = getattr(cluster.vm_priority, "value", cluster.vm_priority)
+        if current_priority is not None and str(current_priority).lower() != wanted:
+            log.warning(
+                "cluster %s exists with vmPriority %s; launcher.vm_priority=%s applies only to a cluster "
+                "this launcher creates (use another launcher.cluster name to get a %s one)",
+                name, current_priority, wanted, wanted,
+            )
         scale = cluster.scale_settings
         if scale is not None and scale.auto_scale is not None:
             if scale.auto_scale.maximum_node_count < nodes:
@@ -206,28 +214,16 @@ class BatchAIService:
         self.resize_cluster(nodes)
 
     def _create_cluster(self, nodes: int) -> None:
-        from pathlib import Path
+        from cifar_dist.launchers.batchai.job import az_cluster_file, build_cluster_body, ssh_public_key
+        from cifar_dist.launchers.batchai.schema import validate_cluster_file
 
         conf = self.settings.conf
-        key_path = Path(conf.ssh_public_key).expanduser()
-        if not key_path.is_file():
-            raise LaunchError(
-                f"creating cluster {self.settings.cluster} needs an SSH public key for its admin user; "
-                f"{key_path} does not exist (ssh-keygen, or set launcher.ssh_public_key)"
-            )
-        m = self.models
-        params = m.ClusterCreateParameters(
-            vm_size=conf.vm_size,
-            vm_priority=VmPriority(conf.vm_priority).value,
-            scale_settings=m.ScaleSettings(manual=m.ManualScaleSettings(target_node_count=nodes)),
-            user_account_settings=m.UserAccountSettings(
-                admin_user_name=conf.admin_user,
-                admin_user_ssh_public_key=key_path.read_text().strip(),
-            ),
-        )
+        body = build_cluster_body(self.settings, nodes, ssh_public_key(self.settings))
+        validate_cluster_file(az_cluster_file(body))  # what is sent is what a dry run writes and checks
+        params = self.models.ClusterCreateParameters.deserialize({"properties": body})
         with azure_errors(f"create cluster {self.settings.cluster}"):
             self._client.clusters.begin_create(self._rg, self._ws, self.settings.cluster, params).result()
-        log.info("created cluster %s: %d x %s (%s)", self.settings.cluster, nodes, conf.vm_size, VmPriority(conf.vm_priority).value)
+        log.info("created cluster %s: %d x %s (%s)", self.settings.cluster, nodes, conf.vm_size, body["vmPriority"])
 
     def resize_cluster(self, nodes: int) -> None:
         m = self.models

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import RANK_GUARD_ENV, LaunchError
-from cifar_dist.launchers.batchai.config import Settings
+from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
+CLUSTER_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/cluster.json"
 # What the az CLI replaces with --storage-account-key.
 KEY_PLACEHOLDER = "<AZURE_BATCHAI_STORAGE_KEY>"
 # Batch AI sets this on the nodes; written without braces so OmegaConf never
@@ -155,7 +156,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool)
 
     env = {RANK_GUARD_ENV: "1", **conf.env}
     return {
-        "schedulingPriority": conf.scheduling_priority.value,
+        "schedulingPriority": SchedulingPriority(conf.scheduling_priority).value,
         "cluster": {"id": settings.cluster_id},
         "nodeCount": conf.node_count,
         "horovodSettings": horovod,
@@ -182,6 +183,54 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool)
 def az_job_file(body: Dict[str, Any]) -> Dict[str, Any]:
     """The az CLI's ``--config-file`` format."""
     return {"$schema": JOB_FILE_SCHEMA, "properties": body}
+
+
+def ssh_public_key(settings: Settings) -> str:
+    """The admin user's public key for a cluster this launcher creates."""
+    path = Path(settings.conf.ssh_public_key).expanduser()
+    if not path.is_file():
+        raise LaunchError(
+            f"creating cluster {settings.cluster} needs an SSH public key for its admin user; "
+            f"{path} does not exist (ssh-keygen, or set launcher.ssh_public_key)"
+        )
+    return path.read_text().strip()
+
+
+def build_cluster_body(settings: Settings, nodes: int, public_key: str) -> Dict[str, Any]:
+    """The cluster-create ``properties`` (wire form): ``launcher.vm_size`` x ``nodes``,
+    ``launcher.vm_priority`` (lowpriority: cheaper VMs the service may preempt).
+
+    ``nodeDeallocationOption: requeue`` (the service default, made explicit):
+    when nodes go away (a scale-down, a preempted low-priority VM) the jobs on
+    them are requeued and run again, and training resumes from its last
+    checkpoint on the share (``trainer.resume=auto``).
+    """
+    conf = settings.conf
+    if nodes < 1:
+        raise LaunchError(f"a new cluster needs at least 1 node, not {nodes}; set launcher.node_count")
+    return {
+        "vmSize": conf.vm_size,
+        "vmPriority": VmPriority(conf.vm_priority).value,
+        "scaleSettings": {"manual": {"targetNodeCount": nodes, "nodeDeallocationOption": "requeue"}},
+        "userAccountSettings": {"adminUserName": conf.admin_user, "adminUserSshPublicKey": public_key},
+    }
+
+
+def az_cluster_file(body: Dict[str, Any]) -> Dict[str, Any]:
+    """``az batchai cluster create --config-file``'s format."""
+    return {"$schema": CLUSTER_FILE_SCHEMA, "properties": body}
+
+
+def az_cluster_command(settings: Settings, cluster_file: Path) -> str:
+    return shlex.join(
+        [
+            "az", "batchai", "cluster", "create",
+            "--resource-group", settings.resource_group,
+            "--workspace", settings.workspace,
+            "--name", settings.cluster,
+            "--config-file", str(cluster_file),
+        ]
+    )
 
 
 def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads: Dict[str, Path]) -> List[str]:

@@ -20,14 +20,18 @@ from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher, PendingJo
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
     ShareLayout,
+    az_cluster_command,
+    az_cluster_file,
     az_commands,
     az_job_file,
+    build_cluster_body,
     build_job_body,
     check_names,
     job_name,
+    ssh_public_key,
 )
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
-from cifar_dist.launchers.batchai.schema import validate_job_file
+from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 
 log = logging.getLogger(__name__)
@@ -117,6 +121,15 @@ class BatchAILauncher(Launcher):
 
     def _dry_run(self, staged: StagedJob) -> LaunchResult:
         commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
+        if self.conf.create_cluster:
+            # The cluster a real launch would create if it does not exist yet.
+            settings = staged.settings
+            doc = az_cluster_file(build_cluster_body(settings, self.conf.node_count, ssh_public_key(settings)))
+            validate_cluster_file(doc)
+            cluster_file = staged.job_file.with_name("cluster.json")
+            cluster_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+            print(f"Dry run: wrote {cluster_file} (valid against the Batch AI 2018-05-01 cluster schema).")
+            commands.insert(0, az_cluster_command(settings, cluster_file) + "  # unless it exists")
         print(f"Dry run: wrote {staged.job_file} (valid against the Batch AI 2018-05-01 Horovod job schema).")
         print("The same job by hand (storage commands need --account-key or $AZURE_STORAGE_KEY):")
         for command in commands:

@@ -1,10 +1,10 @@
-"""Offline validation of a job against Batch AI's published Horovod job schema.
+"""Offline validation of a job (and a cluster) against Batch AI's published schemas.
 
-The schema refers to the ARM template-expression definition on
+The schemas refer to the ARM template-expression definition on
 schema.management.azure.com; a local stand-in is registered with
 ``referencing`` so validation never touches the network. On top of the
-published schema (which requires almost nothing) the launcher's own contract
-is checked: the fields a job sent by this launcher must always carry.
+published schemas (which require almost nothing) the launcher's own contract
+is checked: the fields a job or cluster sent by this launcher must always carry.
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from typing import Any, Dict, List
 from cifar_dist.launchers.base import LaunchError
 
 SCHEMA_FILE = "horovod-2018-05-01.json"
+CLUSTER_SCHEMA_FILE = "cluster-2018-05-01.json"
 HOROVOD_SCHEMA_URI = "urn:cifar-dist:batchai:2018-05-01:horovod.json"
+CLUSTER_SCHEMA_URI = "urn:cifar-dist:batchai:2018-05-01:cluster.json"
 EXPRESSION_URI = "https://schema.management.azure.com/schemas/2015-01-01/deploymentTemplate.json"
 # deploymentTemplate.json#/definitions/expression: a template-language string, "[...]".
 _EXPRESSION_STAND_IN = {
@@ -62,31 +64,70 @@ _LAUNCHER_CONTRACT: Dict[str, Any] = {
 }
 
 
-def load_schema() -> Dict[str, Any]:
-    text = resources.files("cifar_dist.launchers.batchai.schemas").joinpath(SCHEMA_FILE).read_text("utf-8")
+# What every cluster this launcher creates must carry (cluster.json requires nothing).
+_CLUSTER_CONTRACT: Dict[str, Any] = {
+    "type": "object",
+    "required": ["$schema", "properties"],
+    "allOf": [{"$ref": CLUSTER_SCHEMA_URI}],
+    "properties": {
+        "properties": {
+            "type": "object",
+            "required": ["vmSize", "vmPriority", "scaleSettings", "userAccountSettings"],
+            "properties": {
+                "scaleSettings": {"required": ["manual"]},
+                "userAccountSettings": {"required": ["adminUserName", "adminUserSshPublicKey"]},
+            },
+        }
+    },
+}
+
+
+def load_schema(name: str = SCHEMA_FILE) -> Dict[str, Any]:
+    """A schema shipped with the package (the Horovod job schema by default)."""
+    text = resources.files("cifar_dist.launchers.batchai.schemas").joinpath(name).read_text("utf-8")
     return json.loads(text)
 
 
-@lru_cache(maxsize=1)
-def _validator():
+def _make_validator(contract: Dict[str, Any], schemas: Dict[str, Dict[str, Any]]):
     # jsonschema is only needed here (dry runs and before each submission).
     from jsonschema import Draft4Validator
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT4
 
     registry = Registry().with_resources(
-        [
-            (HOROVOD_SCHEMA_URI, Resource(contents=load_schema(), specification=DRAFT4)),
-            (EXPRESSION_URI, Resource(contents=_EXPRESSION_STAND_IN, specification=DRAFT4)),
-        ]
+        [(uri, Resource(contents=doc, specification=DRAFT4)) for uri, doc in schemas.items()]
+        + [(EXPRESSION_URI, Resource(contents=_EXPRESSION_STAND_IN, specification=DRAFT4))]
     )
-    return Draft4Validator(_LAUNCHER_CONTRACT, registry=registry)
+    return Draft4Validator(contract, registry=registry)
+
+
+@lru_cache(maxsize=None)
+def _validator(kind: str = "job"):
+    if kind == "cluster":
+        return _make_validator(_CLUSTER_CONTRACT, {CLUSTER_SCHEMA_URI: load_schema(CLUSTER_SCHEMA_FILE)})
+    return _make_validator(_LAUNCHER_CONTRACT, {HOROVOD_SCHEMA_URI: load_schema()})
+
+
+def _format(errors) -> List[str]:
+    errors = sorted(errors, key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
 
 
 def schema_errors(job_file: Dict[str, Any]) -> List[str]:
     """Every violation, as 'path: message' strings (empty when the job is valid)."""
-    errors = sorted(_validator().iter_errors(job_file), key=lambda e: list(e.absolute_path))
-    return [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
+    return _format(_validator("job").iter_errors(job_file))
+
+
+def cluster_schema_errors(cluster_file: Dict[str, Any]) -> List[str]:
+    """Every violation of the cluster schema and the launcher's cluster contract."""
+    return _format(_validator("cluster").iter_errors(cluster_file))
+
+
+def errors_against(schema: Dict[str, Any], document: Dict[str, Any]) -> List[str]:
+    """Violations of any published Batch AI schema alone (e.g. the originals in
+    ../shared/batchai/schemas), with the same offline expression stand-in."""
+    uri = "urn:cifar-dist:batchai:given-schema"
+    return _format(_make_validator({"$ref": uri}, {uri: schema}).iter_errors(document))
 
 
 def validate_job_file(job_file: Dict[str, Any]) -> None:
@@ -97,4 +138,15 @@ def validate_job_file(job_file: Dict[str, Any]) -> None:
             "the Batch AI job does not match the 2018-05-01 Horovod job schema: "
             + "; ".join(errors)
             + " (a bug in cifar_dist's job builder, or a bad launcher.* value)"
+        )
+
+
+def validate_cluster_file(cluster_file: Dict[str, Any]) -> None:
+    """Raise a one-line LaunchError when the cluster does not match the Batch AI schema."""
+    errors = cluster_schema_errors(cluster_file)
+    if errors:
+        raise LaunchError(
+            "the Batch AI cluster does not match the 2018-05-01 cluster schema: "
+            + "; ".join(errors)
+            + " (a bug in cifar_dist's cluster builder, or a bad launcher.vm_* value)"
         )
