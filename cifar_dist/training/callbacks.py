@@ -75,6 +75,39 @@ class MetricsRecorder(tf.keras.callbacks.Callback):
         write_json(self.path, self.metrics)
 
 
+class ReseedEachEpoch(tf.keras.callbacks.Callback):
+    """Start every epoch's layer randomness (dropout) from (seed, epoch), not from where the last one ended.
+
+    Keras layers draw from a ``tf.random.Generator`` each (with
+    ``tf.keras.backend.experimental.enable_tf_random_generator()``, which the
+    trainer turns on with ``trainer.deterministic``); its state is neither in
+    the model's weights nor in a checkpoint, so a resumed run would otherwise
+    draw different dropout masks from the run that was never stopped. Reset
+    at every epoch's start, a run resumed at epoch k draws exactly what the
+    uninterrupted run drew from epoch k on (with op determinism: bit for bit).
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = int(seed)
+
+    def generators(self):
+        for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
+            rng = getattr(layer, "_random_generator", None)
+            if rng is None or not hasattr(rng, "_maybe_init"):
+                continue
+            rng._maybe_init()
+            if isinstance(getattr(rng, "_generator", None), tf.random.Generator):
+                yield index, rng._generator
+
+    def on_epoch_begin(self, epoch, logs=None):
+        import hashlib
+
+        for index, generator in self.generators():
+            digest = hashlib.sha256(f"{self.seed}:{epoch}:{index}".encode()).digest()
+            generator.reset_from_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
 class StopAfterEpochs(tf.keras.callbacks.Callback):
     """Ends fit() after ``count`` epochs of this invocation (the same on every
     rank, so no rank waits for a collective the others never run)."""

@@ -194,10 +194,14 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.data.pipeline import eval_stream, train_stream
     from cifar_dist.training import checkpoints
     from cifar_dist.training.artifacts import plot_learning_curves, read_json, write_json
-    from cifar_dist.training.callbacks import AtomicCheckpoint, EpochTimer, MetricsRecorder, StopAfterEpochs
+    from cifar_dist.training.callbacks import (
+        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
 
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
+        # Dropout from tf.random.Generator state that ReseedEachEpoch resets
+        # per epoch, so a resumed run equals an uninterrupted one bit for bit.
+        tf.keras.backend.experimental.enable_tf_random_generator()
     tf.keras.utils.set_random_seed(t.seed + world.rank)
     check_jit_compile(bool(t.jit_compile), bool(world.gpu))
     policy = _set_precision(t.precision.value, bool(world.gpu))
@@ -299,6 +303,8 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
                 steps_per_epoch=train_data.steps_per_epoch,
             )
         )
+    if t.deterministic:
+        callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
     if world.is_chief:
