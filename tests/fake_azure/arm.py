@@ -7,10 +7,14 @@ Jobs run on the clock: queued for ``queued_s``, running for ``running_s``
 (while "running" they write stdout lines, and at the end the outputs a
 training run writes, into the mounted share), then succeeded, or failed when
 the job's environment holds FAKE_OUTCOME=fail or when a file the job needs
-was not uploaded.
+was not uploaded. A scoring job (``task: evaluate`` in the uploaded config)
+looks for its model where the node would (``evaluate.model`` resolved through
+the job's mounts) and fails as the node would when it is not on the share,
+else writes evaluation.json, predictions.csv and confusion_matrix.png.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -47,6 +51,7 @@ class FakeJob:
     started_at: Optional[float] = None
     finished_at: Optional[float] = None
     terminated: bool = False
+    scored: Optional[Dict[str, Any]] = None  # a scoring job: what it read from the share
 
     @property
     def props(self) -> Dict[str, Any]:
@@ -100,6 +105,8 @@ class BatchAIState:
                 if now - job.started_at >= job.running_s and not held:
                     if job.env("FAKE_OUTCOME") == "fail":
                         self._fail(job, 3, ["Traceback (most recent call last):", "RuntimeError: planted training failure"])
+                    elif self._node_config(job).get("task", {}).get("name") == "evaluate":
+                        self._score(job, now)
                     else:
                         self._write_outputs(job)
                         job.state, job.exit_code, job.finished_at = "succeeded", 0, now
@@ -153,6 +160,50 @@ class BatchAIState:
             if not self.files.exists(share, path):
                 missing.append(node_path)
         return missing
+
+    def _node_config(self, job: FakeJob) -> Dict[str, Any]:
+        """The uploaded job_config.yaml, unresolved (interpolations resolve on the node)."""
+        from omegaconf import OmegaConf
+
+        args = self._args(job)
+        share, path = self._node_path(job, f"{args['--config-dir']}/{args['--config-name']}.yaml")
+        return OmegaConf.to_container(OmegaConf.create(self.files.read(share, path).decode()), resolve=False)
+
+    def _on_node(self, job: FakeJob, value: str) -> Optional[Tuple[str, str]]:
+        """A config value that names a file on a mount -> (share, path); None for anything else."""
+        match = re.match(r"^\$\{oc\.env:AZ_BATCHAI_JOB_MOUNT_ROOT\}/(.+)$", value)
+        return self._node_path(job, MOUNT_ROOT + match.group(1)) if match else None
+
+    def _score(self, job: FakeJob, now: float) -> None:
+        """What `task=evaluate` does on a node, as far as the share is concerned."""
+        evaluate = self._node_config(job)["evaluate"]
+        model = self._on_node(job, evaluate["model"])
+        tree = self.files.shares.get(model[0], {}) if model else {}
+        found = None
+        if model and tree.get(model[1]) is not None:
+            found = model[1]
+        elif model and tree.get(f"{model[1]}/saved_models/keras_cifar10_trained_model.h5") is not None:
+            found = f"{model[1]}/saved_models/keras_cifar10_trained_model.h5"
+        elif model:
+            checkpoints = sorted(k for k in tree if re.match(re.escape(model[1]) + r"/checkpoints/checkpoint-\d{3,}\.h5$", k))
+            found = checkpoints[-1] if checkpoints else None
+        images = evaluate.get("input", "test")
+        image_path = self._on_node(job, images)
+        if found is None or (images not in ("test", "train") and (image_path is None or not any(
+                k == image_path[1] or k.startswith(image_path[1] + "/") for k in self.files.shares.get(image_path[0], {})))):
+            what = f"evaluate.model={evaluate['model']}" if found is None else f"evaluate.input={images}"
+            self._fail(job, 2, [f"cifar_dist: error: {what}: no such file or directory; point it at a training run dir or a .h5 file"])
+            return
+        data = self.files.read(model[0], found)
+        job.scored = {"model": found, "model_sha256": hashlib.sha256(data).hexdigest(), "input": image_path[1] if image_path else images}
+        share, run = self.run_dir(job)
+        result = {"model": found, "input": job.scored["input"], "ranks": job.props["horovodSettings"]["processCount"],
+                  "loss": 1.25, "accuracy": 0.5, "labelled": 4, "model_sha256": job.scored["model_sha256"]}
+        self.files.write(share, f"{run}/evaluation.json", json.dumps(result).encode())
+        self.files.write(share, f"{run}/predictions.csv", b"index,label,predicted,confidence\n0,cat,cat,0.9\n1,dog,cat,0.6\n")
+        self.files.write(share, f"{run}/confusion_matrix.png", b"\x89PNG\r\n\x1a\n fake")
+        self.files.write(share, f"{run}/.hydra/config.yaml", b"node: side\n")
+        job.state, job.exit_code, job.finished_at = "succeeded", 0, now
 
     def _write_outputs(self, job: FakeJob) -> None:
         """What a training run leaves in its run dir (trainer.py's artifacts)."""

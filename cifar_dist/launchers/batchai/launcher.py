@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
-from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher, PendingJob, drain_pending, register_pending
+from cifar_dist.launchers.base import (
+    JobSpec,
+    LaunchError,
+    LaunchResult,
+    Launcher,
+    PendingJob,
+    drain_pending,
+    register_pending,
+)
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
     ShareLayout,
@@ -32,6 +40,7 @@ from cifar_dist.launchers.batchai.job import (
 )
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
+from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,7 @@ class StagedJob:
     wheel: Wheel
     uploads: Dict[str, Path]  # path on the share -> local file
     job_file: Path  # job.json in the run dir (the key as a placeholder or Key Vault reference)
+    scoring: Optional[ScoringPlan] = None  # task=evaluate: the model (and images) on the share
 
 
 class BatchAIJob(PendingJob):
@@ -104,11 +114,13 @@ class BatchAILauncher(Launcher):
             wheel=f"{settings.share_dir}/{wheel.share_path}",
         )
         check_names(settings, layout)
+        scoring = plan_scoring(job.cfg, settings, job.original_cwd)
+        _warn_if_requeue_cannot_resume(job.cfg, conf)
 
         local = job.output_dir / LOCAL_SUBDIR
         local.mkdir(parents=True, exist_ok=True)
         config_file = local / Path(layout.config_file).name
-        config_file.write_text(node_job_config(job.cfg, _group_choices()), "utf-8")
+        config_file.write_text(node_job_config(apply_to_node_config(job.cfg, scoring), _group_choices()), "utf-8")
         entry_file = local / Path(layout.entry_file).name
         entry_file.write_text(node_entry_source(), "utf-8")
 
@@ -117,7 +129,11 @@ class BatchAILauncher(Launcher):
         job_file = job.output_dir / "job.json"
         job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
         uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file}
-        return StagedJob(settings, layout, wheel, uploads, job_file)
+        if scoring is not None:
+            uploads.update(scoring.uploads)
+            for item in scoring.items:
+                log.info("scoring job: %s is %s on the nodes", item.origin, item.shown)
+        return StagedJob(settings, layout, wheel, uploads, job_file, scoring)
 
     def _dry_run(self, staged: StagedJob) -> LaunchResult:
         commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
@@ -160,6 +176,14 @@ class BatchAILauncher(Launcher):
                     existing.execution_state,
                 )
             else:
+                with azure_errors(f"read share {conf.share}", key.reveal(), STORAGE_AUTH_HINT):
+                    for item in staged.scoring.items if staged.scoring is not None else ():
+                        why = missing_on_share(share, item)
+                        if why:
+                            raise LaunchError(
+                                f"{item.key}: {item.shown} ({item.origin}): {why}; point it at a saved model "
+                                "or training run dir on the share, or at a local file to upload"
+                            )
                 service.ensure_cluster(conf.node_count)
                 with azure_errors(f"upload the job's files to share {conf.share}", key.reveal(), STORAGE_AUTH_HINT):
                     share.ensure_share()
@@ -186,8 +210,26 @@ class BatchAILauncher(Launcher):
             stderr_tail_lines=conf.stderr_tail_lines,
             scale_down=conf.scale_down,
             storage_kwargs=storage_kwargs,
+            task="evaluate" if staged.scoring is not None else "train",
         )
         return BatchAIJob(follower, credential)
+
+
+def _warn_if_requeue_cannot_resume(cfg, conf) -> None:
+    """A requeued training job (preempted low-priority node) restarts in the same run dir
+    on the share; only trainer.resume=auto both starts fresh and resumes."""
+    trainer = cfg.get("trainer")
+    task = cfg.get("task")
+    if task is not None and task.get("name") == "evaluate":
+        return
+    resume = str(trainer.get("resume", "auto")).lower() if trainer is not None else "auto"
+    if str(getattr(conf.vm_priority, "value", conf.vm_priority)) == "lowpriority" and resume != "auto":
+        log.warning(
+            "trainer.resume=%s on low-priority VMs: a job requeued after preemption restarts in the same run dir "
+            "and will %s; use trainer.resume=auto",
+            resume,
+            "refuse to touch its checkpoints" if resume == "false" else "fail on its first start (nothing to resume)",
+        )
 
 
 def _group_choices() -> Dict[str, Optional[str]]:

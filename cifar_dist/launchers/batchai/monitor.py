@@ -46,6 +46,7 @@ class JobFollower:
     stderr_tail_lines: int
     scale_down: bool
     storage_kwargs: Dict[str, Any] = field(default_factory=dict)
+    task: str = "train"  # evaluate: the result is evaluation.json, not metrics.json
     _streams: Dict[str, _Stream] = field(default_factory=dict)
 
     @property
@@ -133,7 +134,13 @@ class JobFollower:
     def _finish(self, job) -> LaunchResult:
         fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
         log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
-        metrics = _read_metrics(self.output_dir / "metrics.json")
+        if self.task == "evaluate":
+            metrics = _read_metrics(self.output_dir / "evaluation.json")
+            if metrics is not None:
+                # As the evaluate task returns them: the app reports test accuracy.
+                metrics["test"] = {"loss": metrics.get("loss"), "accuracy": metrics.get("accuracy")}
+        else:
+            metrics = _read_metrics(self.output_dir / "metrics.json")
         self._maybe_scale_down()
         if str(job.execution_state) == "succeeded":
             return LaunchResult(exit_code=0, metrics=metrics, message=f"job {self.name} succeeded")
