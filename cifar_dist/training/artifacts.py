@@ -23,6 +23,49 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def remove_partials(*directories: Path) -> List[Path]:
+    """Delete the temp files an atomic write left behind when its process was killed.
+
+    Every writer here (checkpoints, the saved model, metrics.json, the plot)
+    writes ``.<name>.<random>.partial``/``.png`` beside its target and renames
+    it; a kill -9 in between leaves the temp file, never a half-written target.
+    Called by rank 0 before it writes anything, so no live writer owns them.
+    """
+    removed = []
+    for directory in directories:
+        if not Path(directory).is_dir():
+            continue
+        for p in Path(directory).iterdir():
+            if p.name.startswith(".") and (p.name.endswith(".partial") or p.name.endswith(".png")) and p.is_file():
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+def trim_csv_log(path: Path, epochs_done: int) -> None:
+    """Keep the rows of Keras' CSVLogger (0-based ``epoch``) for the first ``epochs_done`` epochs only.
+
+    A run killed after logging an epoch but before checkpointing it redoes
+    that epoch on resume; without this its row would appear twice.
+    """
+    import csv
+    import io
+
+    if not path.is_file():
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "epoch" not in rows[0]:
+        return
+    col = rows[0].index("epoch")
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) > col and r[col].isdigit() and int(r[col]) < epochs_done]
+    if len(kept) == len(rows):
+        return
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(kept)
+    atomic_write_text(path, out.getvalue())
+
+
 def write_json(path: Path, data: Dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 

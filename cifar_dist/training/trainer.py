@@ -108,6 +108,10 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
 
     decision = (0, None)
     if world.is_chief:
+        from cifar_dist.training.artifacts import remove_partials
+
+        # Temp files of writes a kill -9 interrupted (never under a real name).
+        remove_partials(checkpoint_dir.parent, checkpoint_dir, checkpoint_dir.parent / "saved_models")
         existing = checkpoints.list_checkpoints(checkpoint_dir)
         if mode == "false" and existing:
             decision = (
@@ -193,7 +197,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.data import load_dataset
     from cifar_dist.data.pipeline import eval_stream, train_stream
     from cifar_dist.training import checkpoints
-    from cifar_dist.training.artifacts import plot_learning_curves, read_json, write_json
+    from cifar_dist.training.artifacts import plot_learning_curves, read_json, trim_csv_log, write_json
     from cifar_dist.training.callbacks import (
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
 
@@ -247,6 +251,10 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     metrics: Dict[str, Any] = {}
     if world.is_chief and initial_epoch and metrics_path.exists():
         metrics = read_json(metrics_path)
+        # Epochs logged after the restored checkpoint are redone: drop their records.
+        metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
+    if world.is_chief and initial_epoch:
+        trim_csv_log(output_dir / "training_log.csv", initial_epoch)
     previous_wall = float(metrics.get("wall_time_s", 0.0)) if initial_epoch else 0.0
     metrics.update(
         {
@@ -312,14 +320,16 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         callbacks.append(tf.keras.callbacks.CSVLogger(str(output_dir / "training_log.csv"), append=bool(initial_epoch)))
         if t.tensorboard:
             callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard"), profile_batch=0))
-        callbacks.append(AtomicCheckpoint(checkpoint_dir, t.keep_checkpoints))
         run_start = time.time()
+        # Records first, checkpoint last: a kill between the two makes the
+        # re-run redo (and re-record) that epoch instead of losing its record.
         callbacks.append(
             MetricsRecorder(
                 metrics_path, metrics,
                 on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
             )
         )
+        callbacks.append(AtomicCheckpoint(checkpoint_dir, t.keep_checkpoints))
 
     if initial_epoch < epochs:
         model.fit(
