@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
 
@@ -54,8 +54,8 @@ class MpirunLauncher(MultiRankLauncher):
             return ["--bind-to", "none", "--map-by", "slot"]
         return ["--map-by", f"slot:PE={per_rank}", "--bind-to", "core"]
 
-    def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
-        argv = [self.mpirun, "-np", str(self.np)]
+    def _placement_args(self) -> List[str]:
+        argv = []
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if self.hostfile:
@@ -67,6 +67,25 @@ class MpirunLauncher(MultiRankLauncher):
             argv.append("--oversubscribe")
         if self.rsh_agent:
             argv += ["--mca", "plm_rsh_agent", self.rsh_agent]
-        for name in forwarded:
-            argv += ["-x", name]
+        return argv
+
+    @staticmethod
+    def _export_args(forwarded: List[str]) -> List[str]:
+        return [arg for name in forwarded for arg in ("-x", name)]
+
+    def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
+        argv = [self.mpirun, "-np", str(self.np), *self._placement_args(), *self._export_args(forwarded)]
         return argv + self.extra_args + rank_command
+
+    def mpmd_command(self, contexts: List[Tuple[int, List[str]]], forwarded: List[str]) -> List[str]:
+        """One mpirun, several programs (OpenMPI's MPMD form ``A : B``), one MPI_COMM_WORLD.
+
+        ``contexts`` are (ranks, command) in world-rank order. Placement and
+        binding are global options; ``-x`` applies per program in OpenMPI, so
+        it is repeated for each. ``--enable-recovery`` keeps mpirun from
+        aborting every program when one rank dies (concurrent sweeps).
+        """
+        argv = [self.mpirun, "--enable-recovery", *self._placement_args(), *self.extra_args]
+        for i, (ranks, command) in enumerate(contexts):
+            argv += ([":"] if i else []) + ["-np", str(ranks), *self._export_args(forwarded), *command]
+        return argv
