@@ -129,3 +129,21 @@ def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(fak
     submit = [i for i, line in enumerate(lines) if "az batchai job create" in line]
     assert len(create) == 1 and f"--config-file {run_dir / 'cluster.json'}" in lines[create[0]]
     assert create[0] < submit[0]
+
+
+@pytest.mark.parametrize("resume, warned", [("auto", None), ("false", "refuse to touch its checkpoints"), ("true", "fail on its first start")])
+def test_low_priority_vms_warn_when_a_requeued_job_could_not_resume(caplog, resume, warned):
+    from omegaconf import OmegaConf
+
+    from cifar_dist.launchers.batchai.launcher import _warn_if_requeue_cannot_resume
+
+    cfg = OmegaConf.create({"task": {"name": "train"}, "trainer": {"resume": resume}})
+    with caplog.at_level("WARNING"):
+        _warn_if_requeue_cannot_resume(cfg, conf_from_kwargs({"vm_priority": "lowpriority"}))
+        _warn_if_requeue_cannot_resume(cfg, conf_from_kwargs({"vm_priority": "dedicated"}))
+    messages = [r.getMessage() for r in caplog.records]
+    if warned is None:
+        assert messages == []
+    else:
+        (message,) = messages
+        assert warned in message and "use trainer.resume=auto" in message

@@ -11,18 +11,29 @@ was not uploaded. A scoring job (``task: evaluate`` in the uploaded config)
 looks for its model where the node would (``evaluate.model`` resolved through
 the job's mounts) and fails as the node would when it is not on the share,
 else writes evaluation.json, predictions.csv and confusion_matrix.png.
+
+``node_root`` (see nodes.py) runs the job's entry script for real instead;
+``preemptions = n`` requeues every job n times after it has started (a clock
+job once it has written all its stdout and been polled twice since, a real one
+once it has written a checkpoint), reporting why in executionInfo.errors as the
+service reported errors (the code and message are the fake's own: the launcher
+prints whatever the service sends). A requeued job starts again only after a
+client has seen it queued, so slow polling cannot miss the requeue.
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .files import FileStore
+from .nodes import Mirror, NodeRun
 
 API_VERSION = "2018-05-01"
 MOUNT_ROOT = "$AZ_BATCHAI_JOB_MOUNT_ROOT/"
@@ -52,6 +63,13 @@ class FakeJob:
     finished_at: Optional[float] = None
     terminated: bool = False
     scored: Optional[Dict[str, Any]] = None  # a scoring job: what it read from the share
+    attempt: int = 0  # runs started (a requeued job runs again)
+    preempted: int = 0
+    start_time: Optional[str] = None  # executionInfo.startTime of the current run
+    node: Optional[NodeRun] = None  # the real process of the current run (node_root mode)
+    runs: List[NodeRun] = field(default_factory=list)
+    synced_at: float = 0.0  # last copy of the node's files into the share
+    polls: int = 0  # GETs of the job since its state (or stdout) last changed
 
     @property
     def props(self) -> Dict[str, Any]:
@@ -80,6 +98,17 @@ class BatchAIState:
         # submitting the next is caught however slow the machine is.
         self.finish_after_jobs = 0
         self.hold_limit_s = 20.0
+        # Preempt (kill and requeue) every job this many times after it has started.
+        self.preemptions = 0
+        # Run the entry script for real, below this directory (see nodes.py).
+        self.node_root: Optional[Path] = None
+        self._mirror: Optional[Mirror] = None
+
+    def stop(self) -> None:
+        """Leave no node process behind."""
+        for job in self.jobs.values():
+            if job.node is not None:
+                job.node.kill()
 
     # --- the clock -------------------------------------------------------------------
 
@@ -89,18 +118,33 @@ class BatchAIState:
             if job.state in ("succeeded", "failed"):
                 continue
             age = now - job.created
-            if job.state == "queued" and age >= job.queued_s:
-                job.state, job.started_at = "running", now
+            # A requeued job stays queued until a client has seen it queued (however slowly it polls).
+            if job.state == "queued" and age >= job.queued_s and (job.preempted == 0 or job.polls >= 1):
+                job.state, job.started_at, job.polls = "running", now, 0
+                job.attempt += 1
+                job.start_time = datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
                 missing = self._missing_inputs(job)
                 if missing:
                     self._fail(job, 127, [f"python: can't open file '{m}': [Errno 2] No such file or directory" for m in missing])
                     continue
+                if self.node_root is not None:
+                    self._start_node(job)
+            if job.state == "running" and job.node is not None:
+                self._follow_node(job, now)
+                continue
             if job.state == "running":
                 share, out = self._stdouterr(job)
                 due = min(STDOUT_LINES, int((now - job.started_at) / job.running_s * STDOUT_LINES) + 1)
                 while job.lines_written < due:
                     job.lines_written += 1
+                    job.polls = 0
                     self.files.append(share, f"{out}/stdout.txt", f"Epoch {job.lines_written}/{STDOUT_LINES} - loss: 1.{9 - job.lines_written}\n".encode())
+                if job.preempted < self.preemptions:
+                    # Preempted at the end of the run, once a client has polled twice since the last
+                    # stdout line (so a follower has seen it running and read all of its output).
+                    if job.lines_written == STDOUT_LINES and job.polls >= 2:
+                        self._requeue(job, now)
+                    continue
                 held = len(self.jobs) < self.finish_after_jobs and now - self._first_created() < self.hold_limit_s
                 if now - job.started_at >= job.running_s and not held:
                     if job.env("FAKE_OUTCOME") == "fail":
@@ -110,6 +154,62 @@ class BatchAIState:
                     else:
                         self._write_outputs(job)
                         job.state, job.exit_code, job.finished_at = "succeeded", 0, now
+
+    # --- preemption and real node runs ----------------------------------------------------
+
+    def _requeue(self, job: FakeJob, now: float) -> None:
+        """Batch AI's answer to a preempted low-priority node: the job goes back to the queue."""
+        job.preempted += 1
+        job.state, job.created, job.started_at, job.lines_written, job.node, job.polls = "queued", now, None, 0, None, 0
+        job.errors = [{
+            "code": "NodePreempted",
+            "message": "The low-priority node running the job was preempted; the job was requeued",
+            "details": [{"name": "nodeId", "value": f"tvm-fake_{job.attempt}"}, {"name": "attempt", "value": str(job.attempt)}],
+        }]
+        if self.node_root is None:
+            share, out = self._stdouterr(job)
+            self.files.write(share, f"{out}/stdout.txt", b"")  # the next run writes it afresh
+
+    def _mounts(self, job: FakeJob) -> List[Tuple[str, str]]:
+        return [(m["azureFileUrl"].rstrip("/").rsplit("/", 1)[1], m["relativeMountPath"]) for m in self.props_shares(job)]
+
+    def _disk(self, job: FakeJob, share: str, path: str) -> Path:
+        mount = next(m for s, m in self._mounts(job) if s == share)
+        return self.node_root / mount / path
+
+    def _start_node(self, job: FakeJob) -> None:
+        hvd = job.props["horovodSettings"]
+        assert hvd["processCount"] == 1, "the fake runs one process per job: set launcher.node_count=1"
+        if self._mirror is None:
+            self._mirror = Mirror(self.files, self.node_root)
+        for share, mount in self._mounts(job):
+            self._mirror.export(share, mount)
+        run_share, run = self.run_dir(job)
+        out_share, out = self._stdouterr(job)
+        job.node = NodeRun(
+            self.node_root, hvd["pythonScriptFilePath"], hvd["commandLineArgs"],
+            {e["name"]: e["value"] for e in job.props.get("environmentVariables", [])},
+            self._disk(job, out_share, out), self._disk(job, run_share, run),
+            preempt=job.preempted < self.preemptions,
+        )
+        job.runs.append(job.node)
+
+    def _follow_node(self, job: FakeJob, now: float) -> None:
+        code = job.node.exit_code()
+        if code is None and now - job.synced_at < 0.2:
+            return
+        for share, mount in self._mounts(job):
+            self._mirror.import_changes(share, mount)
+        job.synced_at = now
+        if code is None:
+            return
+        if job.node.preempted:
+            self._requeue(job, now)
+        elif code == 0:
+            job.state, job.exit_code, job.finished_at, job.errors = "succeeded", 0, now, []
+        else:
+            job.state, job.exit_code, job.finished_at = "failed", code, now
+            job.errors = [{"code": "JobFailed", "message": f"The job exited with exit code {code}"}]
 
     def _first_created(self) -> float:
         return min(j.created for j in self.jobs.values())
@@ -324,9 +424,12 @@ class BatchAIState:
         if job is None:
             return 404, {}, _err("ResourceNotFound", f"job {key[2]} not found")
         if action is None and method == "GET":
+            job.polls += 1
             return 200, {}, self._job_json(job)
         if action == "terminate" and method == "POST":
             if job.state not in ("succeeded", "failed"):
+                if job.node is not None:
+                    job.node.kill()
                 job.terminated = True
                 job.state, job.finished_at = "failed", time.monotonic()
                 job.errors = [{"code": "JobTerminated", "message": "The job was terminated by the user"}]
@@ -356,9 +459,11 @@ class BatchAIState:
         props["executionState"] = job.state
         props["provisioningState"] = "succeeded"
         props["jobOutputDirectoryPathSegment"] = self._stdouterr(job)[1].rsplit("/stdouterr", 1)[0]
-        info: Dict[str, Any] = {"startTime": "2018-06-01T00:00:00Z"} if job.started_at else {}
+        info: Dict[str, Any] = {"startTime": job.start_time} if job.started_at else {}
         if job.state in ("succeeded", "failed"):
             info.update({"endTime": "2018-06-01T00:10:00Z", "exitCode": job.exit_code, "errors": job.errors})
+        elif job.errors:  # requeued: why
+            info["errors"] = job.errors
         if info:
             props["executionInfo"] = info
         return {"id": job.path, "name": job.name, "type": "Microsoft.BatchAI/workspaces/experiments/jobs", "properties": props}

@@ -86,6 +86,8 @@ class FakeAzure:
         return self
 
     def stop(self) -> None:
+        with self.lock:
+            self.batchai.stop()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -30,6 +30,17 @@ class _Stream:
     url: Optional[str] = None
     offset: int = 0
     pending: bytes = b""
+    restarted: bool = False  # the job was requeued: the file may start over
+
+
+def errors_text(info) -> str:
+    """A job's executionInfo.errors as one line: 'code: message (name=value, ...)'."""
+    out = []
+    for error in getattr(info, "errors", None) or []:
+        text = f"{error.code}: {error.message}"
+        details = ", ".join(f"{d.name}={d.value}" for d in (getattr(error, "details", None) or []))
+        out.append(text + (f" ({details})" if details else ""))
+    return "; ".join(out)
 
 
 @dataclass
@@ -47,7 +58,9 @@ class JobFollower:
     scale_down: bool
     storage_kwargs: Dict[str, Any] = field(default_factory=dict)
     task: str = "train"  # evaluate: the result is evaluation.json, not metrics.json
+    requeues: int = 0  # times the service put the job back in the queue after it had started
     _streams: Dict[str, _Stream] = field(default_factory=dict)
+    _started_at: Any = None  # executionInfo.startTime of the current run
 
     @property
     def name(self) -> str:
@@ -75,6 +88,8 @@ class JobFollower:
             if job is None:
                 raise LaunchError(f"job {self.name} disappeared (deleted?); re-run to submit it again")
             state = str(job.execution_state)
+            if self._restarted(last_state, state, job):
+                self._report_requeue(job, state)
             cluster = self.service.get_cluster()
             nodes = _node_counts(cluster)
             if (state, nodes) != (last_state, last_nodes):
@@ -86,6 +101,35 @@ class JobFollower:
                 self._pump_streams()
                 return job
             time.sleep(self.poll_interval_s)
+
+    def _restarted(self, last_state: Optional[str], state: str, job) -> bool:
+        """Whether the job went back to the queue after it had started (Batch AI requeues a job
+        whose node was preempted or failed): seen as running -> queued, or, when a poll missed
+        the queued spell, as a new executionInfo.startTime."""
+        start = getattr(job.execution_info, "start_time", None)
+        previous, self._started_at = self._started_at, start if state == "running" else self._started_at
+        if last_state == "running" and state == "queued":
+            self._started_at = None
+            return True
+        return state == "running" and previous is not None and start is not None and start != previous
+
+    def _report_requeue(self, job, state: str) -> None:
+        self.requeues += 1
+        why = errors_text(job.execution_info) or "the service gave no reason (a preempted low-priority or failed node)"
+        then = (
+            "and resumes from its last checkpoint on the share (trainer.resume=auto)"
+            if self.task == "train"
+            else "and starts scoring again"
+        )
+        log.warning(
+            "job %s was requeued by Batch AI (%s, requeue %d): %s; it runs again on another node %s",
+            self.name, "now " + state, self.requeues, why, then,
+        )
+        for name, stream in self._streams.items():
+            stream.url = None  # list the files again: the new run may have new ones
+            stream.restarted = True
+            if stream.pending:  # the killed run's unfinished last line
+                self._echo(name, stream, b"\n")
 
     def _pump_streams(self) -> None:
         """Read what is new in stdout.txt/stderr.txt (ranged reads from the SAS downloadUrl)."""
@@ -99,7 +143,14 @@ class JobFollower:
                         # Following the job again (after a detach): carry on after what is saved.
                         local = self.output_dir / LOCAL_SUBDIR / name
                         self._streams[name] = _Stream(offset=local.stat().st_size if local.is_file() else 0)
-                    self._streams[name].url = files[name].download_url
+                    stream = self._streams[name]
+                    stream.url = files[name].download_url
+                    size = getattr(files[name], "content_length", None)
+                    if stream.restarted and size is not None and size < stream.offset:
+                        # The new run writes the file afresh (a longer one is taken as appended to).
+                        stream.offset = 0
+                        self._save(name, f"--- {self.name} restarted after requeue {self.requeues} ---\n".encode())
+                    stream.restarted = False
         for name in STREAMED:
             stream = self._streams.get(name)
             if stream is None or not stream.url:
@@ -142,13 +193,15 @@ class JobFollower:
         else:
             metrics = _read_metrics(self.output_dir / "metrics.json")
         self._maybe_scale_down()
+        requeued = f" after {self.requeues} requeue(s)" if self.requeues else ""
         if str(job.execution_state) == "succeeded":
-            return LaunchResult(exit_code=0, metrics=metrics, message=f"job {self.name} succeeded")
+            log.info("Batch AI job %s succeeded%s", self.name, requeued)
+            return LaunchResult(exit_code=0, metrics=metrics, message=f"job {self.name} succeeded{requeued}")
         info = job.execution_info
         exit_code = info.exit_code if info is not None and info.exit_code else 1
-        errors = "; ".join(f"{e.code}: {e.message}" for e in (info.errors or [])) if info is not None else ""
+        errors = errors_text(info)
         self._print_stderr_tail()
-        reason = f"Batch AI job {self.name} failed with exit code {exit_code}"
+        reason = f"Batch AI job {self.name} failed{requeued} with exit code {exit_code}"
         if errors:
             reason += f" ({errors})"
         return LaunchResult(
