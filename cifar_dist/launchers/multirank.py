@@ -77,6 +77,9 @@ class MultiRankConf:
     rank_failure_grace_s: float = 15.0
     kill_grace_s: float = 10.0  # after asking the runner to stop: SIGKILL the tree
     host_check_timeout_s: float = 10.0  # pre-flight "does every host answer"
+    # Sweeps: run this many points at once, np ranks each, inside one mpirun
+    # whose world is split into groups (launchers/concurrent.py); 1: one after another.
+    concurrent: int = 1
 
 
 class RunningJob(PendingJob):
@@ -133,8 +136,9 @@ class MultiRankLauncher(Launcher):
                  bind_to: str = "auto", oversubscribe: bool = False, env: Optional[Dict[str, str]] = None,
                  forward_env: Sequence[str] = (), extra_args: Sequence[str] = (), python: Optional[str] = None,
                  dry_run: bool = False, stall_shutdown_s: int = 120, rank_failure_grace_s: float = 15.0,
-                 kill_grace_s: float = 10.0, host_check_timeout_s: float = 10.0):
+                 kill_grace_s: float = 10.0, host_check_timeout_s: float = 10.0, concurrent: int = 1):
         self.np = int(np)
+        self.concurrent = int(concurrent)
         self.hosts_config = list(hosts or [])
         self.hostfile = hostfile
         self.bind_to = bind_to
@@ -197,8 +201,12 @@ class MultiRankLauncher(Launcher):
             return 0
         return max(1, cores // max(1, min(local_ranks, self.np)))
 
-    def rank_command(self, job: JobSpec) -> List[str]:
+    def rank_command(self, job: JobSpec, group: Optional[int] = None, group_size: int = 0) -> List[str]:
+        """The per-rank wrapper around the job; in a concurrent sweep, ``group`` is its
+        MPI group (of ``group_size`` ranks) inside the one mpirun."""
         wrapper = [self.python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+        if group is not None:
+            wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.np)]
         if self.cores_per_rank() and not self.binds_itself():
             wrapper.append("--bind-cores")
         for override in NONCHIEF_OVERRIDES:
@@ -246,6 +254,10 @@ class MultiRankLauncher(Launcher):
         return RunningJob(self, job, self.command(job, env), env)
 
     def launch(self, job: JobSpec) -> LaunchResult:
+        if self.concurrent != 1 and job.multirun:
+            from cifar_dist.launchers.concurrent import enqueue
+
+            return enqueue(self, job)  # run later, k points per mpirun (drain_pending)
         if self.dry_run:
             check_slots(self.np, self.hosts, self.oversubscribe)
             argv = self.command(job)

@@ -12,7 +12,13 @@ runs CMD as a child and
 * optionally binds the rank to its share of the cores (``--bind-cores``: what
   ``mpirun --bind-to core`` does, for runners that cannot bind, e.g. Gloo);
 * appends ``--nonchief-arg`` arguments on ranks other than 0 (the launchers use
-  this to keep those ranks from opening the run's shared Hydra log file).
+  this to keep those ranks from opening the run's shared Hydra log file);
+* with ``--mpi-group G --group-size N`` (a concurrent sweep: one mpirun, one
+  sweep point per group of N ranks) numbers the rank within its group, tells
+  the child its group (``CIFAR_DIST_MPI_GROUP``, read by
+  training/mpi_groups.py) and always exits 0, so that one point's failure
+  does not make mpirun abort the other points (how it ended is in the exit
+  record). Only group 0's rank 0 streams to the console.
 
 The child dies with the wrapper (PR_SET_PDEATHSIG), and SIGTERM/SIGINT/SIGHUP
 are passed on, so a runtime that kills the wrapper never leaves a rank behind.
@@ -37,6 +43,10 @@ LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "MPI_LOCA
 LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+# Names shared with cifar_dist.training.mpi_groups (not imported: stdlib only here).
+GROUP_ENV = "CIFAR_DIST_MPI_GROUP"
+MARKER_ENV = "CIFAR_DIST_MPI_MARKER"
+MARKER_STATES = ("joined", "left")
 
 
 def log_path(log_dir: Path, rank: int) -> Path:
@@ -45,6 +55,11 @@ def log_path(log_dir: Path, rank: int) -> Path:
 
 def exit_record_path(log_dir: Path, rank: int) -> Path:
     return Path(log_dir) / f"rank.{rank}.exit.json"
+
+
+def marker_prefix(log_dir: Path, rank: int) -> Path:
+    """``<prefix>.joined`` / ``<prefix>.left``: how far a rank of a concurrent sweep got."""
+    return Path(log_dir) / f"rank.{rank}"
 
 
 def env_int(names: Sequence[str], default: Optional[int] = None) -> Optional[int]:
@@ -86,8 +101,16 @@ def _pump(fd: int, sinks: Sequence) -> None:
                 pass
 
 
-def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_args: Sequence[str] = ()) -> int:
+def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_args: Sequence[str] = (),
+        mpi_group: Optional[int] = None, group_size: int = 1) -> int:
     rank = env_int(RANK_VARS, 0)
+    child_env = None
+    if mpi_group is not None:
+        rank -= mpi_group * group_size  # MPMD: group G holds world ranks G*N .. G*N+N-1
+        prefix = marker_prefix(log_dir, rank)
+        for state in MARKER_STATES:
+            Path(f"{prefix}.{state}").unlink(missing_ok=True)
+        child_env = {**os.environ, GROUP_ENV: str(mpi_group), MARKER_ENV: str(prefix)}
     local_rank = env_int(LOCAL_RANK_VARS, 0)
     local_size = env_int(LOCAL_SIZE_VARS, 1)
     if bind_cores and hasattr(os, "sched_setaffinity"):
@@ -108,9 +131,10 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     )
     log.flush()
 
-    chief = rank == 0
+    chief = rank == 0 and not mpi_group  # streams to the console
     child = subprocess.Popen(
         command,
+        env=child_env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if chief else log,
         stderr=subprocess.STDOUT,
@@ -134,10 +158,12 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
         ended.update(exit_code=128 - returncode, signal=-returncode, signal_name=signal.Signals(-returncode).name)
     else:
         ended.update(exit_code=returncode, signal=None, signal_name=None)
+    if mpi_group is not None:
+        ended["group"] = mpi_group
     tmp = record.with_suffix(".tmp")
     tmp.write_text(json.dumps(ended))
     os.replace(tmp, record)
-    return ended["exit_code"]
+    return 0 if mpi_group is not None else ended["exit_code"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -145,12 +171,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--log-dir", required=True, type=Path)
     parser.add_argument("--bind-cores", action="store_true")
     parser.add_argument("--nonchief-arg", action="append", default=[])
+    parser.add_argument("--mpi-group", type=int, default=None)
+    parser.add_argument("--group-size", type=int, default=1)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given after --")
-    return run(args.log_dir, command, args.bind_cores, args.nonchief_arg)
+    return run(args.log_dir, command, args.bind_cores, args.nonchief_arg, args.mpi_group, args.group_size)
 
 
 if __name__ == "__main__":

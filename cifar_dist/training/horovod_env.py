@@ -79,13 +79,24 @@ class World:
 
 
 def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
-    """hvd.init(), GPU pinning and thread pools; returns who we are."""
+    """hvd.init(), GPU pinning and thread pools; returns who we are.
+
+    Inside a concurrent sweep (``launcher.concurrent=k``, see
+    training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
+    whole mpirun: ``hvd.init(comm=<group communicator>)``.
+    """
     ensure_keras2()
     bind_horovod_to_tf_keras()
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
-    hvd.init()
+    from cifar_dist.training.mpi_groups import join_sweep_group
+
+    group = join_sweep_group()
+    if group is None:
+        hvd.init()
+    else:
+        hvd.init(comm=group.comm)
 
     # HOROVOD: one GPU per process, chosen by local rank; memory growth so that
     # co-located ranks do not each grab all memory of their GPU.
@@ -103,7 +114,9 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
         gpu_name = gpus[hvd.local_rank()].name
 
     # Must happen before TensorFlow runs its first op.
-    plan = plan_threads(hvd.local_size(), intra_op_threads, inter_op_threads)
+    # In a concurrent sweep the other groups' ranks on this host share its cores too.
+    host_ranks = group.host_ranks if group is not None else hvd.local_size()
+    plan = plan_threads(host_ranks, intra_op_threads, inter_op_threads)
     tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
     tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
 
