@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from cifar_dist.config import register_configs
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
+from cifar_dist.preflight import check_run_dir
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def fail(message: str, code: int) -> None:
 def main(cfg: DictConfig) -> Optional[float]:
     job = JobSpec.from_hydra(cfg)
     try:
+        check_run_dir(job.output_dir)
         validate(cfg)
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:

@@ -1,11 +1,30 @@
 """Files the trainer leaves in the run dir besides checkpoints: metrics.json and the plot."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
+
+from cifar_dist.errors import CifarDistError
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class DiskFullError(CifarDistError, OSError):
+    """No space (or quota) left while saving; the files written before are intact."""
+
+
+def disk_full(exc: BaseException, path: Path) -> "DiskFullError | None":
+    """A one-line DiskFullError for ``exc`` when it is ENOSPC/EDQUOT (h5py's OSErrors carry the errno too)."""
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+        return DiskFullError(
+            f"no space left on the device writing {path} (files saved before are intact); free space "
+            "(or lower trainer.keep_checkpoints), then re-run with the same hydra.run.dir to resume"
+        )
+    return None
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -18,8 +37,11 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        full = disk_full(exc, path)
+        if full:
+            raise full from None
         raise
 
 

@@ -66,8 +66,13 @@ def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        from cifar_dist.training.artifacts import disk_full
+
+        full = disk_full(exc, path)
+        if full:
+            raise full from None  # one line from the app, not h5py's traceback
         raise
 
 
