@@ -64,6 +64,9 @@ def test_mpirun_local_command_rebuilds_the_job_in_the_same_run_dir(make_job, mon
     forwarded = [runner[i + 1] for i, a in enumerate(runner) if a == "-x"]
     assert {"TF_USE_LEGACY_KERAS", "CIFAR_DIST_CHILD", "PYTHONUNBUFFERED", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"} <= set(forwarded)
     assert all("=" not in name for name in forwarded), "values must not appear on the command line"
+    i = runner.index("mpi_yield_when_idle")
+    assert runner[i - 1:i + 2] == ["--mca", "mpi_yield_when_idle", "1"]
+    assert launcher.environment()["HOROVOD_CYCLE_TIME"] == "5" and "HOROVOD_CYCLE_TIME" in forwarded
 
     assert wrapper[0] == sys.executable and wrapper[wrapper.index("--log-dir") + 1] == f"{AWKWARD_DIR}/logs"
     assert "--bind-cores" not in wrapper  # mpirun binds
@@ -117,6 +120,9 @@ def test_mpirun_hosts_root_extra_args_env_and_rsh_agent(make_job, monkeypatch):
     assert {"PYTHONPATH", "NCCL_DEBUG", "MY_TOKEN_NAME"} <= set(forwarded)
     assert runner[-3:] == ["--mca", "btl_tcp_if_include", "eth0"]  # extra args last, before the ranks' command
     assert launcher.environment()["NCCL_DEBUG"] == "INFO"
+    job, launcher = make_job("launcher=mpirun", "launcher.yield_when_idle=false", "launcher.cycle_time_ms=0")
+    runner, _, _ = split_command(launcher.command(job))
+    assert "mpi_yield_when_idle" not in runner and "HOROVOD_CYCLE_TIME" not in launcher.environment()
 
 
 def test_mpirun_hostfile_and_oversubscribe(make_job, tmp_path):

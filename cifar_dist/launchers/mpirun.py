@@ -24,14 +24,20 @@ class MpirunLauncherConf(MultiRankConf):
     # Replaces ssh for starting OpenMPI's daemons on other hosts
     # (--mca plm_rsh_agent), e.g. "ssh -p 2222" or a script.
     rsh_agent: Optional[str] = None
+    # --mca mpi_yield_when_idle 1: a rank waiting in MPI yields its core
+    # instead of busy-polling it, which matters when each rank has one core
+    # and the Horovod thread shares it with TensorFlow (docs/scaling.md).
+    yield_when_idle: bool = True
 
 
 class MpirunLauncher(MultiRankLauncher):
     runner_name = "mpirun"
 
-    def __init__(self, mpirun: str = "mpirun", rsh_agent: Optional[str] = None, **common):
+    def __init__(self, mpirun: str = "mpirun", rsh_agent: Optional[str] = None, yield_when_idle: bool = True,
+                 **common):
         self.mpirun = mpirun
         self.rsh_agent = rsh_agent
+        self.yield_when_idle = bool(yield_when_idle)
         super().__init__(**common)
 
     def runner_executable(self) -> str:
@@ -67,6 +73,8 @@ class MpirunLauncher(MultiRankLauncher):
             argv.append("--oversubscribe")
         if self.rsh_agent:
             argv += ["--mca", "plm_rsh_agent", self.rsh_agent]
+        if self.yield_when_idle:
+            argv += ["--mca", "mpi_yield_when_idle", "1"]
         return argv
 
     @staticmethod

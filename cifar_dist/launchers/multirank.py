@@ -72,6 +72,11 @@ class MultiRankConf:
     # Horovod's stall check: a rank missing from a collective this long ends
     # the job (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 keeps Horovod's default.
     stall_shutdown_s: int = 120
+    # How often Horovod's background thread coordinates the ranks
+    # (HOROVOD_CYCLE_TIME, ms); 0 keeps Horovod's default. Each cycle is a
+    # small collective; with one core per rank, fewer cycles leave more of
+    # the core to TensorFlow (docs/scaling.md).
+    cycle_time_ms: float = 5.0
     # After a rank has failed, stop the job ourselves if the runner has not
     # within this many seconds.
     rank_failure_grace_s: float = 15.0
@@ -135,7 +140,8 @@ class MultiRankLauncher(Launcher):
     def __init__(self, np: int = 2, hosts: Sequence[str] = (), hostfile: Optional[str] = None,
                  bind_to: str = "auto", oversubscribe: bool = False, env: Optional[Dict[str, str]] = None,
                  forward_env: Sequence[str] = (), extra_args: Sequence[str] = (), python: Optional[str] = None,
-                 dry_run: bool = False, stall_shutdown_s: int = 120, rank_failure_grace_s: float = 15.0,
+                 dry_run: bool = False, stall_shutdown_s: int = 120, cycle_time_ms: float = 5.0,
+                 rank_failure_grace_s: float = 15.0,
                  kill_grace_s: float = 10.0, host_check_timeout_s: float = 10.0, concurrent: int = 1):
         self.np = int(np)
         self.concurrent = int(concurrent)
@@ -149,6 +155,7 @@ class MultiRankLauncher(Launcher):
         self.python = python or sys.executable
         self.dry_run = bool(dry_run)
         self.stall_shutdown_s = int(stall_shutdown_s)
+        self.cycle_time_ms = float(cycle_time_ms)
         self.rank_failure_grace_s = float(rank_failure_grace_s)
         self.kill_grace_s = float(kill_grace_s)
         self.host_check_timeout_s = float(host_check_timeout_s)
@@ -219,6 +226,8 @@ class MultiRankLauncher(Launcher):
         if self.stall_shutdown_s > 0:
             env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, self.stall_shutdown_s // 2))
             env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(self.stall_shutdown_s)
+        if self.cycle_time_ms > 0:
+            env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
         env.update(self.env)
         return env
 
