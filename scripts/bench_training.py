@@ -149,6 +149,30 @@ def normalise(v: Variant, run_dir: Path, wall: float, proc: subprocess.Completed
     return out
 
 
+class _Finished:
+    """Stands in for a CompletedProcess when results are collected from run dirs afterwards."""
+
+    def __init__(self, ok: bool, error: str = ""):
+        self.returncode, self.stdout, self.stderr = (0 if ok else 1), "", error
+
+
+def collect(work: Path, table: Dict[str, Variant]) -> tuple:
+    """(results, pipelines) rebuilt from the run dirs of an earlier, possibly interrupted, benchmark."""
+    results = []
+    for run_dir in sorted(work.glob("*-rep*")):
+        name, rep = run_dir.name.rsplit("-rep", 1)
+        if name not in table:
+            continue
+        v = table[name]
+        path = run_dir / ("result.json" if v.kind == "script" else "metrics.json")
+        done = path.exists() and (v.kind == "script" or json.loads(path.read_text()).get("complete"))
+        stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
+        r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
+        results.append(dict(r, rep=int(rep), command=None))
+    pipelines = [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
+    return results, pipelines
+
+
 def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -> dict:
     run_dir = work / f"{v.name}-rep{rep}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -220,6 +244,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--test-images", type=int, default=0, help="use only the first N sample test images (0 = all)")
     p.add_argument("--out", default=str(REPO / "docs"), help="where the table, JSON and plots go (default docs/)")
     p.add_argument("--work", help="run dirs, kept (default outputs/bench/<timestamp>, git-ignored)")
+    p.add_argument("--collect", action="store_true",
+                   help="train nothing: rebuild the table and plots from the run dirs in --work (e.g. after an interruption)")
     a = p.parse_args(argv)
     if a.smoke:
         a.seed_epochs = a.seed_epochs or 2
@@ -262,6 +288,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         print(f"bench_training: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(table)}", file=sys.stderr)
         return 2
+    if a.collect:
+        results, pipelines = collect(work, table)
+        info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(work.stat().st_mtime)), "argv": sys.argv[1:],
+                "machine": machine(), "seed_epochs": a.seed_epochs, "epochs": a.epochs, "reps": a.reps,
+                "data": "sample", "collected_from": str(work)}
+        summary = summarise(results, pipelines, info)
+        log("\n" + summary["markdown"])
+        log("wrote " + ", ".join(str(p) for p in write_outputs(summary, out)))
+        return 0
     data = prepare_data(a.train_images, a.test_images, work)
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:], "machine": machine(),
             "seed_epochs": a.seed_epochs, "epochs": a.epochs, "reps": a.reps, "data": data}
