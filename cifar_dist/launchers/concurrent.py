@@ -106,7 +106,7 @@ class Batch:
         for job in self.jobs:
             (job.output_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         runner_log = self.jobs[0].output_dir / LOG_DIR / RUNNER_LOG
-        log.info("concurrent sweep: points %s as %d groups of %d ranks in one mpirun (output of all: %s): %s",
+        log.info("concurrent sweep: points %s in one mpirun, %d group(s) of %d rank(s) (its output: %s): %s",
                  self.points(), len(self.jobs), self.launcher.np, runner_log, shlex.join(argv))
         started = time.time()
         outcome = Supervisor(
