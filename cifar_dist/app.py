@@ -40,6 +40,10 @@ def fail(message: str, code: int) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     job = JobSpec.from_hydra(cfg)
+    if in_child_process():
+        from cifar_dist.launchers.heartbeat import start_from_env
+
+        start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
     try:
         check_run_dir(job.output_dir)
         validate(cfg)

@@ -111,6 +111,13 @@ def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> R
     return RankFailure(rank=None, how="failed before any rank reported")
 
 
+def stalled_rank_failure(log_dir: Path, rank: int, reason: str) -> RankFailure:
+    """The rank the heartbeat watch found frozen (the others only waited for it)."""
+    how = reason.split(" ", 2)[2] if reason.startswith(f"rank {rank} ") else "stopped responding"
+    path = log_path(log_dir, rank)
+    return RankFailure(rank=rank, how=how, log=path if path.exists() else None, log_tail=tail(path))
+
+
 def _from_record(log_dir: Path, record: dict) -> RankFailure:
     rank = int(record["rank"])
     return RankFailure(

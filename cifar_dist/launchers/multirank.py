@@ -70,7 +70,9 @@ class MultiRankConf:
     python: Optional[str] = None  # interpreter on the ranks (default: this one, same path on every host)
     dry_run: bool = False  # print the command and exit
     # Horovod's stall check: a rank missing from a collective this long ends
-    # the job (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); 0 keeps Horovod's default.
+    # the job (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); so does a rank whose
+    # heartbeat stops this long (frozen or SIGSTOPped: launchers/heartbeat.py).
+    # 0 keeps Horovod's default and turns the heartbeat watch off.
     stall_shutdown_s: int = 120
     # How often Horovod's background thread coordinates the ranks
     # (HOROVOD_CYCLE_TIME, ms); 0 keeps Horovod's default. Each cycle is a
@@ -98,7 +100,8 @@ class RunningJob(PendingJob):
         self.env = env
 
     def wait(self) -> LaunchResult:
-        from cifar_dist.launchers.failure import first_failure, read_exit_records
+        from cifar_dist.launchers.failure import first_failure, read_exit_records, stalled_rank_failure
+        from cifar_dist.launchers.heartbeat import HeartbeatWatch
         from cifar_dist.launchers.supervise import Supervisor
 
         launcher, job = self.launcher, self.job
@@ -106,11 +109,15 @@ class RunningJob(PendingJob):
         log_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
 
+        # A rank that is not running at all (SIGSTOP, frozen host) blocks
+        # Horovod's own stall check too: watch the ranks' heartbeats.
+        heartbeats = HeartbeatWatch(log_dir, launcher.np, launcher.stall_shutdown_s)
+
         def rank_failed_long_ago() -> str:
             for record in read_exit_records(log_dir, launcher.np, started):
                 if record.get("exit_code") and time.time() - record["time"] > launcher.rank_failure_grace_s:
                     return f"rank {record['rank']} failed {launcher.rank_failure_grace_s:g}s ago"
-            return ""
+            return heartbeats()
 
         log.info("launching %d ranks: %s", launcher.np, shlex.join(self.argv))
         outcome = Supervisor(
@@ -128,6 +135,8 @@ class RunningJob(PendingJob):
         if outcome.returncode == 0 and not outcome.stopped_reason:
             return LaunchResult(exit_code=0, metrics=_read_metrics(job.output_dir))
         failure = first_failure(log_dir, launcher.np, started, outcome.tail)
+        if heartbeats.stalled_rank is not None:
+            failure = stalled_rank_failure(log_dir, heartbeats.stalled_rank, outcome.stopped_reason)
         code = outcome.returncode if outcome.returncode and outcome.returncode > 0 else 1
         return LaunchResult(exit_code=code, message=failure.message(job.output_dir))
 

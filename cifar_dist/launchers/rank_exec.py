@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, heartbeat_path
+
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMIX_RANK", "PMI_RANK")
 LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "MPI_LOCALRANKID")
 LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS")
@@ -123,6 +125,11 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     log_dir.mkdir(parents=True, exist_ok=True)
     record = exit_record_path(log_dir, rank)
     record.unlink(missing_ok=True)
+    # The child touches this file while it runs; the launcher stops a job
+    # whose rank goes quiet (launchers/heartbeat.py).
+    alive = heartbeat_path(log_dir, rank)
+    alive.unlink(missing_ok=True)
+    child_env = {**(child_env or os.environ), HEARTBEAT_ENV: str(alive)}
     log = open(log_path(log_dir, rank), "ab")
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     log.write(
