@@ -75,11 +75,21 @@ def azure_errors(action: str, secret: Optional[str] = None, auth_hint: str = ARM
         ClientAuthenticationError,
         HttpResponseError,
         ServiceRequestError,
+        ServiceRequestTimeoutError,
         ServiceResponseError,
+        ServiceResponseTimeoutError,
     )
 
     try:
         yield
+    except (ServiceRequestTimeoutError, ServiceResponseTimeoutError) as exc:
+        # azure-core's RetryPolicy ran out of launcher.retry_timeout_s (the
+        # service kept answering 429/5xx, or not at all): not a network typo.
+        raise LaunchError(
+            redact(f"Azure did not let us {action} within launcher.retry_timeout_s of retries ({_first_line(str(exc))}); "
+                   "the service is throttled or unavailable: re-run later (the launch is idempotent) "
+                   "or raise launcher.retry_timeout_s", secret)
+        ) from None
     except ClientAuthenticationError as exc:
         detail = _first_line(getattr(exc, "message", None) or str(exc))
         raise LaunchError(
