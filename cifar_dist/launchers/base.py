@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,8 +152,14 @@ def in_child_process() -> bool:
 
 
 def quote_override_value(value: str) -> str:
-    """Quote a string for Hydra's override grammar (paths may hold '=', ',', spaces...)."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    """Quote a string for Hydra's override grammar (paths may hold '=', ',', spaces...).
+
+    In a quoted value Hydra reads a backslash literally unless it precedes a
+    quote or ends the string: only those runs are doubled (doubling every
+    backslash, as before, turned a run dir ``/a\\b`` into ``/a\\\\b`` on the ranks).
+    """
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
     return f"'{escaped}'"
 
 
