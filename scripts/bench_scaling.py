@@ -14,9 +14,14 @@ them alike; the ratio reported is the median of the per-round ratios.
 
 Variants of the N-rank run:
   bound  launcher=mpirun as shipped: --map-by slot:PE=cores/N --bind-to core,
-         TensorFlow threads sized automatically from the binding
+         TensorFlow threads sized automatically from the binding, MPI yields
+         the core while waiting, Horovod cycle 5 ms
+  busy   the same binding and threads, but OpenMPI busy-polls and Horovod
+         cycles every 1 ms (its defaults; the 0.78x case of issue 3)
   naive  mpirun without binding, every rank with TensorFlow's thread pools
          sized for the whole machine (the 0.43x case of issue 3)
+  --try NAME="overrides ..."  any other variant, e.g.
+         --try yield="launcher.extra_args=[--mca,mpi_yield_when_idle,1]"
 """
 from __future__ import annotations
 
@@ -37,7 +42,9 @@ COMMON = ["data=sample", "trainer.tensorboard=false", "trainer.plot=false", "tra
 
 VARIANTS = {
     "bound": [],
-    "naive": ["launcher.bind_to=none", "trainer.intra_op_threads={cores}", "trainer.inter_op_threads={cores}"],
+    "busy": ["launcher.yield_when_idle=false", "launcher.cycle_time_ms=0"],
+    "naive": ["launcher.bind_to=none", "launcher.yield_when_idle=false", "launcher.cycle_time_ms=0",
+              "trainer.intra_op_threads={cores}", "trainer.inter_op_threads={cores}"],
 }
 
 
@@ -60,9 +67,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="per-rank batch (the seed's 32)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: bound")
+    parser.add_argument("--try", dest="tries", action="append", default=[], metavar="NAME=OVERRIDES",
+                        help="an extra N-rank variant: a name, '=', then space-separated overrides")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args()
-    variants = args.variant or ["bound"]
+    variants = args.variant or ([] if args.tries else ["bound"])
+    for spec in args.tries:
+        name, _, overrides = spec.partition("=")
+        VARIANTS[name] = overrides.split()
+        variants.append(name)
     cores = len(os.sched_getaffinity(0))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("CIFAR_DIST_CHILD", None)
