@@ -229,6 +229,11 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         metrics=["accuracy"],
         jit_compile=bool(t.jit_compile),
     )
+    # HOROVOD: the broadcast callback matches variables across ranks by name,
+    # and legacy optimizers name their slots after the scope they are created
+    # in. Create them here, the same way on every rank, so that rank 0
+    # restoring a checkpoint and ranks starting fresh name them alike.
+    model.optimizer._create_all_weights(model.trainable_variables)
 
     checkpoint_dir = output_dir / "checkpoints"
     metrics_path = output_dir / "metrics.json"
