@@ -55,6 +55,17 @@ def read_point(job_dir: Path) -> Optional[Point]:
     overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
     point = Point(num=num, output_dir=job_dir, overrides=overrides, status="failed")
     try:
+        evaluation = json.loads((job_dir / "evaluation.json").read_text())
+    except (OSError, ValueError):
+        evaluation = None
+    if evaluation is not None:  # a task=evaluate point: scoring results, no training curve
+        point.status = "ok"
+        point.test_accuracy = evaluation.get("accuracy")
+        point.test_loss = evaluation.get("loss")
+        point.wall_time_s = evaluation.get("wall_time_s")
+        point.ranks = evaluation.get("ranks")
+        return point
+    try:
         metrics = json.loads((job_dir / "metrics.json").read_text())
     except (OSError, ValueError):
         return point

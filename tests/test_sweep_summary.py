@@ -84,3 +84,13 @@ def test_callback_waits_for_pending_points_before_summarizing(tmp_path, capsys):
     rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
     assert [(r["varied"], r["status"]) for r in rows] == [("optimizer.lr=1e-3", "ok"), ("optimizer.lr=2e-3", "ok")]
     assert "Sweep summary" in capsys.readouterr().out
+
+
+def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
+    for num, acc in ((0, 0.61), (1, 0.58)):
+        job_dir = make_point(tmp_path, num, [f"evaluate.model=run{num}", "task=evaluate"])
+        (job_dir / "evaluation.json").write_text(json.dumps(
+            {"accuracy": acc, "loss": 1.1, "ranks": 2, "wall_time_s": 3.0, "samples": 1017}))
+    points = collect(tmp_path)
+    assert [(p.status, p.test_accuracy, p.ranks) for p in points] == [("ok", 0.61, 2), ("ok", 0.58, 2)]
+    assert "0.6100" in table(points) or "0.610" in table(points)
