@@ -77,3 +77,18 @@ def test_prune_keeps_the_newest(tmp_path):
     checkpoints.prune(tmp_path, keep=3)
     assert [e for e, _ in checkpoints.list_checkpoints(tmp_path)] == [5, 6, 7]
     assert (tmp_path / "notes.txt").exists()
+
+
+def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
+    import os
+
+    from cifar_dist.training.artifacts import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        checkpoints.atomic_save_model(compiled_model(), tmp_path / "m.h5", include_optimizer=False)
+        atomic_write_text(tmp_path / "metrics.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.h5").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "metrics.json").stat().st_mode & 0o777 == 0o644

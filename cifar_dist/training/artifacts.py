@@ -27,6 +27,18 @@ def disk_full(exc: BaseException, path: Path) -> "DiskFullError | None":
     return None
 
 
+def publish(tmp, path: Path) -> None:
+    """Rename a finished temp file over ``path`` with the mode a plain open() would give it.
+
+    mkstemp creates files 0600; a run dir on shared storage (a Batch AI file
+    share, a team's NFS) must stay readable to others as the umask allows.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)
+    os.replace(tmp, path)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file + rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,7 +48,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         full = disk_full(exc, path)
@@ -123,7 +135,7 @@ def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = 
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
+        publish(tmp, path)
     finally:
         plt.close(fig)
         Path(tmp).unlink(missing_ok=True)

@@ -22,6 +22,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from cifar_dist.training.artifacts import publish
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{3,})\.h5$")
@@ -64,7 +66,7 @@ def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
             model.save(tmp, include_optimizer=include_optimizer, save_format="h5")
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        publish(tmp, path)
         fsync_dir(path.parent)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
