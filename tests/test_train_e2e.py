@@ -114,3 +114,16 @@ def test_bad_values_fail_before_training(tmp_path):
     assert proc.returncode == 2
     assert "trainer.epochs=0" in proc.stderr and "trainer.batch_size=0" in proc.stderr
     assert "Epoch" not in proc.stdout
+
+
+def test_local_multirun_trains_each_point_in_its_own_dir_and_summarizes(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = run_cli("-m", "optimizer.lr=1e-4,3e-4", "data=sample", "trainer.epochs=1", "trainer.tensorboard=false",
+                   "trainer.plot=false", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {read_metrics(sweep_dir / str(n))["run"]["lr_config"]: read_metrics(sweep_dir / str(n)) for n in (0, 1)}
+    assert set(runs) == {1e-4, 3e-4}
+    assert all(m["complete"] and m["ranks"] == 1 for m in runs.values())
+    with open(sweep_dir / "sweep_summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
