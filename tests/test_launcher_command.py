@@ -230,3 +230,15 @@ def test_cli_preflight_error_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "launcher.np=64 exceeds" in errors[0] and "launcher.oversubscribe=true" in errors[0]
+
+
+def test_gloo_hands_horovodrun_no_secret_from_this_shell(make_job, monkeypatch):
+    # horovodrun puts every variable it is given on the ranks' command lines.
+    monkeypatch.setenv("AZURE_BATCHAI_STORAGE_KEY", "planted-secret-key")
+    monkeypatch.setenv("SOME_TOKEN", "planted-token")
+    monkeypatch.setenv("MY_SETTING", "wanted")
+    _, launcher = make_job("launcher=gloo", "launcher.np=2", "launcher.forward_env=[MY_SETTING]", "+launcher.env.EXTRA=1")
+    env = launcher.environment()
+    assert "AZURE_BATCHAI_STORAGE_KEY" not in env and "SOME_TOKEN" not in env
+    assert env["MY_SETTING"] == "wanted" and env["EXTRA"] == "1"
+    assert env["CIFAR_DIST_CHILD"] == "1" and "PATH" in env

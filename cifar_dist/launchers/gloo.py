@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List
+from typing import Dict, List
 
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+
+# What horovodrun and the ranks need from this environment besides the
+# variables a rank is always given (MultiRankLauncher.forwarded_names).
+_BASIC_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR",
+              "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PYTHONHOME")
 
 _RANK_PREFIX = re.compile(rb"^\[\d+\]<std(?:out|err)>:")
 
@@ -46,9 +51,23 @@ class GlooLauncher(MultiRankLauncher):
         # horovodrun tags every line "[rank]<stdout>:"; only rank 0 reaches the console anyway.
         return lambda line: _RANK_PREFIX.sub(b"", line)
 
+    def environment(self) -> Dict[str, str]:
+        """Only what the ranks need, not this shell's whole environment.
+
+        horovodrun starts every rank as ``env NAME=VALUE ... <command>``, so
+        each variable it is given shows in the ranks' process arguments
+        (``ps``). A storage key or token exported in this shell must not get
+        there: horovodrun gets the variables mpirun would forward
+        (``launcher.env``, ``launcher.forward_env``, the project's own) plus
+        the basics a process needs.
+        """
+        full = super().environment()
+        keep = set(self.forwarded_names(full)) | set(_BASIC_ENV)
+        return {k: v for k, v in full.items() if k in keep or k.startswith("LC_")}
+
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
-        # horovodrun exports its whole environment to the ranks, so `forwarded`
-        # needs no flags here; the variables are in the runner's environment.
+        # horovodrun exports its environment (see environment()) to the ranks,
+        # so `forwarded` needs no flags here.
         argv = [self.horovodrun, "--gloo", "-np", str(self.np), "--start-timeout", str(self.start_timeout_s)]
         # horovodrun wants name:slots for every host (and a hostfile with
         # slots= on every line), so a hostfile is passed on as -H too.
