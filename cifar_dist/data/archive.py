@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cifar_dist.data.batches import BATCH_DIR, MEMBERS, CifarArrays, DataError, assemble, reason
-from cifar_dist.data.durable import fsync_dir
+from cifar_dist.durable import fsync_dir
 
 log = logging.getLogger("cifar_dist.data")
 

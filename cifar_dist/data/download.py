@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from cifar_dist.data.batches import DataError, reason
-from cifar_dist.data.durable import fsync_dir
+from cifar_dist.durable import fsync_dir
 
 log = logging.getLogger("cifar_dist.data")
 

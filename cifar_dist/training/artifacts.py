@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
+from cifar_dist.durable import fsync_dir
 from cifar_dist.errors import CifarDistError
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -28,7 +29,7 @@ def disk_full(exc: BaseException, path: Path) -> "DiskFullError | None":
 
 
 def publish(tmp, path: Path) -> None:
-    """Rename a finished temp file over ``path`` with the mode a plain open() would give it.
+    """Rename a finished temp file over ``path``, durably, with the mode a plain open() would give it.
 
     mkstemp creates files 0600; a run dir on shared storage (a Batch AI file
     share, a team's NFS) must stay readable to others as the umask allows.
@@ -37,6 +38,7 @@ def publish(tmp, path: Path) -> None:
     os.umask(mask)
     os.chmod(tmp, 0o666 & ~mask)
     os.replace(tmp, path)
+    fsync_dir(path.parent)  # the new name survives a crash too
 
 
 def atomic_write_text(path: Path, text: str) -> None:

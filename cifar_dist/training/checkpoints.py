@@ -45,14 +45,6 @@ def list_checkpoints(directory: Path) -> List[tuple]:
     return sorted(found)
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
     """model.save() to a temp file beside ``path``, fsync, rename over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,7 +59,6 @@ def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         publish(tmp, path)
-        fsync_dir(path.parent)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         from cifar_dist.training.artifacts import disk_full
