@@ -108,7 +108,9 @@ def test_the_job_body_matches_the_schema_and_round_trips_through_the_sdk_models(
 
 
 def test_the_public_recipe_fails_the_schema_as_written():
-    errors = schema_errors(json.loads(SHARED_EXAMPLE.read_text())) if SHARED_EXAMPLE.is_file() else ["absent"]
+    if not SHARED_EXAMPLE.is_file():
+        pytest.skip(f"{SHARED_EXAMPLE} is not here (the shared reference data sits beside the repo)")
+    errors = schema_errors(json.loads(SHARED_EXAMPLE.read_text()))
     assert any("azureFileShares" in e for e in errors) and any("cluster" in e for e in errors)
 
 
