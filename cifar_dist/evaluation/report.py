@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
-from cifar_dist.training.artifacts import atomic_write_text
+from cifar_dist.training.artifacts import atomic_path, atomic_write_text
 
 
 def summarize(labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, class_names: Sequence[str]) -> Dict[str, Any]:
@@ -76,7 +76,8 @@ def plot_confusion(matrix, class_names, path: Path, title: str) -> None:
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.partial.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
+    finally:
+        plt.close(fig)

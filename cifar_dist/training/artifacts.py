@@ -5,8 +5,9 @@ import errno
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 from cifar_dist.durable import fsync_dir
 from cifar_dist.errors import CifarDistError
@@ -41,14 +42,22 @@ def publish(tmp, path: Path) -> None:
     fsync_dir(path.parent)  # the new name survives a crash too
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file + rename: readers never see half a file."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[str]:
+    """A temp file beside ``path`` for the block to write; published over ``path`` only if the block succeeds.
+
+    Every artifact (checkpoints, the saved model, metrics.json, the CSV log,
+    the plots) is written through here: readers never see half a file, a
+    kill leaves at worst a ``.<name>.<random>.partial`` that
+    remove_partials() deletes, the rename is durable (publish), and a full
+    disk becomes one DiskFullError line instead of a traceback.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
+        yield tmp
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         publish(tmp, path)
     except BaseException as exc:
@@ -57,6 +66,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         if full:
             raise full from None
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file + rename: readers never see half a file."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w") as f:
+            f.write(text)
 
 
 def remove_partials(*directories: Path) -> List[Path]:
@@ -132,12 +148,8 @@ def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = 
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=100)
-        publish(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=100, format="png")
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)

@@ -12,9 +12,7 @@ skipped, never deleted.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from cifar_dist.training.artifacts import publish
+from cifar_dist.training.artifacts import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -46,27 +44,12 @@ def list_checkpoints(directory: Path) -> List[tuple]:
 
 
 def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
-    """model.save() to a temp file beside ``path``, fsync, rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".h5.partial", dir=path.parent)
-    os.close(fd)
-    try:
-        with warnings.catch_warnings():
-            # HDF5 is what the seed saved and what Keras 2 users load; Keras's
-            # "legacy format" notice would otherwise print every epoch.
-            warnings.filterwarnings("ignore", message=".*HDF5 file via `model.save\\(\\)`.*")
-            model.save(tmp, include_optimizer=include_optimizer, save_format="h5")
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        publish(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        from cifar_dist.training.artifacts import disk_full
-
-        full = disk_full(exc, path)
-        if full:
-            raise full from None  # one line from the app, not h5py's traceback
-        raise
+    """model.save() through atomic_path: a temp file beside ``path``, fsynced, renamed over it."""
+    with atomic_path(path) as tmp, warnings.catch_warnings():
+        # HDF5 is what the seed saved and what Keras 2 users load; Keras's
+        # "legacy format" notice would otherwise print every epoch.
+        warnings.filterwarnings("ignore", message=".*HDF5 file via `model.save\\(\\)`.*")
+        model.save(tmp, include_optimizer=include_optimizer, save_format="h5")
 
 
 def read_optimizer_weights(path: Path) -> List[np.ndarray]:
