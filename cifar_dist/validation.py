@@ -32,6 +32,8 @@ def problems(cfg: DictConfig) -> List[str]:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
     if t.max_epochs_per_run < 0:
         found.append(f"trainer.max_epochs_per_run={t.max_epochs_per_run} must be >= 0 (0 = no limit)")
+    if t.steps_per_execution < 1:
+        found.append(f"trainer.steps_per_execution={t.steps_per_execution} must be >= 1 (1 = one step per call)")
     if t.intra_op_threads < 0 or t.inter_op_threads < 0:
         found.append("trainer.intra_op_threads/inter_op_threads must be >= 0 (0 = automatic)")
     if not cfg.optimizer.lr > 0:

@@ -1,7 +1,7 @@
 """Keras callbacks of the training loop (besides Horovod's own).
 
-Order matters and is set in trainer.py: Horovod's broadcast and metric
-averaging come first so that everything after them sees averaged metrics;
+Order matters and is set in trainer.py: Horovod's metric averaging comes
+first so that everything after it sees averaged metrics;
 the writers below run on rank 0 only.
 """
 from __future__ import annotations

@@ -100,9 +100,9 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
     """Rank 0 restores the newest good checkpoint; every rank learns its epoch.
 
     HOROVOD: only rank 0 reads the checkpoint (on several hosts the others
-    may not even see the file); BroadcastGlobalVariablesCallback then copies
-    its weights and optimizer state to every rank after the first batch, and
-    the epoch to start from is broadcast here so all ranks agree.
+    may not even see the file); train() then broadcasts its weights and
+    optimizer state to every rank before the first step, and the epoch to
+    start from is broadcast here so all ranks agree.
     """
     from cifar_dist.training import checkpoints
 
@@ -228,8 +228,9 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         optimizer=optimizer,
         metrics=["accuracy"],
         jit_compile=bool(t.jit_compile),
+        steps_per_execution=t.steps_per_execution,
     )
-    # HOROVOD: the broadcast callback matches variables across ranks by name,
+    # HOROVOD: the broadcast below matches variables across ranks by name,
     # and legacy optimizers name their slots after the scope they are created
     # in. Create them here, the same way on every rank, so that rank 0
     # restoring a checkpoint and ranks starting fresh name them alike.
@@ -240,6 +241,14 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     initial_epoch = _decide_resume(world, hvd_tf, checkpoint_dir, str(t.resume).lower(), model)
     if world.is_chief and initial_epoch:
         log.info("resuming after epoch %d from %s", initial_epoch, checkpoints.checkpoint_path(checkpoint_dir, initial_epoch))
+    # HOROVOD: copy rank 0's initial (or restored) weights and optimizer state
+    # to every rank before the first step. Horovod's Keras examples use
+    # BroadcastGlobalVariablesCallback, which waits for the first batch to end
+    # because the optimizer's slots do not exist before it; here they do (see
+    # above), so no rank ever steps from weights of its own, not even for the
+    # first steps_per_execution steps (the callback's "first batch").
+    hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
 
     shard = t.epoch_policy.value == "shard"
     train_data = train_stream(
@@ -279,6 +288,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
                 "train_images": int(len(data.x_train)),
                 "test_images": int(len(data.x_test)),
                 "steps_per_epoch": train_data.steps_per_epoch,
+                "steps_per_execution": t.steps_per_execution,
                 "threads_intra_op": world.threads.intra_op,
                 "threads_inter_op": world.threads.inter_op,
                 "tensorflow": tf.__version__,
@@ -291,10 +301,6 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     metrics.setdefault("epochs", [])
 
     callbacks = [
-        # HOROVOD: copy rank 0's initial (or restored) weights and optimizer
-        # state to every rank; fires after the first batch, once the
-        # optimizer's slots exist.
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
