@@ -37,9 +37,9 @@ def test_trace_of_a_short_fit_gives_steps_gaps_and_op_shares(tmp_path):
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     tf.profiler.experimental.stop()
     trace = analyse_trace(str(tmp_path))
-    assert trace["steps"] == 8
+    assert trace["calls"] == 8
     assert 0 <= trace["no_op_running_fraction"] < 1
-    assert trace["gap_between_steps_ms_mean"] >= 0 and trace["step_ms_mean"] > 0
+    assert trace["gap_between_calls_ms_mean"] >= 0 and trace["call_ms_mean"] > 0
     shares = trace["op_time_share_by_type"]
     assert any("Conv2D" in op for op in shares), shares
     assert all("::" not in op for op in shares)  # executor wrappers are not ops
