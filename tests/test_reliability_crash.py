@@ -29,8 +29,10 @@ import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli
 
+# 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
+# so "mid-epoch" exists and the multi-step path of the default (16) is the one killed.
 COMMON = ("data=sample", "trainer.batch_size=256", "trainer.epochs=2", "trainer.plot=false",
-          "trainer.tensorboard=false", "trainer.verbose=2")
+          "trainer.tensorboard=false", "trainer.verbose=2", "trainer.steps_per_execution=4")
 
 # Runs the app like `python -m cifar_dist`, with one hook that stops at CRASH_AT.
 CRASH_DRIVER = r'''
@@ -51,7 +53,7 @@ if AT == "mid-epoch-2":
             self.epoch = epoch
             super().on_epoch_begin(epoch, logs)
         def on_train_batch_end(self, batch, logs=None):
-            if self.epoch == 1 and batch == 3:
+            if self.epoch == 1 and batch == 3:  # the end of epoch 2's first call (steps 1-4)
                 reached("batch 4 of epoch 2")
     callbacks.EpochTimer = Hooked
 elif AT in ("checkpoint-hdf5", "model-hdf5"):

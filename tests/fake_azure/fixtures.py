@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -84,8 +85,16 @@ def run_cli(args: List[str], env: Dict[str, str], cwd: Path, timeout: float = 60
     )
 
 
+def _sigint_as_in_a_terminal() -> None:
+    # A test run started in the background (`cmd &` in a script, nohup) inherits
+    # SIGINT ignored, and Python then never turns it into KeyboardInterrupt; a
+    # user's Ctrl-C reaches a foreground process with the default action.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_cli(args: List[str], env: Dict[str, str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "cifar_dist", *args],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_sigint_as_in_a_terminal,
     )
