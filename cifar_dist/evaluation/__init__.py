@@ -49,7 +49,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     num_classes = int(cfg.model.num_classes)
     default_names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
-    world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads)
+    world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
     model = load_model(model_path, num_classes)

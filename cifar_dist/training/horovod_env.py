@@ -72,19 +72,23 @@ class World:
     local_size: int
     threads: ThreadPlan
     gpu: str  # the GPU this rank uses, or "" on CPU
+    onednn: bool  # TensorFlow's CPU ops run on oneDNN (else Eigen)
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
 
 
-def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
-    """hvd.init(), GPU pinning and thread pools; returns who we are.
+def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: bool = True) -> World:
+    """CPU kernels, hvd.init(), GPU pinning and thread pools; returns who we are.
 
     Inside a concurrent sweep (``launcher.concurrent=k``, see
     training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
+    from cifar_dist.training.hardware import use_onednn
+
+    use_onednn(onednn)  # must precede TensorFlow's import (ensure_keras2 imports it)
     ensure_keras2()
     bind_horovod_to_tf_keras()
     import horovod.tensorflow.keras as hvd
@@ -120,10 +124,12 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0) -> World:
     tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
     tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
 
-    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name)
+    from cifar_dist.training.hardware import onednn_enabled
+
+    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name, onednn_enabled())
     log.info(
-        "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s)",
+        "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s), CPU kernels %s",
         world.rank, world.size, world.local_rank, world.local_size,
-        gpu_name or "CPU", plan.intra_op, plan.inter_op, plan.reason,
+        gpu_name or "CPU", plan.intra_op, plan.inter_op, plan.reason, "oneDNN" if world.onednn else "Eigen",
     )
     return world

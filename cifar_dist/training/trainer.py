@@ -186,7 +186,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 
     from cifar_dist.training.horovod_env import init_world
 
-    world = init_world(t.intra_op_threads, t.inter_op_threads)
+    world = init_world(t.intra_op_threads, t.inter_op_threads, t.onednn)
 
     import horovod
     import horovod.tensorflow as hvd_tf  # object collectives (broadcast_object, allgather_object)
@@ -291,6 +291,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
                 "steps_per_execution": t.steps_per_execution,
                 "threads_intra_op": world.threads.intra_op,
                 "threads_inter_op": world.threads.inter_op,
+                "onednn": world.onednn,
                 "tensorflow": tf.__version__,
                 "horovod": horovod.__version__,
             },
