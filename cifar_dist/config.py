@@ -35,7 +35,8 @@ class LrScaling(str, Enum):
 
 class Precision(str, Enum):
     float32 = "float32"
-    mixed = "mixed"  # mixed_float16 on GPU, mixed_bfloat16 on CPUs that support it
+    mixed = "mixed"  # mixed_float16 on GPU, mixed_bfloat16 on CPUs that support it (else an error)
+    auto = "auto"  # mixed where the hardware computes it natively, float32 elsewhere
 
 
 class Compression(str, Enum):

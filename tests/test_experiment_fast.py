@@ -18,7 +18,7 @@ def test_fast_changes_the_schedule_but_not_the_model_data_or_augmentation():
     assert fast.model == seed.model and fast.data == seed.data
     assert fast.optimizer._target_.endswith(".adam") and fast.optimizer.lr == 5e-4
     t = fast.trainer
-    assert (t.epoch_policy.value, t.batch_size, t.epochs, t.precision.value) == ("shard", 64, 12, "mixed")
+    assert (t.epoch_policy.value, t.batch_size, t.epochs, t.precision.value) == ("shard", 64, 12, "auto")
     assert t.warmup_epochs == 1 and list(t.lr_decay_epochs) == [9]
     # Whatever is not part of the recipe stays the seed's.
     assert (t.lr_scaling, t.compression, t.jit_compile, t.seed) == (

@@ -1,9 +1,9 @@
-"""Trainer options of issue 5: precision=mixed trains, jit_compile fails in one line where it cannot work, peak RSS is recorded."""
+"""Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS is recorded."""
 import pytest
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training.hardware import cpu_supports_bfloat16
-from cifar_dist.training.trainer import JitCompileError, check_jit_compile
+from cifar_dist.training.trainer import JitCompileError, PrecisionError, check_jit_compile, precision_policy
 from conftest import read_metrics, run_cli
 
 
@@ -39,3 +39,34 @@ def test_mixed_precision_trains_one_epoch_in_bfloat16_and_records_memory(tmp_pat
     # One epoch on the 4,068-image sample; the float32 softmax keeps the loss finite.
     assert m["test"]["accuracy"] > 0.12
     assert len(m["peak_rss_mb_per_rank"]) == 1 and 100 < m["peak_rss_mb_per_rank"][0] < 24 * 1024
+
+
+@pytest.mark.parametrize("precision, on_gpu, cpu_bf16, policy", [
+    ("float32", True, True, "float32"),
+    ("mixed", True, False, "mixed_float16"),
+    ("mixed", False, True, "mixed_bfloat16"),
+    ("auto", True, False, "mixed_float16"),
+    ("auto", False, True, "mixed_bfloat16"),
+    ("auto", False, False, "float32"),  # no native bfloat16: auto falls back, mixed refuses (below)
+])
+def test_precision_policy_per_hardware(precision, on_gpu, cpu_bf16, policy):
+    assert precision_policy(precision, on_gpu, cpu_bf16) == policy
+
+
+def test_mixed_precision_without_native_bfloat16_is_refused_with_what_to_do():
+    with pytest.raises(PrecisionError, match="trainer.precision=float32, or auto") as err:
+        precision_policy("mixed", on_gpu=False, cpu_bfloat16=False)
+    assert isinstance(err.value, CifarDistError) and "\n" not in str(err.value)
+
+
+def test_experiment_fast_trains_on_this_cpu_whatever_its_bfloat16_support(tmp_path):
+    # experiment=fast asks for precision=auto: bfloat16 where the CPU has it, float32 elsewhere,
+    # never the "needs bfloat16 instructions" error it gave on CPUs without avx512_bf16.
+    run_dir = tmp_path / "run"
+    proc = run_cli("experiment=fast", "data=sample", "trainer.epochs=1", "trainer.warmup_epochs=0",
+                   "trainer.lr_decay_epochs=[]", "trainer.verbose=0", "trainer.tensorboard=false",
+                   f"hydra.run.dir={run_dir}", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["run"]["precision"] == ("mixed_bfloat16" if cpu_supports_bfloat16() else "float32")
+    assert m["run"]["global_batch_size"] == 64 and m["test"]["accuracy"] > 0.12

@@ -76,22 +76,35 @@ def scaled_lr(lr: float, rule: str, size: int) -> float:
     return lr * size if rule == "linear" else lr
 
 
-def _set_precision(precision: str, on_gpu: bool) -> str:
-    import tensorflow as tf
+def precision_policy(precision: str, on_gpu: bool, cpu_bfloat16: bool) -> str:
+    """The Keras dtype policy for trainer.precision on this hardware.
 
+    mixed: float16 maths on a GPU, bfloat16 on a CPU with bfloat16
+    instructions, and an error elsewhere (emulated bfloat16 is slower than
+    float32). auto: the same where it is native, float32 where it is not, so
+    a recipe such as experiment=fast runs on any machine.
+    """
     if precision == "float32":
         return "float32"
     if on_gpu:
-        policy = "mixed_float16"
-    else:
-        from cifar_dist.training.hardware import cpu_supports_bfloat16
+        return "mixed_float16"
+    if cpu_bfloat16:
+        return "mixed_bfloat16"
+    if precision == "auto":
+        return "float32"
+    raise PrecisionError(
+        "trainer.precision=mixed needs a GPU or a CPU with bfloat16 instructions (avx512_bf16/amx); "
+        "use trainer.precision=float32, or auto to use mixed precision only where it is native"
+    )
 
-        if not cpu_supports_bfloat16():
-            raise PrecisionError(
-                "trainer.precision=mixed needs a GPU or a CPU with bfloat16 instructions (avx512_bf16/amx); "
-                "use trainer.precision=float32"
-            )
-        policy = "mixed_bfloat16"
+
+def _set_precision(precision: str, on_gpu: bool) -> str:
+    import tensorflow as tf
+
+    from cifar_dist.training.hardware import cpu_supports_bfloat16
+
+    policy = precision_policy(precision, on_gpu, cpu_supports_bfloat16())
+    # Always set: in an in-process sweep an earlier point's policy would linger.
     tf.keras.mixed_precision.set_global_policy(policy)
     return policy
 
