@@ -21,7 +21,10 @@ Variants (``--variants``): seed, bare, cifar_dist_1, cifar_dist_N (N = --ranks,
 default the core count), fast (``experiment=fast`` on N ranks), and the
 option probes mixed_1, mixed_N, fp16_N, jit_1, jit_N (cifar_dist) and bare_jit
 (bare Keras under XLA: what jit_compile would buy if Horovod's allreduce could
-be compiled on CPU).
+be compiled on CPU), and the CPU-kernel probes seed_onednn and bare_onednn
+(the seed and bare Keras with TF_ENABLE_ONEDNN_OPTS=1) and eigen_1 (cifar_dist
+with trainer.onednn=false): how much of cifar_dist's lead is TensorFlow's
+kernel choice, on CPUs where TensorFlow leaves oneDNN off by default.
 """
 from __future__ import annotations
 
@@ -40,7 +43,9 @@ from typing import Dict, List, Optional
 
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
-DEFAULT_VARIANTS = "seed,bare,cifar_dist_1,cifar_dist_N,fast,mixed_1,mixed_N,fp16_N,jit_1,bare_jit"
+DEFAULT_VARIANTS = ("seed,bare,cifar_dist_1,cifar_dist_N,fast,seed_onednn,bare_onednn,eigen_1,"
+                    "mixed_1,mixed_N,fp16_N,jit_1,bare_jit")
+ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Variant:
     kind: str  # "script" (writes result.json) or "cifar_dist" (writes metrics.json)
     overrides: List[str] = field(default_factory=list)
     timeout_s: float = 3600.0
+    env: Dict[str, str] = field(default_factory=dict)  # on top of the harness's environment
 
 
 def variant_table(ranks: int) -> Dict[str, Variant]:
@@ -61,6 +67,9 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
         "seed": Variant("seed", "seed reference (ImageDataGenerator, fit_generator)", 1, "script"),
         "bare": Variant("bare", "bare Keras (fit on arrays, no augmentation)", 1, "script"),
         "bare_jit": Variant("bare_jit", "bare Keras, jit_compile=True (XLA)", 1, "script"),
+        "seed_onednn": Variant("seed_onednn", "seed reference, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON),
+        "bare_onednn": Variant("bare_onednn", "bare Keras, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON),
+        "eigen_1": Variant("eigen_1", "cifar_dist trainer.onednn=false, 1 rank", 1, "cifar_dist", ["trainer.onednn=false"]),
         "cifar_dist_1": Variant("cifar_dist_1", "cifar_dist, 1 rank", 1, "cifar_dist"),
         "cifar_dist_N": Variant("cifar_dist_N", f"cifar_dist, {n} ranks", n, "cifar_dist"),
         "fast": Variant("fast", f"cifar_dist experiment=fast, {n} ranks", n, "cifar_dist", ["experiment=fast"]),
@@ -109,10 +118,10 @@ def data_overrides(data: str) -> List[str]:
 
 def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     py = sys.executable
-    if v.name == "seed":
+    if v.name in ("seed", "seed_onednn"):
         return [py, str(SCRIPTS / "seed_reference.py"), "--dir", str(run_dir), "--data", data, "--epochs", str(epochs),
                 "--metrics", str(run_dir / "result.json"), "--verbose", "0"]
-    if v.name in ("bare", "bare_jit"):
+    if v.name in ("bare", "bare_jit", "bare_onednn"):
         return [py, str(SCRIPTS / "bench_bare_keras.py"), "--data", data, "--epochs", str(epochs),
                 "--metrics", str(run_dir / "result.json")] + (["--jit-compile"] if v.name == "bare_jit" else [])
     # cifar_dist: the seed's "divide" policy runs ceil(epochs / ranks) epochs per rank, each over all
@@ -180,7 +189,9 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_USE_LEGACY_KERAS="1")
     env.pop("CIFAR_DIST_CHILD", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")]))
-    log(f"[{time.strftime('%H:%M:%S')}] {v.name} (rep {rep}): {shlex.join(cmd)}")
+    env.update(v.env)
+    shown = shlex.join([f"{k}={val}" for k, val in v.env.items()] + cmd)
+    log(f"[{time.strftime('%H:%M:%S')}] {v.name} (rep {rep}): {shown}")
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=v.timeout_s,
@@ -189,7 +200,7 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     (run_dir / "stdout.txt").write_text(proc.stdout)
     (run_dir / "stderr.txt").write_text(proc.stderr)
     result = normalise(v, run_dir, wall, proc)
-    result["command"] = shlex.join(cmd)
+    result["command"] = shown
     # The 1-minute load average around the run: other users of the machine show up here.
     result["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     log(f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s, "
@@ -235,7 +246,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="2 epochs on 640/256 images, seed/bare/cifar_dist_1 only")
     p.add_argument("--seed-epochs", type=int, help="epochs of the seed reference (default 25; sets the accuracy target)")
     p.add_argument("--epochs", type=int, help="epochs per rank of the throughput variants (default: --seed-epochs)")
-    p.add_argument("--probe-epochs", type=int, help="epochs per rank of the option probes mixed_*, fp16_*, jit_* (default 4)")
+    p.add_argument("--probe-epochs", type=int,
+                   help="epochs per rank of the option and kernel probes mixed_*, fp16_*, jit_*, *_onednn, eigen_1 (default 4)")
     p.add_argument("--reps", type=int, default=1, help="rounds of all variants, interleaved; medians are over rounds")
     p.add_argument("--ranks", type=int, default=os.cpu_count() or 1, help="N of the N-rank variants (default: cores)")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma list (default {DEFAULT_VARIANTS})")
@@ -309,7 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         pipelines.append(run_pipeline(data, a.pipeline_batches, work, log))
         for name in names:
             v = table[name]
-            if name.startswith(("mixed_", "fp16_", "jit_", "bare_jit")):
+            if name.startswith(("mixed_", "fp16_", "jit_", "bare_jit", "seed_onednn", "bare_onednn", "eigen_")):
                 epochs = a.probe_epochs
             elif name in ("seed", "cifar_dist_1") and rep == 0:
                 epochs = a.seed_epochs  # the accuracy-vs-time curves
