@@ -278,6 +278,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return a
 
 
+def work_dir(work: Optional[str]) -> Path:
+    """Where the run dirs go, absolute: every variant runs with its own run dir as the working directory."""
+    return (Path(work) if work else REPO / "outputs" / "bench" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -285,7 +290,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from bench_report import summarise, write_outputs
 
     out = Path(a.out)
-    work = Path(a.work) if a.work else REPO / "outputs" / "bench" / time.strftime("%Y%m%d-%H%M%S")
+    work = work_dir(a.work)
     work.mkdir(parents=True, exist_ok=True)
     log_file = (work / "bench.log").open("a")
 

@@ -7,11 +7,11 @@ import pytest
 
 from conftest import REPO, cli_env
 
-pytest.importorskip("scipy", reason="the seed reference's ImageDataGenerator needs scipy (pip install -e .[bench])")
-
 
 @pytest.mark.slow
 def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
+    # Only this test runs the seed reference, whose ImageDataGenerator needs scipy; the others run anywhere.
+    pytest.importorskip("scipy", reason="the seed reference's ImageDataGenerator needs scipy (pip install -e .[bench])")
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_training.py"), "--smoke", "--out", str(tmp_path), "--work", str(tmp_path / "runs")],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
@@ -29,6 +29,21 @@ def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
     assert "| seed reference" in table and "× seed" in table
     for png in ("benchmark_throughput.png", "benchmark_accuracy.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_dirs_are_absolute_whatever_the_work_flag_says(tmp_path, monkeypatch):
+    # Variants run with their run dir as cwd; a relative --work once sent bare Keras' result.json
+    # and cifar_dist's run dir to paths nested under themselves, and every such variant "failed".
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_training import command, variant_table, work_dir
+
+    monkeypatch.chdir(tmp_path)
+    work = work_dir("outputs/bench/x")
+    assert work == tmp_path / "outputs" / "bench" / "x"
+    for name in ("seed", "bare", "cifar_dist_1"):
+        cmd = command(variant_table(2)[name], "sample", 1, work / f"{name}-rep0")
+        paths = [arg.split("=", 1)[-1] for arg in cmd if str(work) in arg]
+        assert paths and all(p.startswith("/") for p in paths), cmd
 
 
 def test_report_reads_steady_rates_time_to_accuracy_and_targets():
