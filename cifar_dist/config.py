@@ -146,7 +146,7 @@ class TrainerConfig:
     jit_compile: bool = False
     # TensorFlow's oneDNN CPU kernels instead of Eigen's. TensorFlow enables
     # them by itself only on CPUs with AVX512-VNNI/BF16 or AMX; on AVX2 CPUs
-    # they train the seed CNN ~1.3x faster (docs/benchmarks.md). Same float32
+    # they trained the seed CNN up to ~1.2x faster here (docs/benchmarks.md). Same float32
     # maths, summed in another order. No effect on GPU ops.
     onednn: bool = True
     # Train steps per call into TensorFlow (Keras' compile(steps_per_execution)).

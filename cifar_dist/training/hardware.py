@@ -43,7 +43,7 @@ def use_onednn(enabled: bool, environ=None) -> None:
 
     TensorFlow's x86 builds carry both, but turn oneDNN on by default only on
     CPUs with AVX512-VNNI/BF16 or AMX; on AVX2 CPUs they run Eigen's kernels,
-    which for the seed CNN are ~1.3x slower on this project's AMD EPYC (same
+    which for the seed CNN were up to ~1.2x slower on a Zen 3 AMD EPYC (same
     float32 maths: direct convolutions either way, summed in another order;
     docs/benchmarks.md). TensorFlow reads the choice once, when it is
     imported, from TF_ENABLE_ONEDNN_OPTS; a process that imported it already
