@@ -88,7 +88,9 @@ def crash_at(point: str, run_dir: Path, tmp_path: Path, timeout: float = 300) ->
     marker = tmp_path / f"reached-{point}"
     proc = subprocess.Popen(
         [sys.executable, "-c", CRASH_DRIVER, *COMMON, f"hydra.run.dir={run_dir}"], cwd=REPO,
-        env=cli_env(CRASH_AT=point, CRASH_MARKER=str(marker)),
+        # The driver imports TensorFlow before cifar_dist (to hook it), so it chooses the kernels
+        # trainer.onednn would have chosen, as cifar_dist's one-line error tells such callers to.
+        env=cli_env(CRASH_AT=point, CRASH_MARKER=str(marker), TF_ENABLE_ONEDNN_OPTS="1"),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + timeout
