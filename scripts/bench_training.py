@@ -46,6 +46,7 @@ REPO = SCRIPTS.parent
 DEFAULT_VARIANTS = ("seed,bare,cifar_dist_1,cifar_dist_N,fast,seed_onednn,bare_onednn,eigen_1,"
                     "mixed_1,mixed_N,fp16_N,jit_1,bare_jit")
 ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
+SEED, BARE = "seed_reference.py", "bench_bare_keras.py"
 
 
 @dataclass
@@ -59,25 +60,32 @@ class Variant:
     overrides: List[str] = field(default_factory=list)
     timeout_s: float = 3600.0
     env: Dict[str, str] = field(default_factory=dict)  # on top of the harness's environment
+    script: str = ""  # kind "script": seed_reference.py or bench_bare_keras.py
+    args: List[str] = field(default_factory=list)  # the script's extra arguments
+    probe: bool = False  # an option or kernel probe: runs --probe-epochs
 
 
 def variant_table(ranks: int) -> Dict[str, Variant]:
     n = ranks
     return {
-        "seed": Variant("seed", "seed reference (ImageDataGenerator, fit_generator)", 1, "script"),
-        "bare": Variant("bare", "bare Keras (fit on arrays, no augmentation)", 1, "script"),
-        "bare_jit": Variant("bare_jit", "bare Keras, jit_compile=True (XLA)", 1, "script"),
-        "seed_onednn": Variant("seed_onednn", "seed reference, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON),
-        "bare_onednn": Variant("bare_onednn", "bare Keras, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON),
-        "eigen_1": Variant("eigen_1", "cifar_dist trainer.onednn=false, 1 rank", 1, "cifar_dist", ["trainer.onednn=false"]),
+        "seed": Variant("seed", "seed reference (ImageDataGenerator, fit_generator)", 1, "script", script=SEED),
+        "bare": Variant("bare", "bare Keras (fit on arrays, no augmentation)", 1, "script", script=BARE),
+        "bare_jit": Variant("bare_jit", "bare Keras, jit_compile=True (XLA)", 1, "script", script=BARE,
+                            args=["--jit-compile"], probe=True),
+        "seed_onednn": Variant("seed_onednn", "seed reference, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON,
+                               script=SEED, probe=True),
+        "bare_onednn": Variant("bare_onednn", "bare Keras, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON,
+                               script=BARE, probe=True),
+        "eigen_1": Variant("eigen_1", "cifar_dist trainer.onednn=false, 1 rank", 1, "cifar_dist", ["trainer.onednn=false"],
+                           probe=True),
         "cifar_dist_1": Variant("cifar_dist_1", "cifar_dist, 1 rank", 1, "cifar_dist"),
         "cifar_dist_N": Variant("cifar_dist_N", f"cifar_dist, {n} ranks", n, "cifar_dist"),
         "fast": Variant("fast", f"cifar_dist experiment=fast, {n} ranks", n, "cifar_dist", ["experiment=fast"]),
-        "mixed_1": Variant("mixed_1", "cifar_dist precision=mixed, 1 rank", 1, "cifar_dist", ["trainer.precision=mixed"]),
-        "mixed_N": Variant("mixed_N", f"cifar_dist precision=mixed, {n} ranks", n, "cifar_dist", ["trainer.precision=mixed"]),
-        "fp16_N": Variant("fp16_N", f"cifar_dist compression=fp16, {n} ranks", n, "cifar_dist", ["trainer.compression=fp16"]),
-        "jit_1": Variant("jit_1", "cifar_dist jit_compile=true, 1 rank", 1, "cifar_dist", ["trainer.jit_compile=true"]),
-        "jit_N": Variant("jit_N", f"cifar_dist jit_compile=true, {n} ranks", n, "cifar_dist", ["trainer.jit_compile=true"]),
+        "mixed_1": Variant("mixed_1", "cifar_dist precision=mixed, 1 rank", 1, "cifar_dist", ["trainer.precision=mixed"], probe=True),
+        "mixed_N": Variant("mixed_N", f"cifar_dist precision=mixed, {n} ranks", n, "cifar_dist", ["trainer.precision=mixed"], probe=True),
+        "fp16_N": Variant("fp16_N", f"cifar_dist compression=fp16, {n} ranks", n, "cifar_dist", ["trainer.compression=fp16"], probe=True),
+        "jit_1": Variant("jit_1", "cifar_dist jit_compile=true, 1 rank", 1, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
+        "jit_N": Variant("jit_N", f"cifar_dist jit_compile=true, {n} ranks", n, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
     }
 
 
@@ -118,12 +126,12 @@ def data_overrides(data: str) -> List[str]:
 
 def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     py = sys.executable
-    if v.name in ("seed", "seed_onednn"):
-        return [py, str(SCRIPTS / "seed_reference.py"), "--dir", str(run_dir), "--data", data, "--epochs", str(epochs),
+    if v.script == SEED:
+        return [py, str(SCRIPTS / SEED), "--dir", str(run_dir), "--data", data, "--epochs", str(epochs),
                 "--metrics", str(run_dir / "result.json"), "--verbose", "0"]
-    if v.name in ("bare", "bare_jit", "bare_onednn"):
-        return [py, str(SCRIPTS / "bench_bare_keras.py"), "--data", data, "--epochs", str(epochs),
-                "--metrics", str(run_dir / "result.json")] + (["--jit-compile"] if v.name == "bare_jit" else [])
+    if v.script == BARE:
+        return [py, str(SCRIPTS / BARE), "--data", data, "--epochs", str(epochs),
+                "--metrics", str(run_dir / "result.json")] + v.args
     # cifar_dist: the seed's "divide" policy runs ceil(epochs / ranks) epochs per rank, each over all
     # the data, so trainer.epochs = epochs x ranks gives `epochs` epochs on every rank (unless the
     # variant's experiment sets its own schedule).
@@ -326,7 +334,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         pipelines.append(run_pipeline(data, a.pipeline_batches, work, log))
         for name in names:
             v = table[name]
-            if name.startswith(("mixed_", "fp16_", "jit_", "bare_jit", "seed_onednn", "bare_onednn", "eigen_")):
+            if v.probe:
                 epochs = a.probe_epochs
             elif name in ("seed", "cifar_dist_1") and rep == 0:
                 epochs = a.seed_epochs  # the accuracy-vs-time curves

@@ -86,7 +86,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
-    from cifar_dist.training.hardware import use_onednn
+    from cifar_dist.training.hardware import onednn_enabled, use_onednn
 
     use_onednn(onednn)  # must precede TensorFlow's import (ensure_keras2 imports it)
     ensure_keras2()
@@ -123,8 +123,6 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     plan = plan_threads(host_ranks, intra_op_threads, inter_op_threads)
     tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
     tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
-
-    from cifar_dist.training.hardware import onednn_enabled
 
     world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name, onednn_enabled())
     log.info(
