@@ -1,6 +1,6 @@
 """Typed configuration schema.
 
-Every config group in ``cifar_dist/conf`` is backed by a dataclass registered
+Every config group in ``conf/`` is backed by a dataclass registered
 here in Hydra's ConfigStore, so that a misspelt key or a value of the wrong
 type fails at start-up with Hydra's own error message instead of deep inside
 training. The YAML files pick their schema through their defaults list

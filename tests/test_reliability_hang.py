@@ -5,7 +5,7 @@ A rank that dies is covered by tests/test_launcher_mpirun.py
 that is alive but late to a collective is Horovod's stall check
 (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, set from launcher.stall_shutdown_s).
 A rank that does not run at all blocks Horovod's own coordination, so only
-the launcher's heartbeat watch ends that job (cifar_dist/launchers/heartbeat.py).
+the launcher's heartbeat watch ends that job (launchers/heartbeat.py).
 """
 import os
 import shutil

@@ -188,7 +188,7 @@ def resolve_settings(conf: BatchAILauncherConf, environ: Mapping[str, str], subm
         raise LaunchError(
             "Batch AI launcher is missing settings: "
             + "; ".join(missing)
-            + ". Set them on the command line, in cifar_dist/conf/local/default.yaml or in the environment."
+            + ". Set them on the command line, in conf/local/default.yaml or in the environment."
         )
     return Settings(
         conf=conf,

@@ -24,6 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from cifar_dist.launchers.base import LaunchError
 
 _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
+# The source folders setup.cfg packages (cifar_dist.conf and cifar_dist.launchers
+# live at the top level of the repository, mapped by package_dir).
+_SOURCE_DIRS = ("cifar_dist", "conf", "launchers")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
 # The user's own cluster/storage names (git-ignored) stay on the user's machine.
@@ -64,15 +67,16 @@ def source_root() -> Path:
 def source_files(root: Path) -> List[Path]:
     """The files that make the wheel, relative to ``root``, in a stable order."""
     files = [Path(name) for name in _PROJECT_FILES if (root / name).is_file()]
-    for dirpath, dirnames, filenames in os.walk(root / "cifar_dist"):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        rel_dir = Path(dirpath).relative_to(root)
-        if rel_dir.parts[-2:] == _SKIP_PARTS:
-            dirnames[:] = []
-            continue
-        for name in sorted(filenames):
-            if Path(name).suffix not in _SKIP_SUFFIXES:
-                files.append(rel_dir / name)
+    for top in _SOURCE_DIRS:
+        for dirpath, dirnames, filenames in os.walk(root / top):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            rel_dir = Path(dirpath).relative_to(root)
+            if rel_dir.parts[-2:] == _SKIP_PARTS:
+                dirnames[:] = []
+                continue
+            for name in sorted(filenames):
+                if Path(name).suffix not in _SKIP_SUFFIXES:
+                    files.append(rel_dir / name)
     return files
 
 
