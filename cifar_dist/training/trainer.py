@@ -1,8 +1,11 @@
-"""The training loop: the seed script, done properly, as one function.
+"""The training loop: the seed script, done properly.
 
 ``train(cfg, output_dir)`` runs on every Horovod rank (one process, or N
-under mpirun / Batch AI). Each Horovod-specific step is marked HOROVOD: with
-why, as in Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py.
+under mpirun / Batch AI) and reads as the seed script's steps: start the run,
+build the model, restore or start, make the data streams, start the record,
+fit with the callbacks, finish (score, save, write). Each Horovod-specific
+step is marked HOROVOD: with why, as in Horovod's
+examples/tensorflow2/tensorflow2_keras_mnist.py.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import logging
 import math
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict
 
@@ -21,6 +25,7 @@ from cifar_dist.validation import validate
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "keras_cifar10_trained_model.h5"  # the seed's file name
+METRICS_NAME = "metrics.json"
 
 
 class ResumeError(CifarDistError, RuntimeError):
@@ -187,32 +192,64 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+@dataclass
+class Run:
+    """What every step of ``train`` needs: the config, this rank's world, where to write."""
+
+    cfg: Any  # the typed, validated config
+    world: Any  # horovod_env.World
+    output_dir: Path
+    epochs: int  # planned for this world size
+    lr: float  # scaled for this world size
+    wall_start: float = field(default_factory=time.time)
+
+    @property
+    def trainer(self):
+        return self.cfg.trainer
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.output_dir / METRICS_NAME
+
+
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
+    run, policy = start_run(cfg, Path(output_dir))
+    model = build_model(run)
+    initial_epoch = restore_or_start(run, model)
+    data, train_data, val_data = make_streams(run, initial_epoch)
+    metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
+    if initial_epoch < run.epochs:
+        model.fit(
+            train_data.dataset,
+            epochs=run.epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=train_data.steps_per_epoch,
+            validation_data=val_data.dataset,
+            validation_steps=val_data.steps,
+            callbacks=make_callbacks(run, train_data, metrics, initial_epoch, previous_wall),
+            verbose=run.trainer.verbose if run.world.is_chief else 0,
+        )
+    return finish(run, model, data, metrics, initial_epoch, previous_wall)
+
+
+def start_run(cfg: DictConfig, output_dir: Path):
+    """Validate the config, start Horovod and fix what TensorFlow must know before any op."""
     wall_start = time.time()
     from cifar_dist.config import typed
 
     cfg = typed(cfg)
     validate(cfg)
-    output_dir = Path(output_dir)
     t = cfg.trainer
 
     from cifar_dist.training.horovod_env import init_world
 
     world = init_world(t.intra_op_threads, t.inter_op_threads, t.onednn)
-
-    import horovod
-    import horovod.tensorflow as hvd_tf  # object collectives (broadcast_object, allgather_object)
-    import horovod.tensorflow.keras as hvd
-    import hydra.utils
     import tensorflow as tf
-
-    from cifar_dist.data import load_dataset
-    from cifar_dist.data.pipeline import eval_stream, train_stream
-    from cifar_dist.training import checkpoints
-    from cifar_dist.training.artifacts import plot_learning_curves, read_json, trim_csv_log, write_json
-    from cifar_dist.training.callbacks import (
-        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
 
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -222,17 +259,19 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     tf.keras.utils.set_random_seed(t.seed + world.rank)
     check_jit_compile(bool(t.jit_compile), bool(world.gpu))
     policy = _set_precision(t.precision.value, bool(world.gpu))
+    run = Run(cfg=cfg, world=world, output_dir=output_dir, epochs=planned_epochs(t, world.size),
+              lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, world.size), wall_start=wall_start)
+    return run, policy
 
-    data = load_dataset(cfg.data)
-    if world.is_chief:
-        log.info("data: %s", data.source)
-        log.info("x_train shape: %s, %d train samples, %d test samples", data.x_train.shape, len(data.x_train), len(data.x_test))
 
-    epochs = planned_epochs(t, world.size)
-    lr = scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, world.size)
+def build_model(run: Run):
+    """The configured model and optimizer, compiled, with the optimizer's slots created."""
+    import horovod.tensorflow.keras as hvd
+    import hydra.utils
 
-    model = hydra.utils.instantiate(cfg.model)
-    optimizer = hydra.utils.instantiate(cfg.optimizer, lr=lr)
+    t = run.trainer
+    model = hydra.utils.instantiate(run.cfg.model)
+    optimizer = hydra.utils.instantiate(run.cfg.optimizer, lr=run.lr)
     # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
     compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
@@ -243,56 +282,85 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         jit_compile=bool(t.jit_compile),
         steps_per_execution=t.steps_per_execution,
     )
-    # HOROVOD: the broadcast below matches variables across ranks by name,
-    # and legacy optimizers name their slots after the scope they are created
-    # in. Create them here, the same way on every rank, so that rank 0
-    # restoring a checkpoint and ranks starting fresh name them alike.
+    # HOROVOD: the broadcast in restore_or_start matches variables across
+    # ranks by name, and legacy optimizers name their slots after the scope
+    # they are created in. Create them here, the same way on every rank, so
+    # that rank 0 restoring a checkpoint and ranks starting fresh name them alike.
     model.optimizer._create_all_weights(model.trainable_variables)
+    return model
 
-    checkpoint_dir = output_dir / "checkpoints"
-    metrics_path = output_dir / "metrics.json"
-    initial_epoch = _decide_resume(world, hvd_tf, checkpoint_dir, str(t.resume).lower(), model)
-    if world.is_chief and initial_epoch:
-        log.info("resuming after epoch %d from %s", initial_epoch, checkpoints.checkpoint_path(checkpoint_dir, initial_epoch))
+
+def restore_or_start(run: Run, model) -> int:
+    """The epoch to start after: rank 0 restores a checkpoint, every rank gets its weights."""
+    import horovod.tensorflow as hvd_tf
+
+    from cifar_dist.training import checkpoints
+
+    initial_epoch = _decide_resume(run.world, hvd_tf, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
+    if run.world.is_chief and initial_epoch:
+        log.info("resuming after epoch %d from %s", initial_epoch,
+                 checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch))
     # HOROVOD: copy rank 0's initial (or restored) weights and optimizer state
     # to every rank before the first step. Horovod's Keras examples use
     # BroadcastGlobalVariablesCallback, which waits for the first batch to end
     # because the optimizer's slots do not exist before it; here they do (see
-    # above), so no rank ever steps from weights of its own, not even for the
-    # first steps_per_execution steps (the callback's "first batch").
+    # build_model), so no rank ever steps from weights of its own, not even for
+    # the first steps_per_execution steps (the callback's "first batch").
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
+    return initial_epoch
 
-    shard = t.epoch_policy.value == "shard"
+
+def make_streams(run: Run, initial_epoch: int):
+    """The data, this rank's training stream (from ``initial_epoch`` on) and its validation slice."""
+    from cifar_dist.data import load_dataset
+    from cifar_dist.data.pipeline import eval_stream, train_stream
+
+    cfg, t, world = run.cfg, run.trainer, run.world
+    data = load_dataset(cfg.data)
+    if world.is_chief:
+        log.info("data: %s", data.source)
+        log.info("x_train shape: %s, %d train samples, %d test samples",
+                 data.x_train.shape, len(data.x_train), len(data.x_test))
     train_data = train_stream(
         data.x_train, data.y_train,
-        batch_size=t.batch_size, rank=world.rank, size=world.size, shard=shard, seed=t.seed,
-        initial_epoch=initial_epoch, epochs=epochs, augment=cfg.data.augment,
+        batch_size=t.batch_size, rank=world.rank, size=world.size, shard=t.epoch_policy.value == "shard",
+        seed=t.seed, initial_epoch=initial_epoch, epochs=run.epochs, augment=cfg.data.augment,
         num_classes=cfg.model.num_classes, prefetch=cfg.data.prefetch,
     )
     val_data = eval_stream(
         data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
         equal_shards=True, num_classes=cfg.model.num_classes,
     )
+    return data, train_data, val_data
 
+
+def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
+    """metrics.json's content so far (rank 0; records after the restored epoch dropped) and its wall time."""
+    import horovod
+    import tensorflow as tf
+
+    from cifar_dist.training.artifacts import read_json, trim_csv_log
+
+    cfg, t, world = run.cfg, run.trainer, run.world
     metrics: Dict[str, Any] = {}
-    if world.is_chief and initial_epoch and metrics_path.exists():
-        metrics = read_json(metrics_path)
+    if world.is_chief and initial_epoch and run.metrics_path.exists():
+        metrics = read_json(run.metrics_path)
         # Epochs logged after the restored checkpoint are redone: drop their records.
         metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
     if world.is_chief and initial_epoch:
-        trim_csv_log(output_dir / "training_log.csv", initial_epoch)
+        trim_csv_log(run.output_dir / "training_log.csv", initial_epoch)
     previous_wall = float(metrics.get("wall_time_s", 0.0)) if initial_epoch else 0.0
     metrics.update(
         {
             "ranks": world.size,
             "run": {
-                "epochs": epochs,
+                "epochs": run.epochs,
                 "epoch_policy": t.epoch_policy.value,
                 "batch_size_per_rank": t.batch_size,
                 "global_batch_size": t.batch_size * world.size,
                 "lr_config": cfg.optimizer.lr,
-                "lr_scaled": lr,
+                "lr_scaled": run.lr,
                 "lr_scaling": t.lr_scaling.value,
                 "optimizer": cfg.optimizer._target_.rsplit(".", 1)[-1],
                 "model": cfg.model._target_,
@@ -313,7 +381,18 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         }
     )
     metrics.setdefault("epochs", [])
+    return metrics, previous_wall
 
+
+def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float):
+    """Keras callbacks in the order they must run: Horovod's averaging first, writers (rank 0) last."""
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    from cifar_dist.training.callbacks import (
+        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
+
+    t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     callbacks = [
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
@@ -322,52 +401,39 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
         # (Goyal et al.), so the large effective batch does not diverge early.
-        callbacks.append(
-            hvd.callbacks.LearningRateWarmupCallback(
-                initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=train_data.steps_per_epoch,
-                verbose=1 if world.is_chief else 0,
-            )
-        )
-    for i, start in enumerate(sorted(t.lr_decay_epochs)):
-        ends = sorted(t.lr_decay_epochs)[i + 1] if i + 1 < len(t.lr_decay_epochs) else None
-        callbacks.append(
-            hvd.callbacks.LearningRateScheduleCallback(
-                initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start, end_epoch=ends,
-                steps_per_epoch=train_data.steps_per_epoch,
-            )
-        )
+        callbacks.append(hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if world.is_chief else 0))
+    decays = sorted(t.lr_decay_epochs)
+    for i, start in enumerate(decays):
+        callbacks.append(hvd.callbacks.LearningRateScheduleCallback(
+            initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start,
+            end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
     if t.deterministic:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
-        callbacks.append(tf.keras.callbacks.CSVLogger(str(output_dir / "training_log.csv"), append=bool(initial_epoch)))
+        callbacks.append(tf.keras.callbacks.CSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
         if t.tensorboard:
-            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(output_dir / "tensorboard"), profile_batch=0))
+            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard"), profile_batch=0))
         run_start = time.time()
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
-        callbacks.append(
-            MetricsRecorder(
-                metrics_path, metrics,
-                on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
-            )
-        )
-        callbacks.append(AtomicCheckpoint(checkpoint_dir, t.keep_checkpoints))
+        callbacks.append(MetricsRecorder(
+            run.metrics_path, metrics,
+            on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start)))
+        callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
+    return callbacks
 
-    if initial_epoch < epochs:
-        model.fit(
-            train_data.dataset,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=train_data.steps_per_epoch,
-            validation_data=val_data.dataset,
-            validation_steps=val_data.steps,
-            callbacks=callbacks,
-            verbose=t.verbose if world.is_chief else 0,
-        )
 
+def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float):
+    """Check the ranks agree, score the test set once training is done, save and write the record."""
+    import horovod.tensorflow as hvd_tf
+
+    from cifar_dist.data.pipeline import eval_stream
+
+    world, t = run.world, run.trainer
     # HOROVOD: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
     digests = hvd_tf.allgather_object(weights_digest(model))
@@ -380,32 +446,41 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             log.warning("ranks ended with different weights: %s", digests)
 
     done = max([e["epoch"] for e in metrics.get("epochs", [])] + [initial_epoch]) if world.is_chief else 0
-    done = hvd_tf.broadcast_object(done, root_rank=0)
-    finished = done >= epochs
+    # HOROVOD: rank 0 alone kept the record; every rank must agree whether to score.
+    finished = hvd_tf.broadcast_object(done, root_rank=0) >= run.epochs
     if finished:
-        test = _evaluate_exact(model, eval_stream(
+        metrics["test"] = _evaluate_exact(model, eval_stream(
             data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
-            equal_shards=False, num_classes=cfg.model.num_classes,
+            equal_shards=False, num_classes=run.cfg.model.num_classes,
         ), hvd_tf)
-        metrics["test"] = test
     if world.is_chief:
-        rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
-        steady = rates[1:] or rates  # the first epoch includes tracing
-        metrics["images_per_sec"] = statistics.median(steady) if steady else None
-        metrics["wall_time_s"] = previous_wall + time.time() - wall_start
-        if finished:
-            metrics["complete"] = True
-            if t.save_model:
-                model_path = output_dir / "saved_models" / MODEL_NAME
-                checkpoints.atomic_save_model(model, model_path, include_optimizer=False)
-                metrics["model_path"] = str(model_path.relative_to(output_dir))
-                log.info("Saved trained model at %s", model_path)
-            log.info("Test loss: %.4f", metrics["test"]["loss"])
-            log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
-        else:
-            log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run); re-run to resume", done, epochs)
-        if t.plot and metrics["epochs"]:
-            plot_learning_curves(metrics["epochs"], output_dir / "learning_curves.png",
-                                 title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {cfg.data.name}, {world.size} rank(s)")
-        write_json(metrics_path, metrics)
+        _write_record(run, model, metrics, finished, done, previous_wall)
     return hvd_tf.broadcast_object(metrics if world.is_chief else None, root_rank=0)
+
+
+def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done: int, previous_wall: float) -> None:
+    """Rank 0: the final model, the learning curves and metrics.json."""
+    from cifar_dist.training import checkpoints
+    from cifar_dist.training.artifacts import plot_learning_curves, write_json
+
+    t = run.trainer
+    rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
+    steady = rates[1:] or rates  # the first epoch includes tracing
+    metrics["images_per_sec"] = statistics.median(steady) if steady else None
+    metrics["wall_time_s"] = previous_wall + time.time() - run.wall_start
+    if finished:
+        metrics["complete"] = True
+        if t.save_model:
+            model_path = run.output_dir / "saved_models" / MODEL_NAME
+            checkpoints.atomic_save_model(model, model_path, include_optimizer=False)
+            metrics["model_path"] = str(model_path.relative_to(run.output_dir))
+            log.info("Saved trained model at %s", model_path)
+        log.info("Test loss: %.4f", metrics["test"]["loss"])
+        log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
+    else:
+        log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run); re-run to resume", done, run.epochs)
+    if t.plot and metrics["epochs"]:
+        plot_learning_curves(metrics["epochs"], run.output_dir / "learning_curves.png",
+                             title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, "
+                                   f"{run.world.size} rank(s)")
+    write_json(run.metrics_path, metrics)
