@@ -16,6 +16,7 @@ from typing import Any, Dict
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.results import METRICS_FILE
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     model.optimizer._create_all_weights(model.trainable_variables)
 
     checkpoint_dir = output_dir / "checkpoints"
-    metrics_path = output_dir / "metrics.json"
+    metrics_path = output_dir / METRICS_FILE
     initial_epoch = _decide_resume(world, hvd_tf, checkpoint_dir, str(t.resume).lower(), model)
     if world.is_chief and initial_epoch:
         log.info("resuming after epoch %d from %s", initial_epoch, checkpoints.checkpoint_path(checkpoint_dir, initial_epoch))
