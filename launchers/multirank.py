@@ -18,7 +18,6 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from cifar_dist.launchers.base import (
