@@ -9,9 +9,10 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.config import register_configs
-from cifar_dist.errors import CifarDistError
+from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
+from cifar_dist.results import final_accuracy
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ def fail(message: str, code: int) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
+    """One job in this process (or started from here by its launcher). Its return
+    value, the final test accuracy, is what Hydra's sweepers optimise."""
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
         from cifar_dist.launchers.heartbeat import start_from_env
@@ -49,16 +52,13 @@ def main(cfg: DictConfig) -> Optional[float]:
         validate(cfg)
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:
-        if job.multirun:
-            log.error("job %d failed: %s", job.job_num, exc)
-            return None
+        if job.multirun:  # Hydra records the point FAILED; the sweep's other points still run
+            log.error("point #%d: %s", job.job_num, exc)
+            raise PointFailed(f"point #{job.job_num}: {exc}") from exc
         fail(str(exc), 2)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:
-            return None
+            raise PointFailed(f"point #{job.job_num} failed (exit {result.exit_code}): {result.message}")
         sys.exit(result.exit_code)
-    metrics = result.metrics or {}
-    test = metrics.get("test") or {}
-    # The return value is what Hydra sweepers optimise: test accuracy.
-    return test.get("accuracy")
+    return final_accuracy(result.metrics)

@@ -6,8 +6,8 @@ type fails at start-up with Hydra's own error message instead of deep inside
 training. The YAML files pick their schema through their defaults list
 (``defaults: [<group>_schema]``).
 
-Launchers keep their own schema next to their code (``launchers/*.py``); this
-module only registers them.
+Launchers keep their own schema next to their code (``launchers/*.py``), and
+register it from there; ``register_configs`` imports them.
 """
 from __future__ import annotations
 
@@ -246,7 +246,8 @@ def register_configs() -> None:
     cs.store(group="task", name="evaluate_schema", node=EvaluateTaskConfig)
     cs.store(group="evaluate", name="evaluate_schema", node=EvaluateConfig)
 
-    from cifar_dist.launchers import registered_launcher_schemas
+    from cifar_dist.launchers import register_built_in
+    from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
 
-    for name, node in registered_launcher_schemas().items():
-        cs.store(group="launcher", name=f"{name}_schema", node=node)
+    register_built_in()  # each launcher module stores its own schema
+    register_sweep_launcher()

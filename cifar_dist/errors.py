@@ -3,7 +3,13 @@
 Raise a subclass with a message that names what is wrong and says what to
 do; ``app.main`` prints it as ``cifar_dist: error: <message>`` and exits 2.
 """
+from hydra.errors import CompactHydraException
 
 
 class CifarDistError(Exception):
     """A problem the user can fix; the message is one line that says how."""
+
+
+class PointFailed(CompactHydraException):
+    """A sweep point that failed: Hydra records it FAILED and, once the batch has run,
+    prints this one line (no traceback) and exits with status 1."""

@@ -1,26 +1,23 @@
-"""The end of a sweep: one table of every point's final metrics, as text, CSV and plot.
+"""A sweep's summary: one table of every point's final metrics, as text, CSV and plot.
 
-Registered as a Hydra callback in ``conf/hydra/default.yaml``. At
-``on_multirun_end`` it first waits for sweep points that launchers submitted
-without waiting (``drain_pending``: Batch AI jobs, concurrent MPI groups),
-then reads every point's run dir under the sweep dir (``.hydra/hydra.yaml``
-for its number and overrides, ``metrics.json`` for its results). Reading the
-run dirs rather than the launchers' return values means the summary is the
-same however the points were run, and can be rebuilt later with
+Written by the sweep launcher (``launchers/sweep_launcher.py``) after each
+batch of points, from every point's run dir under the sweep dir
+(``.hydra/hydra.yaml`` for its number and overrides, ``metrics.json`` or
+``evaluation.json`` for its results). Reading the run dirs rather than the
+launchers' return values means the summary is the same however the points
+were run, covers every batch so far, and can be rebuilt later with
 ``python -m cifar_dist.sweep <sweep dir>``.
 """
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from cifar_dist.results import read_evaluation, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +51,7 @@ def read_point(job_dir: Path) -> Optional[Point]:
     num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
     overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
     point = Point(num=num, output_dir=job_dir, overrides=overrides, status="failed")
-    try:
-        evaluation = json.loads((job_dir / "evaluation.json").read_text())
-    except (OSError, ValueError):
-        evaluation = None
+    evaluation = read_evaluation(job_dir)
     if evaluation is not None:  # a task=evaluate point: scoring results, no training curve
         point.status = "ok"
         point.test_accuracy = evaluation.get("accuracy")
@@ -65,9 +59,8 @@ def read_point(job_dir: Path) -> Optional[Point]:
         point.wall_time_s = evaluation.get("wall_time_s")
         point.ranks = evaluation.get("ranks")
         return point
-    try:
-        metrics = json.loads((job_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
+    metrics = read_metrics(job_dir)
+    if metrics is None:
         return point
     test = metrics.get("test") or {}
     point.status = "ok" if metrics.get("complete") else "incomplete"
@@ -196,18 +189,6 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
         log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
                     ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))
     return points
-
-
-class SweepSummary(Callback):
-    """Hydra callback: after the last sweep point, wait for pending ones, then summarize."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from cifar_dist.launchers.base import drain_pending
-
-        for result in drain_pending():
-            if not result.ok:
-                log.error("sweep point failed (exit %d): %s", result.exit_code, result.message)
-        summarize(Path(config.hydra.sweep.dir))
 
 
 if __name__ == "__main__":

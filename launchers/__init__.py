@@ -1,27 +1,25 @@
 """Launchers: how a composed job gets run (in-process, under mpirun, on Batch AI).
 
-A launcher is one class with a ``launch(job) -> LaunchResult`` method plus one
-YAML file in ``conf/launcher/`` whose ``_target_`` names the class; see
-``base.py`` for the interface and README "Writing your own launcher".
+A launcher is one module: its class (``launch(job)``, and ``launch_all(jobs)``
+for the points of a sweep) and its config dataclass, which the module
+registers in Hydra's ConfigStore as ``launcher/<name>_schema`` and the class
+receives as is; plus one YAML file in ``conf/launcher/`` that uses the schema.
+See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
 from __future__ import annotations
 
-from typing import Dict
+import importlib
 
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult, Launcher
 
-__all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "registered_launcher_schemas"]
+__all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "BUILT_IN", "register_built_in"]
+
+# Modules that register a launcher schema when imported. They keep their heavy
+# imports (MPI, Azure SDKs) inside their methods, so importing them is cheap.
+BUILT_IN = ("local", "mpirun", "gloo", "batchai.config")
 
 
-def registered_launcher_schemas() -> Dict[str, type]:
-    """Schemas (dataclasses) of the built-in launchers, by config name.
-
-    The modules named here keep their heavy imports (MPI, Azure SDKs) inside
-    ``launch()``, so importing them to read the schema is cheap.
-    """
-    from cifar_dist.launchers.local import LocalLauncherConf
-
-    schemas: Dict[str, type] = {"local": LocalLauncherConf}
-    from cifar_dist.launchers.batchai.config import BatchAILauncherConf; schemas["batchai"] = BatchAILauncherConf
-    from cifar_dist.launchers.gloo import GlooLauncherConf; from cifar_dist.launchers.mpirun import MpirunLauncherConf; schemas.update(mpirun=MpirunLauncherConf, gloo=GlooLauncherConf)
-    return schemas
+def register_built_in() -> None:
+    """Import every built-in launcher module, which stores its schema in the ConfigStore."""
+    for name in BUILT_IN:
+        importlib.import_module(f"{__name__}.{name}")

@@ -10,6 +10,7 @@ parent's output directory, with the in-process launcher inside.
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import re
 import sys
@@ -20,6 +21,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+
+log = logging.getLogger(__name__)
 
 # Set in the environment of every process a launcher starts; the app then runs
 # the job in-process whatever launcher the config names, so nothing recurses.
@@ -58,6 +61,8 @@ class JobSpec:
     job_name: str = "cifar_dist"
     multirun: bool = False
     job_num: int = 0
+    # The config group choices (data=..., model=...) Hydra composed this job from.
+    choices: Dict[str, Optional[str]] = field(default_factory=dict)
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
@@ -74,6 +79,7 @@ class JobSpec:
             job_name=hc.job.name,
             multirun=hc.mode == RunMode.MULTIRUN,
             job_num=int(hc.job.get("num", 0) or 0),
+            choices=dict(hc.runtime.choices),
         )
 
     def child_overrides(self, launcher: str = "local") -> List[str]:
@@ -112,38 +118,25 @@ class LaunchResult:
 
 
 class Launcher(abc.ABC):
-    """Runs one composed job. Subclasses take their config fields as keyword arguments."""
+    """Runs composed jobs. Subclasses take their config fields as keyword arguments."""
 
     @abc.abstractmethod
     def launch(self, job: JobSpec) -> LaunchResult:
         """Run ``job`` to completion (or submit it) and report the outcome."""
 
-
-class PendingJob(abc.ABC):
-    """A job a launcher submitted without waiting for it (e.g. one Batch AI job of a sweep)."""
-
-    output_dir: Path
-
-    @abc.abstractmethod
-    def wait(self) -> LaunchResult:
-        """Block until the job has ended (and its outputs are local), then report."""
-
-
-_pending: List[PendingJob] = []
-
-
-def register_pending(job: PendingJob) -> None:
-    """Launchers that submit sweep points concurrently register them here; the
-    sweep-end callback waits for all of them (``drain_pending``)."""
-    _pending.append(job)
-
-
-def drain_pending() -> List[LaunchResult]:
-    """Wait for every registered pending job, in submission order, and forget them."""
-    results = []
-    while _pending:
-        results.append(_pending.pop(0).wait())
-    return results
+    def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        """Every point of a sweep batch that uses this launcher with these settings;
+        results in the jobs' order. By default one after another; a point that
+        cannot be launched (a one-line ``CifarDistError``) is that point's failed
+        result, and the others still run."""
+        results = []
+        for job in jobs:
+            try:
+                results.append(self.launch(job))
+            except CifarDistError as exc:
+                log.error("point #%d failed: %s", job.job_num, exc)
+                results.append(LaunchResult(exit_code=2, message=str(exc)))
+        return results
 
 
 def in_child_process() -> bool:

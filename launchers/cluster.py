@@ -54,7 +54,7 @@ def watch(jobs: Sequence[ClusterJob], poll_interval_s: float,
             for i, job in enumerate(jobs):
                 if i in results:
                     continue
-                result = job.poll()
+                result = _poll(job)
                 if result is not None:
                     results[i] = result
                     job.close()
@@ -65,6 +65,15 @@ def watch(jobs: Sequence[ClusterJob], poll_interval_s: float,
             if i not in results:
                 results[i] = _interrupt(job)
     return [results[i] for i in range(len(jobs))]
+
+
+def _poll(job: ClusterJob) -> Optional[LaunchResult]:
+    """One poll; a problem following this job (it was deleted, the service refuses) is its failed result."""
+    try:
+        return job.poll()
+    except CifarDistError as exc:
+        log.error("%s: %s", job.name, exc)
+        return LaunchResult(exit_code=1, message=str(exc))
 
 
 def _interrupt(job: ClusterJob) -> LaunchResult:

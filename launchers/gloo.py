@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from hydra.core.config_store import ConfigStore
 from typing import Dict, List
 
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
@@ -32,16 +34,16 @@ class GlooLauncherConf(MultiRankConf):
     start_timeout_s: int = 30
 
 
+ConfigStore.instance().store(group="launcher", name="gloo_schema", node=GlooLauncherConf)
+
+
 class GlooLauncher(MultiRankLauncher):
     runner_name = "horovodrun"
 
-    def __init__(self, horovodrun: str = "horovodrun", start_timeout_s: int = 30, **common):
-        self.horovodrun = horovodrun
-        self.start_timeout_s = int(start_timeout_s)
-        super().__init__(**common)
+    conf_class = GlooLauncherConf
 
     def runner_executable(self) -> str:
-        return self.horovodrun
+        return self.conf.horovodrun
 
     def missing_runner_hint(self) -> str:
         return ("install Horovod with Gloo into this environment (HOROVOD_WITH_GLOO=1 pip install horovod) "
@@ -68,9 +70,9 @@ class GlooLauncher(MultiRankLauncher):
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
         # horovodrun exports its environment (see environment()) to the ranks,
         # so `forwarded` needs no flags here.
-        argv = [self.horovodrun, "--gloo", "-np", str(self.np), "--start-timeout", str(self.start_timeout_s)]
+        argv = [self.conf.horovodrun, "--gloo", "-np", str(self.conf.np), "--start-timeout", str(self.conf.start_timeout_s)]
         # horovodrun wants name:slots for every host (and a hostfile with
         # slots= on every line), so a hostfile is passed on as -H too.
-        hosts = ",".join(f"{h.name}:{h.slots or 1}" for h in self.hosts) if self.hosts else f"localhost:{self.np}"
+        hosts = ",".join(f"{h.name}:{h.slots or 1}" for h in self.hosts) if self.hosts else f"localhost:{self.conf.np}"
         argv += ["-H", hosts]
-        return argv + self.extra_args + rank_command
+        return argv + self.conf.extra_args + rank_command

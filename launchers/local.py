@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hydra.core.config_store import ConfigStore
+
 from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
 
 
 @dataclass
 class LocalLauncherConf:
     _target_: str = "cifar_dist.launchers.local.LocalLauncher"
+
+
+ConfigStore.instance().store(group="launcher", name="local_schema", node=LocalLauncherConf)
 
 
 class LocalLauncher(Launcher):

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
 
+from hydra.core.config_store import ConfigStore
+from typing import List, Optional, Sequence, Tuple
+
+from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
 
 
@@ -30,25 +33,31 @@ class MpirunLauncherConf(MultiRankConf):
     yield_when_idle: bool = True
 
 
+ConfigStore.instance().store(group="launcher", name="mpirun_schema", node=MpirunLauncherConf)
+
+
 class MpirunLauncher(MultiRankLauncher):
     runner_name = "mpirun"
 
-    def __init__(self, mpirun: str = "mpirun", rsh_agent: Optional[str] = None, yield_when_idle: bool = True,
-                 **common):
-        self.mpirun = mpirun
-        self.rsh_agent = rsh_agent
-        self.yield_when_idle = bool(yield_when_idle)
-        super().__init__(**common)
+    conf_class = MpirunLauncherConf
+
+    def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        """launcher.concurrent=k: k points at a time, each its own MPI group of one MPMD mpirun."""
+        if self.conf.concurrent > 1:
+            from cifar_dist.launchers.concurrent import run_batches
+
+            return run_batches(self, jobs)
+        return super().launch_all(jobs)
 
     def runner_executable(self) -> str:
-        return self.mpirun
+        return self.conf.mpirun
 
     def missing_runner_hint(self) -> str:
         return "install OpenMPI (apt-get install openmpi-bin), set launcher.mpirun=/path/to/mpirun, or use launcher=gloo"
 
     def remote_shell(self) -> List[str]:
-        if self.rsh_agent:
-            return self.rsh_agent.split()
+        if self.conf.rsh_agent:
+            return self.conf.rsh_agent.split()
         return super().remote_shell()
 
     def binds_itself(self) -> bool:
@@ -64,16 +73,16 @@ class MpirunLauncher(MultiRankLauncher):
         argv = []
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
-        if self.hostfile:
-            argv += ["--hostfile", os.path.expanduser(self.hostfile)]
+        if self.conf.hostfile:
+            argv += ["--hostfile", os.path.expanduser(self.conf.hostfile)]
         elif self.hosts:
             argv += ["-H", ",".join(h.spec() for h in self.hosts)]
         argv += self.binding_args()
-        if self.oversubscribe:
+        if self.conf.oversubscribe:
             argv.append("--oversubscribe")
-        if self.rsh_agent:
-            argv += ["--mca", "plm_rsh_agent", self.rsh_agent]
-        if self.yield_when_idle:
+        if self.conf.rsh_agent:
+            argv += ["--mca", "plm_rsh_agent", self.conf.rsh_agent]
+        if self.conf.yield_when_idle:
             argv += ["--mca", "mpi_yield_when_idle", "1"]
         return argv
 
@@ -82,8 +91,8 @@ class MpirunLauncher(MultiRankLauncher):
         return [arg for name in forwarded for arg in ("-x", name)]
 
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
-        argv = [self.mpirun, "-np", str(self.np), *self._placement_args(), *self._export_args(forwarded)]
-        return argv + self.extra_args + rank_command
+        argv = [self.conf.mpirun, "-np", str(self.conf.np), *self._placement_args(), *self._export_args(forwarded)]
+        return argv + self.conf.extra_args + rank_command
 
     def mpmd_command(self, contexts: List[Tuple[int, List[str]]], forwarded: List[str]) -> List[str]:
         """One mpirun, several programs (OpenMPI's MPMD form ``A : B``), one MPI_COMM_WORLD.
@@ -93,7 +102,7 @@ class MpirunLauncher(MultiRankLauncher):
         it is repeated for each. ``--enable-recovery`` keeps mpirun from
         aborting every program when one rank dies (concurrent sweeps).
         """
-        argv = [self.mpirun, "--enable-recovery", *self._placement_args(), *self.extra_args]
+        argv = [self.conf.mpirun, "--enable-recovery", *self._placement_args(), *self.conf.extra_args]
         for i, (ranks, command) in enumerate(contexts):
             argv += ([":"] if i else []) + ["-np", str(ranks), *self._export_args(forwarded), *command]
         return argv

@@ -5,13 +5,12 @@ A subclass only says how to spell the runner's command line
 is here: pre-flight checks, the per-rank wrapper (``rank_exec``: per-rank log
 files, exit records), the environment every rank needs, streaming and
 stopping the job (``supervise``), and naming the rank that failed
-(``failure``). The flow of ``launch`` is ``start(job).wait()`` so that a
-launcher which batches several sweep points into one runner process can
-return the pending job instead of waiting for it.
+(``failure``). The flow of ``launch`` is ``start(job).wait()``; a sweep's
+points go one after another through ``launch_all`` (mpirun's
+``launcher.concurrent=k`` runs k of them at once: ``concurrent.py``).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shlex
@@ -19,7 +18,6 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from cifar_dist.launchers.base import (
@@ -28,11 +26,11 @@ from cifar_dist.launchers.base import (
     LaunchError,
     LaunchResult,
     Launcher,
-    PendingJob,
     quote_override_value,
 )
 from cifar_dist.launchers import hosts as hostlib
 from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
+from cifar_dist.results import read_results
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +87,7 @@ class MultiRankConf:
     concurrent: int = 1
 
 
-class RunningJob(PendingJob):
+class RunningJob:
     """One runner process for one job, started; ``wait()`` supervises it to the end."""
 
     def __init__(self, launcher: "MultiRankLauncher", job: JobSpec, argv: List[str], env: Dict[str, str]):
@@ -111,18 +109,18 @@ class RunningJob(PendingJob):
 
         # A rank that is not running at all (SIGSTOP, frozen host) blocks
         # Horovod's own stall check too: watch the ranks' heartbeats.
-        heartbeats = HeartbeatWatch(log_dir, launcher.np, launcher.stall_shutdown_s)
+        heartbeats = HeartbeatWatch(log_dir, launcher.conf.np, launcher.conf.stall_shutdown_s)
 
         def rank_failed_long_ago() -> str:
-            for record in read_exit_records(log_dir, launcher.np, started):
-                if record.get("exit_code") and time.time() - record["time"] > launcher.rank_failure_grace_s:
-                    return f"rank {record['rank']} failed {launcher.rank_failure_grace_s:g}s ago"
+            for record in read_exit_records(log_dir, launcher.conf.np, started):
+                if record.get("exit_code") and time.time() - record["time"] > launcher.conf.rank_failure_grace_s:
+                    return f"rank {record['rank']} failed {launcher.conf.rank_failure_grace_s:g}s ago"
             return heartbeats()
 
-        log.info("launching %d ranks: %s", launcher.np, shlex.join(self.argv))
+        log.info("launching %d ranks: %s", launcher.conf.np, shlex.join(self.argv))
         outcome = Supervisor(
             self.argv, cwd=job.original_cwd, env=self.env, log_file=log_dir / RUNNER_LOG,
-            kill_grace_s=launcher.kill_grace_s, watch=rank_failed_long_ago, line_filter=launcher.line_filter(),
+            kill_grace_s=launcher.conf.kill_grace_s, watch=rank_failed_long_ago, line_filter=launcher.line_filter(),
         ).run()
 
         if outcome.interrupted:
@@ -133,8 +131,8 @@ class RunningJob(PendingJob):
                 raise KeyboardInterrupt  # end the whole sweep, as Ctrl-C does without a launcher
             return LaunchResult(exit_code=130, message=message)
         if outcome.returncode == 0 and not outcome.stopped_reason:
-            return LaunchResult(exit_code=0, metrics=_read_metrics(job.output_dir))
-        failure = first_failure(log_dir, launcher.np, started, outcome.tail)
+            return LaunchResult(exit_code=0, metrics=read_results(job.output_dir))
+        failure = first_failure(log_dir, launcher.conf.np, started, outcome.tail)
         if heartbeats.stalled_rank is not None:
             failure = stalled_rank_failure(log_dir, heartbeats.stalled_rank, outcome.stopped_reason)
         code = outcome.returncode if outcome.returncode and outcome.returncode > 0 else 1
@@ -146,28 +144,13 @@ class MultiRankLauncher(Launcher):
 
     runner_name = "runner"
 
-    def __init__(self, np: int = 2, hosts: Sequence[str] = (), hostfile: Optional[str] = None,
-                 bind_to: str = "auto", oversubscribe: bool = False, env: Optional[Dict[str, str]] = None,
-                 forward_env: Sequence[str] = (), extra_args: Sequence[str] = (), python: Optional[str] = None,
-                 dry_run: bool = False, stall_shutdown_s: int = 120, cycle_time_ms: float = 5.0,
-                 rank_failure_grace_s: float = 15.0,
-                 kill_grace_s: float = 10.0, host_check_timeout_s: float = 10.0, concurrent: int = 1):
-        self.np = int(np)
-        self.concurrent = int(concurrent)
-        self.hosts_config = list(hosts or [])
-        self.hostfile = hostfile
-        self.bind_to = bind_to
-        self.oversubscribe = bool(oversubscribe)
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
-        self.forward_env = list(forward_env or [])
-        self.extra_args = [str(a) for a in (extra_args or [])]
-        self.python = python or sys.executable
-        self.dry_run = bool(dry_run)
-        self.stall_shutdown_s = int(stall_shutdown_s)
-        self.cycle_time_ms = float(cycle_time_ms)
-        self.rank_failure_grace_s = float(rank_failure_grace_s)
-        self.kill_grace_s = float(kill_grace_s)
-        self.host_check_timeout_s = float(host_check_timeout_s)
+    conf_class = MultiRankConf  # each subclass: its own dataclass (MpirunLauncherConf, GlooLauncherConf)
+
+    def __init__(self, **fields):
+        # The config node as Hydra's instantiate passes it, back in its dataclass: one field list.
+        self.conf = self.conf_class(**fields)
+        self.conf.env = {str(k): str(v) for k, v in (self.conf.env or {}).items()}
+        self.conf.python = self.conf.python or sys.executable
         # Config problems surface as LaunchError from launch(), not from the
         # constructor (Hydra's instantiate would wrap them in a traceback).
         self._hosts: Optional[List[Host]] = None
@@ -175,9 +158,9 @@ class MultiRankLauncher(Launcher):
     @property
     def hosts(self) -> List[Host]:
         if self._hosts is None:
-            if self.bind_to not in ("auto", "core", "none"):
-                raise LaunchError(f"launcher.bind_to={self.bind_to!r} must be auto, core or none")
-            self._hosts = resolve_hosts(self.hosts_config, self.hostfile)
+            if self.conf.bind_to not in ("auto", "core", "none"):
+                raise LaunchError(f"launcher.bind_to={self.conf.bind_to!r} must be auto, core or none")
+            self._hosts = resolve_hosts(self.conf.hosts, self.conf.hostfile)
         return self._hosts
 
     # ---- what subclasses provide -------------------------------------------------
@@ -186,7 +169,7 @@ class MultiRankLauncher(Launcher):
 
     def remote_shell(self) -> List[str]:
         """Command prefix that runs a command on a host (host and command are appended)."""
-        return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(self.host_check_timeout_s))}"]
+        return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(self.conf.host_check_timeout_s))}"]
 
     def runner_executable(self) -> str:
         raise NotImplementedError
@@ -208,42 +191,42 @@ class MultiRankLauncher(Launcher):
 
     def cores_per_rank(self) -> int:
         """Cores each rank is bound to (0: no binding)."""
-        if self.bind_to == "none":
+        if self.conf.bind_to == "none":
             return 0
-        local_ranks = self.np if not self.hosts else max(
-            (h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.np)
+        local_ranks = self.conf.np if not self.hosts else max(
+            (h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.conf.np)
         cores = hostlib.local_cores()
-        if self.bind_to == "auto" and (not self.local_only or local_ranks > cores):
+        if self.conf.bind_to == "auto" and (not self.local_only or local_ranks > cores):
             return 0
-        return max(1, cores // max(1, min(local_ranks, self.np)))
+        return max(1, cores // max(1, min(local_ranks, self.conf.np)))
 
     def rank_command(self, job: JobSpec, group: Optional[int] = None, group_size: int = 0) -> List[str]:
         """The per-rank wrapper around the job; in a concurrent sweep, ``group`` is its
         MPI group (of ``group_size`` ranks) inside the one mpirun."""
-        wrapper = [self.python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+        wrapper = [self.conf.python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
         if group is not None:
-            wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.np)]
+            wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.conf.np)]
         if self.cores_per_rank() and not self.binds_itself():
             wrapper.append("--bind-cores")
         for override in NONCHIEF_OVERRIDES:
             wrapper.append(f"--nonchief-arg={override}")
-        return [*wrapper, "--", *job.child_command(python=self.python)]
+        return [*wrapper, "--", *job.child_command(python=self.conf.python)]
 
     def rank_environment(self) -> Dict[str, str]:
         """Variables set for the ranks (on top of this process's environment)."""
         env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": os.environ.get("TF_USE_LEGACY_KERAS", "1")}
-        if self.stall_shutdown_s > 0:
-            env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, self.stall_shutdown_s // 2))
-            env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(self.stall_shutdown_s)
-        if self.cycle_time_ms > 0:
-            env["HOROVOD_CYCLE_TIME"] = f"{self.cycle_time_ms:g}"
-        env.update(self.env)
+        if self.conf.stall_shutdown_s > 0:
+            env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, self.conf.stall_shutdown_s // 2))
+            env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(self.conf.stall_shutdown_s)
+        if self.conf.cycle_time_ms > 0:
+            env["HOROVOD_CYCLE_TIME"] = f"{self.conf.cycle_time_ms:g}"
+        env.update(self.conf.env)
         return env
 
     def forwarded_names(self, env: Dict[str, str]) -> List[str]:
         names = list(ALWAYS_FORWARDED) + [k for k in self.rank_environment() if k not in ALWAYS_FORWARDED]
         names += [n for n in FORWARDED_IF_SET if n in env]
-        for name in self.forward_env:
+        for name in self.conf.forward_env:
             if name in env:
                 names.append(name)
             else:
@@ -261,31 +244,29 @@ class MultiRankLauncher(Launcher):
 
     def preflight(self) -> None:
         """Everything that can be checked before a rank starts; one-line LaunchError each."""
-        check_slots(self.np, self.hosts, self.oversubscribe)
+        check_slots(self.conf.np, self.hosts, self.conf.oversubscribe)
         if shutil.which(self.runner_executable()) is None:
             raise LaunchError(f"{self.runner_executable()} not found on PATH; {self.missing_runner_hint()}")
-        check_reachable(self.hosts, self.remote_shell(), self.host_check_timeout_s)
+        check_reachable(self.hosts, self.remote_shell(), self.conf.host_check_timeout_s)
 
     def start(self, job: JobSpec) -> RunningJob:
         self.preflight()
         env = self.environment()
         return RunningJob(self, job, self.command(job, env), env)
 
-    def launch(self, job: JobSpec) -> LaunchResult:
-        if self.concurrent != 1 and job.multirun:
-            from cifar_dist.launchers.concurrent import enqueue
+    def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        """A sweep's points one after another (mpirun overrides this for launcher.concurrent > 1)."""
+        if self.conf.concurrent < 1:
+            raise LaunchError(f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)")
+        if self.conf.concurrent > 1:
+            raise LaunchError(f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod "
+                              "world that cannot be split into groups; use launcher=mpirun or launcher.concurrent=1")
+        return super().launch_all(jobs)
 
-            return enqueue(self, job)  # run later, k points per mpirun (drain_pending)
-        if self.dry_run:
-            check_slots(self.np, self.hosts, self.oversubscribe)
+    def launch(self, job: JobSpec) -> LaunchResult:
+        if self.conf.dry_run:
+            check_slots(self.conf.np, self.hosts, self.conf.oversubscribe)
             argv = self.command(job)
             print(shlex.join(argv), flush=True)
             return LaunchResult(exit_code=0, message="dry run: nothing started")
         return self.start(job).wait()
-
-
-def _read_metrics(output_dir: Path) -> Optional[dict]:
-    try:
-        return json.loads((output_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None

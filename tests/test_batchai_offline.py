@@ -85,7 +85,7 @@ def test_missing_settings_are_listed_in_one_error(tmp_path):
 
 def test_launcher_conf_is_importable_without_azure_sdks():
     code = (
-        "import sys; import cifar_dist.launchers as l; l.registered_launcher_schemas();"
+        "import sys; import cifar_dist.launchers as l; l.register_built_in();"
         "import cifar_dist.launchers.batchai.launcher;"
         "bad = [m for m in sys.modules if m.startswith(('azure', 'msrest'))]; print(bad); sys.exit(1 if bad else 0)"
     )
@@ -175,3 +175,19 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
     with initialize_config_dir(str(tmp_path), version_base="1.3"):
         typed = compose("job_config", overrides=["hydra.searchpath=[pkg://cifar_dist.conf]"])
     assert typed.trainer.epoch_policy is EpochPolicy.shard
+
+
+def test_node_entry_quotes_the_run_dir_with_the_one_rule_and_reads_every_rank_variable(monkeypatch):
+    from cifar_dist.launchers.base import parse_overrides
+    from cifar_dist.launchers.batchai import node_entry
+    from cifar_dist.launchers.rank_exec import RANK_VARS
+
+    run_dir = "/mnt/share/a\\b/it's=1,2 x"  # a backslash Hydra reads literally, a quote, '=', ',' and a space
+    argv = node_entry.hydra_argv("/cfg", "job_config", run_dir, rank=1)
+    (override,) = [a for a in argv if a.startswith("hydra.run.dir=")]
+    assert parse_overrides([override])[0].value() == run_dir  # the node's run dir is the one staged
+
+    for name in RANK_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PMIX_RANK", "3")  # the wrappers' list, not a shorter one of its own
+    assert node_entry._rank() == 3

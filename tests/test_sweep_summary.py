@@ -5,9 +5,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from cifar_dist.launchers import base
-from cifar_dist.launchers.base import LaunchResult, PendingJob
-from cifar_dist.sweep import SweepSummary, collect, summarize, table
+from cifar_dist.sweep import collect, summarize, table
 
 
 def make_point(sweep_dir: Path, num: int, overrides, metrics=None) -> Path:
@@ -64,26 +62,6 @@ def test_points_with_several_varied_keys_get_a_bar_chart(tmp_path):
     summarize(tmp_path)
     assert (tmp_path / "sweep_summary.png").stat().st_size > 10_000
     assert "optimizer=sgd trainer.batch_size=64" in table(collect(tmp_path))
-
-
-class FinishesLater(PendingJob):
-    def __init__(self, output_dir, overrides):
-        self.output_dir, self.overrides = output_dir, overrides
-
-    def wait(self):
-        make_point(self.output_dir.parent, int(self.output_dir.name), self.overrides, metrics(0.4, 1.5))
-        return LaunchResult(exit_code=0)
-
-
-def test_callback_waits_for_pending_points_before_summarizing(tmp_path, capsys):
-    base.register_pending(FinishesLater(tmp_path / "0", ["optimizer.lr=1e-3"]))
-    base.register_pending(FinishesLater(tmp_path / "1", ["optimizer.lr=2e-3"]))
-    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    SweepSummary().on_multirun_end(config=cfg)
-    assert base.drain_pending() == []
-    rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
-    assert [(r["varied"], r["status"]) for r in rows] == [("optimizer.lr=1e-3", "ok"), ("optimizer.lr=2e-3", "ok")]
-    assert "Sweep summary" in capsys.readouterr().out
 
 
 def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):

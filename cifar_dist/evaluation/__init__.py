@@ -16,6 +16,8 @@ from typing import Any, Dict
 import numpy as np
 from omegaconf import DictConfig
 
+from cifar_dist.results import EVALUATION_FILE, as_metrics
+
 log = logging.getLogger(__name__)
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -87,7 +89,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     if ev.predictions:
         report.write_predictions(output_dir / "predictions.csv", images.labels, predicted, confidence,
                                  images.class_names, images.names)
-    write_json(output_dir / "evaluation.json", result)
-    log.info("wrote %s", output_dir / "evaluation.json")
+    write_json(output_dir / EVALUATION_FILE, result)
+    log.info("wrote %s", output_dir / EVALUATION_FILE)
     # The app reports metrics["test"]["accuracy"] as the job's result.
-    return {**result, "test": {"loss": result.get("loss"), "accuracy": result.get("accuracy")}}
+    return as_metrics(result)

@@ -20,12 +20,12 @@ from typing import Any, Dict
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.results import METRICS_FILE
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "keras_cifar10_trained_model.h5"  # the seed's file name
-METRICS_NAME = "metrics.json"
 
 
 class ResumeError(CifarDistError, RuntimeError):
@@ -213,7 +213,7 @@ class Run:
 
     @property
     def metrics_path(self) -> Path:
-        return self.output_dir / METRICS_NAME
+        return self.output_dir / METRICS_FILE
 
 
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:

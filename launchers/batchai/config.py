@@ -1,6 +1,6 @@
 """The Batch AI launcher's config schema, and how its settings are resolved.
 
-Imported at every start (``registered_launcher_schemas()``), so it imports
+Imported at every start (it registers the schema: ``launchers.register_built_in``), so it imports
 nothing from the Azure SDKs. Account-specific names may come from the config
 or the environment (the variable names the tutorial and the az CLI used); the
 storage key comes *only* from the environment, never from a config file, so it
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+
+from hydra.core.config_store import ConfigStore
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
@@ -113,6 +115,9 @@ class BatchAILauncherConf:
     retry_timeout_s: float = 600.0  # total time one request may spend in retries
     connection_timeout_s: float = 30.0
     read_timeout_s: float = 120.0
+
+
+ConfigStore.instance().store(group="launcher", name="batchai_schema", node=BatchAILauncherConf)
 
 
 class Secret:

@@ -4,11 +4,11 @@ Flow: resolve settings -> stage the wheel, the node config and the entry
 script locally -> build the job and check it against the shipped schema ->
 (dry run: write job.json, print the az commands, stop) -> ensure workspace,
 experiment, cluster, share -> upload what changed -> submit (or find the job
-this run dir already submitted) -> follow it, or hand it to the sweep.
+this run dir already submitted) -> follow it. As a ``ClusterLauncher`` it
+submits every point of a sweep first, then follows all of them in one loop.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
@@ -16,15 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional
 
-from cifar_dist.launchers.base import (
-    JobSpec,
-    LaunchError,
-    LaunchResult,
-    Launcher,
-    PendingJob,
-    drain_pending,
-    register_pending,
-)
+from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
     ShareLayout,
@@ -42,9 +34,9 @@ from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
+from cifar_dist.launchers.cluster import ClusterJob, ClusterLauncher
 
 log = logging.getLogger(__name__)
-_drain_registered = False
 
 
 @dataclass
@@ -56,22 +48,24 @@ class StagedJob:
     wheel: Wheel
     uploads: Dict[str, Path]  # path on the share -> local file
     job_file: Path  # job.json in the run dir (the key as a placeholder or Key Vault reference)
+    output_dir: Path  # the run dir the job's outputs are fetched into
     scoring: Optional[ScoringPlan] = None  # task=evaluate: the model (and images) on the share
 
 
-class BatchAIJob(PendingJob):
-    """A submitted job: ``wait()`` follows it to the end and fetches its outputs."""
+class BatchAIJob(ClusterJob):
+    """A submitted job as ``cluster.watch`` follows it."""
 
     def __init__(self, follower: JobFollower, credential):
+        self.name = follower.name
         self.output_dir = follower.output_dir
         self._follower = follower
         self._credential = credential
 
-    def wait(self) -> LaunchResult:
-        try:
-            return self._follower.run()
-        finally:
-            self.close()
+    def poll(self) -> Optional[LaunchResult]:
+        return self._follower.poll()
+
+    def interrupt(self) -> LaunchResult:
+        return self._follower.interrupt()
 
     def close(self) -> None:
         self._follower.service.close()
@@ -80,26 +74,17 @@ class BatchAIJob(PendingJob):
             close()
 
 
-class BatchAILauncher(Launcher):
+class BatchAILauncher(ClusterLauncher):
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
 
-    def launch(self, job: JobSpec) -> LaunchResult:
+    def prepare(self, job: JobSpec) -> StagedJob:
         # The SDKs log every request at INFO; keep the user's log about the job.
         logging.getLogger("azure").setLevel(logging.WARNING)
-        staged = self.stage(job)
-        if self.conf.dry_run:
-            return self._dry_run(staged)
-        handle = self.submit(job, staged)
-        name = staged.layout.job
-        if not self.conf.wait:
-            handle.close()
-            log.info("submitted Batch AI job %s; launcher.wait=false, not following it", name)
-            return LaunchResult(exit_code=0, message=f"submitted Batch AI job {name}")
-        if job.multirun:
-            _register(handle)
-            return LaunchResult(exit_code=0, message=f"submitted Batch AI job {name}; the sweep waits for it")
-        return handle.wait()
+        return self.stage(job)
+
+    def report_dry_run(self, prepared: StagedJob) -> LaunchResult:
+        return self._dry_run(prepared)
 
     # --- local preparation ------------------------------------------------------------
 
@@ -120,7 +105,7 @@ class BatchAILauncher(Launcher):
         local = job.output_dir / LOCAL_SUBDIR
         local.mkdir(parents=True, exist_ok=True)
         config_file = local / Path(layout.config_file).name
-        config_file.write_text(node_job_config(apply_to_node_config(job.cfg, scoring), _group_choices()), "utf-8")
+        config_file.write_text(node_job_config(apply_to_node_config(job.cfg, scoring), job.choices), "utf-8")
         entry_file = local / Path(layout.entry_file).name
         entry_file.write_text(node_entry_source(), "utf-8")
 
@@ -133,7 +118,7 @@ class BatchAILauncher(Launcher):
             uploads.update(scoring.uploads)
             for item in scoring.items:
                 log.info("scoring job: %s is %s on the nodes", item.origin, item.shown)
-        return StagedJob(settings, layout, wheel, uploads, job_file, scoring)
+        return StagedJob(settings, layout, wheel, uploads, job_file, job.output_dir, scoring)
 
     def _dry_run(self, staged: StagedJob) -> LaunchResult:
         commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
@@ -154,7 +139,7 @@ class BatchAILauncher(Launcher):
 
     # --- remote -------------------------------------------------------------------------
 
-    def submit(self, job: JobSpec, staged: StagedJob) -> BatchAIJob:
+    def submit(self, staged: StagedJob) -> BatchAIJob:
         """Ensure everything the job needs exists remotely, then submit it (once per run dir)."""
         from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService, azure_errors, make_credential
         from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
@@ -203,7 +188,7 @@ class BatchAILauncher(Launcher):
             service=service,
             share=share,
             layout=layout,
-            output_dir=job.output_dir,
+            output_dir=staged.output_dir,
             on_interrupt=conf.on_interrupt.value,
             poll_interval_s=conf.poll_interval_s,
             stream_output=conf.stream_output,
@@ -230,20 +215,3 @@ def _warn_if_requeue_cannot_resume(cfg, conf) -> None:
             resume,
             "refuse to touch its checkpoints" if resume == "false" else "fail on its first start (nothing to resume)",
         )
-
-
-def _group_choices() -> Dict[str, Optional[str]]:
-    """This run's config group choices (data=..., model=...), from Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    return dict(HydraConfig.get().runtime.choices)
-
-
-def _register(handle: BatchAIJob) -> None:
-    """Hand a sweep point to the sweep-end callback; as a fallback (no callback
-    configured), wait for whatever is still pending when the process exits."""
-    global _drain_registered
-    register_pending(handle)
-    if not _drain_registered:
-        atexit.register(drain_pending)
-        _drain_registered = True

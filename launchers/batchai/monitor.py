@@ -4,25 +4,21 @@ stream``, ``storage file download`` and ``cluster resize --target 0``.
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
+from cifar_dist.results import EVALUATION_FILE, METRICS_FILE, as_metrics, read_json
 
 log = logging.getLogger(__name__)
 
 TERMINAL = ("succeeded", "failed")
 STREAMED = ("stdout.txt", "stderr.txt")
 LOCAL_SUBDIR = "batchai"  # in the run dir: job.json's companions, streamed stdout/stderr
-# Set by the first Ctrl-C: the other jobs of a sweep then stop waiting at once.
-interrupted = threading.Event()
 
 
 @dataclass
@@ -45,7 +41,9 @@ def errors_text(info) -> str:
 
 @dataclass
 class JobFollower:
-    """Waits for one job; streams its output; fetches its results."""
+    """Follows one job, a poll at a time (``cluster.watch`` polls every job of a sweep in
+    one loop): reports state and node changes and requeues, streams its output, and
+    fetches its results once it has ended."""
 
     service: Any  # client.BatchAIService
     share: Any  # storage.FileShare
@@ -61,46 +59,48 @@ class JobFollower:
     requeues: int = 0  # times the service put the job back in the queue after it had started
     _streams: Dict[str, _Stream] = field(default_factory=dict)
     _started_at: Any = None  # executionInfo.startTime of the current run
+    _last_state: Optional[str] = None
+    _last_nodes: Optional[str] = None
 
     @property
     def name(self) -> str:
         return self.layout.job
 
-    def run(self) -> LaunchResult:
+    def poll(self) -> Optional[LaunchResult]:
+        """One round: the job's outcome once it has ended and its outputs are local, else None."""
         from cifar_dist.launchers.batchai.client import azure_errors
 
         with azure_errors(f"follow Batch AI job {self.name}"):
-            try:
-                if interrupted.is_set():
-                    raise KeyboardInterrupt
-                job = self._wait_until_done()
-            except KeyboardInterrupt:
-                interrupted.set()
-                return self._interrupted()
-            return self._finish(job)
+            job = self._ended_job()
+            return None if job is None else self._finish(job)
 
-    # --- waiting ------------------------------------------------------------------
+    def interrupt(self) -> LaunchResult:
+        """Ctrl-C: terminate the job or leave it running, as launcher.on_interrupt says."""
+        from cifar_dist.launchers.batchai.client import azure_errors
 
-    def _wait_until_done(self):
-        last_state, last_nodes = None, None
-        while True:
-            job = self.service.get_job(self.name)
-            if job is None:
-                raise LaunchError(f"job {self.name} disappeared (deleted?); re-run to submit it again")
-            state = str(job.execution_state)
-            if self._restarted(last_state, state, job):
-                self._report_requeue(job, state)
-            cluster = self.service.get_cluster()
-            nodes = _node_counts(cluster)
-            if (state, nodes) != (last_state, last_nodes):
-                log.info("job %s: %s | cluster %s nodes: %s", self.name, state, self.service.settings.cluster, nodes)
-                last_state, last_nodes = state, nodes
-            if self.stream_output and state != "queued":
-                self._pump_streams()
-            if state in TERMINAL:
-                self._pump_streams()
-                return job
-            time.sleep(self.poll_interval_s)
+        with azure_errors(f"stop following Batch AI job {self.name}"):
+            return self._interrupted()
+
+    # --- one poll ------------------------------------------------------------------
+
+    def _ended_job(self):
+        """Ask for the job's (and its cluster's) state once; the job when it has ended."""
+        job = self.service.get_job(self.name)
+        if job is None:
+            raise LaunchError(f"job {self.name} disappeared (deleted?); re-run to submit it again")
+        state = str(job.execution_state)
+        if self._restarted(self._last_state, state, job):
+            self._report_requeue(job, state)
+        nodes = _node_counts(self.service.get_cluster())
+        if (state, nodes) != (self._last_state, self._last_nodes):
+            log.info("job %s: %s | cluster %s nodes: %s", self.name, state, self.service.settings.cluster, nodes)
+            self._last_state, self._last_nodes = state, nodes
+        if self.stream_output and state != "queued":
+            self._pump_streams()
+        if state in TERMINAL:
+            self._pump_streams()
+            return job
+        return None
 
     def _restarted(self, last_state: Optional[str], state: str, job) -> bool:
         """Whether the job went back to the queue after it had started (Batch AI requeues a job
@@ -186,12 +186,10 @@ class JobFollower:
         fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
         log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
         if self.task == "evaluate":
-            metrics = _read_metrics(self.output_dir / "evaluation.json")
-            if metrics is not None:
-                # As the evaluate task returns them: the app reports test accuracy.
-                metrics["test"] = {"loss": metrics.get("loss"), "accuracy": metrics.get("accuracy")}
+            evaluation = _read_result(self.output_dir / EVALUATION_FILE)
+            metrics = None if evaluation is None else as_metrics(evaluation)
         else:
-            metrics = _read_metrics(self.output_dir / "metrics.json")
+            metrics = _read_result(self.output_dir / METRICS_FILE)
         self._maybe_scale_down()
         requeued = f" after {self.requeues} requeue(s)" if self.requeues else ""
         if str(job.execution_state) == "succeeded":
@@ -261,12 +259,11 @@ def _node_counts(cluster) -> str:
     )
 
 
-def _read_metrics(path: Path) -> Optional[Dict[str, Any]]:
+def _read_result(path: Path) -> Optional[Dict[str, Any]]:
     if not path.is_file():
         log.warning("the job wrote no %s", path.name)
         return None
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except ValueError:
+    doc = read_json(path)
+    if doc is None:
         log.warning("%s is not valid JSON", path)
-        return None
+    return doc

@@ -4,7 +4,9 @@ The launcher uploads this file next to the run's composed config; Batch AI
 starts it under mpirun, once per rank, after jobPreparation has installed the
 cifar_dist wheel. It runs the Hydra app with that config (in-process launcher)
 and its run dir on the mounted share, so the outputs land where the launcher
-downloads them from. Only the standard library is imported before the app.
+downloads them from. It reads its rank as every rank wrapper does
+(``rank_exec.RANK_VARS``) and quotes the run dir with the project's one rule
+(``base.quote_override_value``).
 """
 from __future__ import annotations
 
@@ -15,10 +17,9 @@ from typing import List, Optional
 
 
 def _rank() -> int:
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
+    from cifar_dist.launchers.rank_exec import RANK_VARS, env_int
+
+    return env_int(RANK_VARS, 0)
 
 
 def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int) -> List[str]:
@@ -26,8 +27,9 @@ def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int) -> Li
     the others log to their own file and write no .hydra/ (all share one dir;
     the names differ from the launching side's cifar_dist.log, which the
     downloaded outputs must not overwrite)."""
-    escaped = run_dir.replace("\\", "\\\\").replace("'", "\\'")
-    argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir='{escaped}'"]
+    from cifar_dist.launchers.base import quote_override_value
+
+    argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir={quote_override_value(run_dir)}"]
     if rank == 0:
         argv.append("hydra.job.name=cifar_dist_node")
     else:

@@ -25,8 +25,9 @@ from cifar_dist.launchers.base import LaunchError
 
 _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
 # The source folders setup.cfg packages (cifar_dist.conf and cifar_dist.launchers
-# live at the top level of the repository, mapped by package_dir).
-_SOURCE_DIRS = ("cifar_dist", "conf", "launchers")
+# live at the top level of the repository, mapped by package_dir; hydra_plugins/
+# holds the sweep launcher's name for Hydra).
+_SOURCE_DIRS = ("cifar_dist", "conf", "launchers", "hydra_plugins")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
 # The user's own cluster/storage names (git-ignored) stay on the user's machine.

@@ -1,0 +1,180 @@
+"""The Hydra launcher of every sweep (``-m``): it sees all points of a batch at once.
+
+Hydra's sweeper (basic, Optuna, ...) hands ``launch(job_overrides,
+initial_job_idx)`` a batch of points. Each point's config is composed as
+Hydra's BasicLauncher composes it; then the point's own ``launcher`` decides:
+
+- the in-process launcher (``launcher=local``), or no ``launcher`` group at
+  all (any other Hydra app): Hydra's ``run_job`` with the app's task function,
+  one after another, exactly as BasicLauncher;
+- any other launcher: ``run_job`` with a task function that only builds and
+  checks the ``JobSpec`` (so the run dir, its ``.hydra/`` and job log exist as
+  for any Hydra job), then the points are grouped by equal launcher config and
+  each group's launcher runs all of them with one ``launch_all`` call
+  (``mpirun`` k at a time with ``launcher.concurrent=k``, cluster launchers
+  submit every point, then watch them together).
+
+Every point gets its ``JobReturn``, in order: ``return_value`` is its final
+test accuracy (what an optimising sweeper such as Optuna learns from), a
+failed point is FAILED with a one-line ``PointFailed`` that Hydra prints
+without a traceback once the whole batch has run. The sweep summary (table,
+CSV, plot) is rewritten from the run dirs after every batch, so it exists even
+when a point fails or ``hydra/callbacks`` is replaced.
+
+Hydra instantiates launcher plugins only from the ``hydra_plugins`` package:
+the class Hydra sees is the subclass in
+``hydra_plugins/cifar_dist_launcher/``; ``register()`` (called by the app)
+makes it and its config known without relying on plugin discovery.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher as HydraLauncher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cifar_dist.errors import CifarDistError, PointFailed
+from cifar_dist.launchers.base import JobSpec, LaunchResult
+from cifar_dist.launchers.local import LocalLauncherConf
+
+log = logging.getLogger(__name__)
+
+PLUGIN_CLASS = "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher.CifarDistLauncher"
+
+
+@dataclass
+class SweepLauncherConf:
+    _target_: str = PLUGIN_CLASS
+
+
+def register() -> None:
+    """Make ``hydra/launcher=cifar_dist`` (the project's default) usable: its config in the
+    ConfigStore, its class in Hydra's plugin registry. Explicit, because Hydra's discovery
+    of ``hydra_plugins`` misses setuptools editable installs (Hydra issues #2359, #3252)."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher
+
+    ConfigStore.instance().store(group="hydra/launcher", name="cifar_dist", node=SweepLauncherConf,
+                                 provider="cifar_dist")
+    Plugins.instance().register(CifarDistLauncher)
+
+
+def runs_in_process(config: DictConfig) -> bool:
+    """Whether a point runs in this process: the in-process launcher, or no launcher group."""
+    target = OmegaConf.select(config, "launcher._target_", default=None)
+    return target is None or target == LocalLauncherConf._target_
+
+
+def launcher_key(config: DictConfig) -> str:
+    """Points share a launcher (and one launch_all) when their launcher configs are equal."""
+    return json.dumps(OmegaConf.to_container(config.launcher, resolve=True), sort_keys=True, default=str)
+
+
+def prepare_job(cfg: DictConfig) -> JobSpec:
+    """Task function of a point another launcher runs: build and check its JobSpec, train nothing."""
+    from cifar_dist.preflight import check_run_dir
+    from cifar_dist.validation import validate
+
+    job = JobSpec.from_hydra(cfg)
+    try:
+        check_run_dir(job.output_dir)
+        validate(cfg)
+    except CifarDistError as exc:
+        raise PointFailed(f"point #{job.job_num}: {exc}") from exc
+    return job
+
+
+def point_return(ret: JobReturn, job: JobSpec, result: LaunchResult) -> JobReturn:
+    """The point's JobReturn once its launcher reported: accuracy, or FAILED with one line."""
+    from cifar_dist.results import final_accuracy, read_results
+
+    if result.ok:
+        ret.status = JobStatus.COMPLETED
+        ret.return_value = final_accuracy(result.metrics or read_results(job.output_dir))
+    else:
+        ret.status = JobStatus.FAILED
+        ret.return_value = PointFailed(f"point #{job.job_num} failed (exit {result.exit_code}): {result.message}")
+    return ret
+
+
+class SweepLauncher(HydraLauncher):
+    def __init__(self) -> None:
+        self.config: Optional[DictConfig] = None
+        self.task_function: Optional[TaskFunction] = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info("Launching %d jobs", len(job_overrides))
+        points = [self.sweep_config(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        returns: List[Optional[JobReturn]] = [None] * len(points)
+        groups: Dict[str, List[int]] = {}
+        for i, config in enumerate(points):
+            if runs_in_process(config):
+                returns[i] = self.run(config, self.task_function)
+            else:
+                groups.setdefault(launcher_key(config), []).append(i)
+        for indices in groups.values():
+            for i, ret in zip(indices, self.launch_group([points[i] for i in indices])):
+                returns[i] = ret
+        if any("launcher" in config for config in points):
+            from cifar_dist.sweep import summarize
+
+            summarize(sweep_dir)  # cumulative: every point under the sweep dir so far
+        return [ret for ret in returns if ret is not None]
+
+    def sweep_config(self, overrides: List[str], idx: int) -> DictConfig:
+        """One point's config, composed as Hydra's BasicLauncher composes it."""
+        assert self.hydra_context is not None and self.config is not None
+        log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(config):
+            config.hydra.job.id = idx
+            config.hydra.job.num = idx
+        return config
+
+    def run(self, config: DictConfig, task_function: Any) -> JobReturn:
+        """Hydra's run_job for one point (run dir, .hydra/, job log, callbacks), as BasicLauncher."""
+        assert self.hydra_context is not None and self.config is not None
+        ret = run_job(hydra_context=self.hydra_context, task_function=task_function, config=config,
+                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return ret
+
+    def launch_group(self, configs: List[DictConfig]) -> List[JobReturn]:
+        """Points with one launcher config: prepare each, then one ``launch_all`` for those that could be."""
+        from hydra.errors import InstantiationException
+        from hydra.utils import instantiate
+
+        prepared = [self.run(config, prepare_job) for config in configs]
+        ready = [i for i, ret in enumerate(prepared) if ret.status == JobStatus.COMPLETED]
+        if not ready:
+            return prepared
+        jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
+        try:
+            launcher = instantiate(configs[ready[0]].launcher, _convert_="all")
+            results = launcher.launch_all(jobs)
+        except (CifarDistError, InstantiationException) as exc:
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            log.error("points %s failed: %s", ", ".join(f"#{j.job_num}" for j in jobs), message)
+            results = [LaunchResult(exit_code=2, message=message) for _ in jobs]
+        for i, job, result in zip(ready, jobs, results):
+            prepared[i] = point_return(prepared[i], job, result)
+        return prepared

@@ -1,0 +1,11 @@
+"""Run a Hydra app file (argv[1]) with hydra/launcher=cifar_dist known to Hydra, as the
+cifar_dist app makes it known: for Hydra's IntegrationTestSuite (tests/test_sweep_launcher.py)."""
+import runpy
+import sys
+
+from cifar_dist.launchers.sweep_launcher import register
+
+if __name__ == "__main__":
+    register()
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
