@@ -68,8 +68,8 @@ class JobSpec:
         return cls(
             cfg=cfg,
             output_dir=Path(hc.runtime.output_dir),
-            task_overrides=list(hc.overrides.task),
-            hydra_overrides=list(hc.overrides.hydra),
+            task_overrides=_override_strings(hc.overrides.task),
+            hydra_overrides=_override_strings(hc.overrides.hydra),
             original_cwd=Path(hc.runtime.cwd),
             job_name=hc.job.name,
             multirun=hc.mode == RunMode.MULTIRUN,
@@ -144,6 +144,18 @@ def drain_pending() -> List[LaunchResult]:
     while _pending:
         results.append(_pending.pop(0).wait())
     return results
+
+
+def _override_strings(node) -> List[str]:
+    """Hydra's override strings, resolved as Hydra stores them; written as given when one cannot be
+    resolved (``data.path=${oc.env:UNSET}``), so that validation can report it in one line."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return list(node)
+    except OmegaConfBaseException:
+        return [str(o) for o in OmegaConf.to_container(node, resolve=False)]
 
 
 def in_child_process() -> bool:
