@@ -12,6 +12,7 @@ from cifar_dist.config import register_configs
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
+from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ def fail(message: str, code: int) -> None:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
+    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
         from cifar_dist.launchers.heartbeat import start_from_env
