@@ -210,9 +210,9 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.data import load_dataset
     from cifar_dist.data.pipeline import eval_stream, train_stream
     from cifar_dist.training import checkpoints
-    from cifar_dist.training.artifacts import plot_learning_curves, read_json, trim_csv_log, write_json
+    from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log, write_json
     from cifar_dist.training.callbacks import (
-        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
+        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
 
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -276,8 +276,8 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     )
 
     metrics: Dict[str, Any] = {}
-    if world.is_chief and initial_epoch and metrics_path.exists():
-        metrics = read_json(metrics_path)
+    if world.is_chief and initial_epoch:
+        metrics = read_metrics_to_resume(metrics_path)  # {} when missing or damaged
         # Epochs logged after the restored checkpoint are redone: drop their records.
         metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
     if world.is_chief and initial_epoch:
@@ -318,6 +318,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
+        StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
     ]
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
