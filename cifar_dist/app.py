@@ -13,6 +13,7 @@ from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
 from cifar_dist.results import final_accuracy
+from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def fail(message: str, code: int) -> None:
 def main(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
+    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
         from cifar_dist.launchers.heartbeat import start_from_env

@@ -198,6 +198,9 @@ class EvaluateConfig:
     input: str = "test"
     batch_size: int = 256
     predictions: bool = True  # write predictions.csv
+    # Load models whose layers run Python code (Lambda, custom classes).
+    # false: such a model is refused, since loading it would run that code.
+    trust_model: bool = False
 
 
 @dataclass

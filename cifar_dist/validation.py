@@ -2,32 +2,97 @@
 
 Run in the launching process before anything starts (and again in each rank,
 which costs nothing), so that a zero batch size fails in a second, not after
-mpirun has started N processes or a cluster has been resized.
+mpirun has started N processes or a cluster has been resized. Every problem
+found is listed in one line; nothing is checked piecemeal later.
 """
 from __future__ import annotations
 
-from typing import List
+import math
+from typing import Any, Iterator, List, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import CifarDistError
+
+CIFAR_CLASSES = 10  # the labels of every data set cifar_dist reads are 0..9
+CIFAR_IMAGE_SHAPE = [32, 32, 3]
+MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
+# launcher.stall_shutdown_s: a rank beats every heartbeat.INTERVAL_S (2 s);
+# a timeout shorter than a few beats would stop healthy jobs.
+MIN_STALL_SHUTDOWN_S = 10
 
 
 class ConfigError(CifarDistError, ValueError):
     """Bad config values; the message is one line listing every problem."""
 
 
-def problems(cfg: DictConfig) -> List[str]:
+def _interpolations(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any, Any]]:
+    """(dotted path, container, key) of every interpolated value under ``node``."""
+    keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+    for key in keys:
+        path = f"{prefix}.{key}" if isinstance(node, DictConfig) else f"{prefix}[{key}]"
+        if OmegaConf.is_interpolation(node, key):
+            yield path.lstrip("."), node, key
+        elif not OmegaConf.is_missing(node, key) and isinstance(node[key], (DictConfig, ListConfig)):
+            yield from _interpolations(node[key], path)
+
+
+def unresolvable(cfg: DictConfig) -> List[str]:
+    """Interpolations (``${oc.env:NAME}`` of an unset variable, a typo'd ``${...}``) that cannot be resolved."""
     found = []
-    t = cfg.trainer
+    for path, node, key in _interpolations(cfg):
+        try:
+            node[key]
+        except OmegaConfBaseException as exc:
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raw = OmegaConf.to_container(node, resolve=False)[key]
+            found.append(f"{path}={raw} cannot be resolved ({detail}); set that variable or give the value")
+    return found
+
+
+def _finite_positive(found: List[str], name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        found.append(f"{name}={value} must be a finite number > 0")
+
+
+def _model_problems(m: DictConfig) -> List[str]:
+    found = []
+    if m.num_classes != CIFAR_CLASSES:
+        found.append(f"model.num_classes={m.num_classes} must be {CIFAR_CLASSES} (CIFAR-10's labels are 0-9)")
+    if "input_shape" in m and list(m.input_shape) != CIFAR_IMAGE_SHAPE:
+        found.append(f"model.input_shape={list(m.input_shape)} must be {CIFAR_IMAGE_SHAPE} (CIFAR-10's images)")
+    if "dense_units" in m and m.dense_units < 1:
+        found.append(f"model.dense_units={m.dense_units} must be >= 1")
+    for key in ("conv_dropout", "dense_dropout"):
+        if key in m and not 0 <= m[key] < 1:
+            found.append(f"model.{key}={m[key]} must be in [0, 1) (the fraction of units dropped)")
+    return found
+
+
+def _optimizer_problems(o: DictConfig) -> List[str]:
+    found = []
+    _finite_positive(found, "optimizer.lr", o.lr)
+    for key, value in o.items():
+        if key != "lr" and isinstance(value, float) and not math.isfinite(value):
+            found.append(f"optimizer.{key}={value} must be a finite number")
+    if "decay" in o and o.decay < 0:
+        found.append(f"optimizer.decay={o.decay} must be >= 0")
+    return found
+
+
+def _trainer_problems(t: DictConfig) -> List[str]:
+    found = []
     if t.epochs < 1:
         found.append(f"trainer.epochs={t.epochs} must be >= 1")
     if t.batch_size < 1:
         found.append(f"trainer.batch_size={t.batch_size} must be >= 1")
-    if t.warmup_epochs < 0:
+    if not (math.isfinite(t.warmup_epochs) and t.warmup_epochs >= 0):
         found.append(f"trainer.warmup_epochs={t.warmup_epochs} must be >= 0")
     if str(t.resume).lower() not in ("auto", "true", "false"):
         found.append(f"trainer.resume={t.resume} must be auto, true or false")
+    if not 0 <= t.seed < MAX_SEED:
+        found.append(f"trainer.seed={t.seed} must be in [0, {MAX_SEED})")
     if t.keep_checkpoints < 0:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
     if t.max_epochs_per_run < 0:
@@ -36,15 +101,38 @@ def problems(cfg: DictConfig) -> List[str]:
         found.append(f"trainer.steps_per_execution={t.steps_per_execution} must be >= 1 (1 = one step per call)")
     if t.intra_op_threads < 0 or t.inter_op_threads < 0:
         found.append("trainer.intra_op_threads/inter_op_threads must be >= 0 (0 = automatic)")
-    if not cfg.optimizer.lr > 0:
-        found.append(f"optimizer.lr={cfg.optimizer.lr} must be > 0")
-    if not 0 < t.lr_decay_factor:
-        found.append(f"trainer.lr_decay_factor={t.lr_decay_factor} must be > 0")
+    _finite_positive(found, "trainer.lr_decay_factor", t.lr_decay_factor)
+    return found
+
+
+def _task_problems(cfg: DictConfig) -> List[str]:
+    found = []
+    if cfg.get("task") is not None and cfg.task.get("name") == "evaluate":
+        ev = cfg.get("evaluate")
+        if ev is None or OmegaConf.is_missing(ev, "model"):
+            found.append("task=evaluate needs evaluate.model=<a training run dir or a .h5 model file>")
+        if ev is not None and ev.batch_size < 1:
+            found.append(f"evaluate.batch_size={ev.batch_size} must be >= 1")
+    launcher = cfg.get("launcher")
+    stall = launcher.get("stall_shutdown_s") if isinstance(launcher, DictConfig) else None
+    if stall is not None and stall != 0 and not stall >= MIN_STALL_SHUTDOWN_S:
+        found.append(f"launcher.stall_shutdown_s={stall} must be 0 (off) or >= {MIN_STALL_SHUTDOWN_S}: "
+                     "ranks beat every 2 s, a shorter timeout stops healthy jobs")
+    return found
+
+
+def problems(cfg: DictConfig) -> List[str]:
+    found = unresolvable(cfg)
+    if found:  # the checks below would trip over the same values
+        return found
+    found += _trainer_problems(cfg.trainer)
+    found += _optimizer_problems(cfg.optimizer)
+    found += _model_problems(cfg.model)
     a = cfg.data.augment
     for key in ("width_shift", "height_shift"):
         if not 0 <= a[key] < 1:
             found.append(f"data.augment.{key}={a[key]} must be in [0, 1) (a fraction of the image size)")
-    return found
+    return found + _task_problems(cfg)
 
 
 def validate(cfg: DictConfig) -> None:

@@ -73,8 +73,8 @@ class JobSpec:
         return cls(
             cfg=cfg,
             output_dir=Path(hc.runtime.output_dir),
-            task_overrides=list(hc.overrides.task),
-            hydra_overrides=list(hc.overrides.hydra),
+            task_overrides=_override_strings(hc.overrides.task),
+            hydra_overrides=_override_strings(hc.overrides.hydra),
             original_cwd=Path(hc.runtime.cwd),
             job_name=hc.job.name,
             multirun=hc.mode == RunMode.MULTIRUN,
@@ -137,6 +137,18 @@ class Launcher(abc.ABC):
                 log.error("point #%d failed: %s", job.job_num, exc)
                 results.append(LaunchResult(exit_code=2, message=str(exc)))
         return results
+
+
+def _override_strings(node) -> List[str]:
+    """Hydra's override strings, resolved as Hydra stores them; written as given when one cannot be
+    resolved (``data.path=${oc.env:UNSET}``), so that validation can report it in one line."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return list(node)
+    except OmegaConfBaseException:
+        return [str(o) for o in OmegaConf.to_container(node, resolve=False)]
 
 
 def in_child_process() -> bool:

@@ -22,6 +22,11 @@ runs CMD as a child and
 
 The child dies with the wrapper (PR_SET_PDEATHSIG), and SIGTERM/SIGINT/SIGHUP
 are passed on, so a runtime that kills the wrapper never leaves a rank behind.
+The wrapper in turn stops its rank when its own parent (mpirun, OpenMPI's
+orted on another host, horovodrun's shell or the ssh session) goes away: the
+kernel sends it SIGTERM then (PR_SET_PDEATHSIG), which is passed on, and a
+watch on its parent pid catches the parent dying before that was set up.
+So whatever kills the launcher, no rank keeps training into the run dir.
 Only the standard library is imported: this runs once per rank, per launch.
 """
 from __future__ import annotations
@@ -34,6 +39,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -45,6 +51,8 @@ LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "MPI_LOCA
 LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _PR_SET_PDEATHSIG = 1
+ORPHAN_CHECK_S = 1.0  # how often the wrapper checks that its parent (the runner) is alive
+ORPHAN_KILL_GRACE_S = 5.0  # after SIGTERM to an orphaned rank: SIGKILL
 # Names shared with cifar_dist.training.mpi_groups (not imported: stdlib only here).
 GROUP_ENV = "CIFAR_DIST_MPI_GROUP"
 MARKER_ENV = "CIFAR_DIST_MPI_MARKER"
@@ -82,11 +90,34 @@ def core_share(cores: Sequence[int], local_rank: int, local_size: int) -> List[i
     return cores[local_rank * per:(local_rank + 1) * per]
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _prctl_pdeathsig(sig: int) -> None:
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    _prctl_pdeathsig(signal.SIGKILL)
+
+
+def stop_when_orphaned(parent: int, child: subprocess.Popen, interval: float = ORPHAN_CHECK_S,
+                       grace: float = ORPHAN_KILL_GRACE_S) -> threading.Thread:
+    """A daemon thread: once this process's parent is no longer ``parent``, SIGTERM the child, then SIGKILL."""
+    def watch() -> None:
+        while child.poll() is None:
+            if os.getppid() != parent:
+                child.terminate()
+                try:
+                    child.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                return
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, name="cifar_dist-orphan-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def _pump(fd: int, sinks: Sequence) -> None:
@@ -105,6 +136,8 @@ def _pump(fd: int, sinks: Sequence) -> None:
 
 def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_args: Sequence[str] = (),
         mpi_group: Optional[int] = None, group_size: int = 1) -> int:
+    parent = os.getppid()
+    _prctl_pdeathsig(signal.SIGTERM)  # the runner dies: SIGTERM here, passed on to the rank (forward below)
     rank = env_int(RANK_VARS, 0)
     child_env = None
     if mpi_group is not None:
@@ -154,6 +187,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
+    stop_when_orphaned(parent, child)
 
     if chief:
         _pump(child.stdout.fileno(), [log, sys.stdout.buffer])

@@ -3,7 +3,11 @@
 The runner is started in its own session so that Ctrl-C reaches only this
 launcher, which then stops the job in order: SIGINT to the runner (mpirun and
 horovodrun both tear their ranks down on it), SIGKILL to the whole process
-tree after a grace period, and a second Ctrl-C kills at once. The tree is
+tree after a grace period, and a second Ctrl-C kills at once; SIGTERM and
+SIGHUP (a closed terminal, a dropped ssh session) stop it the same way. If
+this launcher dies without a chance to do so (kill -9), the runner gets
+SIGTERM from the kernel (PR_SET_PDEATHSIG) and tears its ranks down, and each
+rank's wrapper (rank_exec) stops its rank when its own parent goes. The tree is
 tracked while the job runs because MPI ranks live in process groups of their
 own and are re-parented once their runner has gone, so a process-group kill
 would miss them. Output is streamed to the console and copied to a log file.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -22,7 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# What the runner gets when this launcher dies: mpirun and horovodrun both
+# stop their ranks (on every host) on SIGTERM, as on Ctrl-C.
+RUNNER_DEATH_SIGNAL = signal.SIGTERM
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -76,6 +86,16 @@ def _set_child_subreaper(on: bool) -> bool:
         return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _stop_with_launcher(launcher_pid: int) -> None:  # runs in the runner between fork and exec
+    """Ask the kernel to SIGTERM this process when the launcher dies (even by kill -9)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, RUNNER_DEATH_SIGNAL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != launcher_pid:  # it died before the prctl took effect
+        os.kill(os.getpid(), RUNNER_DEATH_SIGNAL)
 
 
 def _reap_adopted() -> None:
@@ -142,6 +162,7 @@ class Supervisor:
         proc = subprocess.Popen(
             self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=functools.partial(_stop_with_launcher, os.getpid()),
         )
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)
         reader.start()
@@ -223,12 +244,15 @@ class Supervisor:
     def _on_signal(self, signum, _frame) -> None:
         self._interrupts += 1
         if self._interrupts == 1:
-            sys.stderr.write("\nstopping all ranks (press Ctrl-C again to kill them now)...\n")
+            try:  # after SIGHUP the terminal may be gone
+                sys.stderr.write("\nstopping all ranks (press Ctrl-C again to kill them now)...\n")
+            except (OSError, ValueError):
+                pass
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():
             return {}
-        return {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
 
     @staticmethod
     def _restore_signal_handlers(previous) -> None:

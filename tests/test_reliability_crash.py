@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli
+from cifar_dist.rundir_lock import LOCK_NAME
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
 # so "mid-epoch" exists and the multi-step path of the default (16) is the one killed.
@@ -128,7 +129,7 @@ def assert_nothing_half_written(run_dir: Path) -> list:
 
 def temp_files(run_dir: Path) -> list:
     return sorted(str(p.relative_to(run_dir)) for d in (run_dir, run_dir / "checkpoints", run_dir / "saved_models")
-                  if d.is_dir() for p in d.iterdir() if p.name.startswith(".") and p.is_file())
+                  if d.is_dir() for p in d.iterdir() if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME)
 
 
 @pytest.mark.timeout(1200)

@@ -19,15 +19,14 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from cifar_dist.data.batches import BATCH_DIR, MEMBERS, CifarArrays, DataError, assemble, reason
+from cifar_dist.data.batches import (
+    BATCH_DIR, MAX_BATCH_BYTES, MEMBERS, CifarArrays, DataError, assemble, read_bounded, reason)
 from cifar_dist.durable import fsync_dir
 
 log = logging.getLogger("cifar_dist.data")
 
 # Errors a damaged or non-tar file raises while being read.
 _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError)
-# A real batch is 31 MB; a member far larger is a decompression bomb, not data.
-_MAX_MEMBER_BYTES = 64 << 20
 
 
 def _normalized(name: str) -> str | None:
@@ -68,7 +67,7 @@ def _batch_files(tar: tarfile.TarFile, where: str):
         if not member.isreg() or base is None:
             log.debug("skipping %s in %s", member.name, where)
             continue
-        if member.size > _MAX_MEMBER_BYTES:
+        if member.size > MAX_BATCH_BYTES:  # a decompression bomb, not data
             raise DataError(f"{where}: {member.name} is {member.size} bytes, far more than a CIFAR-10 batch; get a clean copy of cifar-10-python.tar.gz")
         yield base, member
 
@@ -102,10 +101,7 @@ def load_folder(folder: Path, fix: str) -> CifarArrays:
         path = folder / member
         if not path.is_file():
             return None
-        try:
-            return path.read_bytes()
-        except OSError as exc:
-            raise DataError(f"cannot read {path} ({reason(exc)}); {fix}") from None
+        return read_bounded(path, fix)
 
     return assemble(read, lambda m: str(folder / m), str(folder), fix)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import codecs
 import io
+import math
+import os
 import pickle
 import pickletools
 from dataclasses import dataclass
@@ -37,6 +39,10 @@ ROW_LENGTH = 32 * 32 * 3
 # The largest memo index a real batch uses is ~10,030 (one per label); a
 # pickle asking for more is not a CIFAR batch.
 _MAX_MEMO_INDEX = 1_000_000
+# A real batch file is 31 MB (10,000 images). Neither a file, nor a tarball
+# member, nor all the arrays and byte strings one pickle builds may exceed
+# this: a few kilobytes of pickle can otherwise ask for terabytes.
+MAX_BATCH_BYTES = 64 << 20
 
 
 class DataError(CifarDistError):
@@ -59,13 +65,6 @@ def reason(exc: object) -> str:
     return text or type(exc).__name__
 
 
-def _latin1_encode(text, encoding):
-    """``_codecs.encode`` as Python 3 protocol-2 pickles use it for bytes, and no other codec."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not allowed")
-    return codecs.encode(text, "latin1")
-
-
 def _plain_dtype(*args):
     """``numpy.dtype`` limited to dtypes without Python objects inside."""
     dtype = np.dtype(*args)
@@ -74,31 +73,80 @@ def _plain_dtype(*args):
     return dtype
 
 
-# What a pickled numpy array needs, and nothing else. The original files were
-# written by numpy 1.x under Python 2 (numpy.core.multiarray); files written
-# by numpy 2 under Python 3 name numpy._core.multiarray and _codecs.encode.
 _reconstruct = np.empty(0).__reduce__()[0]
-_ALLOWED: Mapping[tuple[str, str], Callable] = {
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): _plain_dtype,
-    ("_codecs", "encode"): _latin1_encode,
-}
 
 
 class RestrictedUnpickler(pickle.Unpickler):
-    """Resolves only the globals in ``_ALLOWED``; anything else stops unpickling before it runs."""
+    """Builds numpy arrays and nothing else, and at most ``budget`` bytes of them in all.
+
+    ``find_class`` resolves only what a pickled numpy array needs; anything
+    else stops unpickling before it runs. The original files were written by
+    numpy 1.x under Python 2 (``numpy.core.multiarray._reconstruct``); numpy
+    under Python 3 writes ``numpy._core`` names, ``_codecs.encode`` for bytes
+    (protocols 2-4) or ``_frombuffer`` (protocol 5). Every allocation those
+    functions make is counted against the budget before it is made.
+    """
+
+    def __init__(self, file, budget: int = MAX_BATCH_BYTES, **kwargs):
+        super().__init__(file, **kwargs)
+        self.budget = int(budget)
+        self._allowed: Mapping[tuple[str, str], Callable] = {
+            ("numpy.core.multiarray", "_reconstruct"): self._reconstruct,
+            ("numpy._core.multiarray", "_reconstruct"): self._reconstruct,
+            ("numpy.core.numeric", "_frombuffer"): self._frombuffer,
+            ("numpy._core.numeric", "_frombuffer"): self._frombuffer,
+            ("numpy", "ndarray"): self._ndarray,
+            ("numpy", "dtype"): _plain_dtype,
+            ("_codecs", "encode"): self._latin1_encode,
+        }
 
     def find_class(self, module, name):
         try:
-            return _ALLOWED[(module, name)]
+            return self._allowed[(module, name)]
         except KeyError:
             raise pickle.UnpicklingError(f"refusing to load {module}.{name}") from None
+
+    def _charge(self, nbytes: int, what: str) -> None:
+        if nbytes > self.budget:
+            raise pickle.UnpicklingError(f"{what} would need {nbytes} bytes, more than a CIFAR-10 batch ({MAX_BATCH_BYTES})")
+        self.budget -= nbytes
+
+    def _array_bytes(self, shape, dtype) -> int:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise pickle.UnpicklingError(f"bad array shape {shape!r}")
+        return math.prod(shape) * _plain_dtype(dtype).itemsize
+
+    def _reconstruct(self, subtype, shape, dtype):
+        if subtype != self._ndarray:  # the pickle's numpy.ndarray, as find_class resolved it
+            raise pickle.UnpicklingError("only plain numpy arrays are allowed")
+        self._charge(self._array_bytes(shape, dtype), "an array")
+        return _reconstruct(np.ndarray, shape, dtype)
+
+    def _ndarray(self, shape, dtype=float, *args):
+        if args:  # buffer, offset, strides, order: only the plain constructor is needed
+            raise pickle.UnpicklingError("numpy.ndarray with a buffer is not allowed")
+        self._charge(self._array_bytes(shape, dtype), "an array")
+        return np.ndarray(shape, _plain_dtype(dtype))
+
+    def _frombuffer(self, buffer, dtype, shape, order):
+        """numpy's protocol-5 form: a view on bytes the pickle itself holds (reshaped, never grown)."""
+        data = memoryview(buffer)
+        self._charge(data.nbytes, "an array")
+        return np.frombuffer(data, dtype=_plain_dtype(dtype)).reshape(shape, order=order)
+
+    def _latin1_encode(self, text, encoding):
+        """``_codecs.encode`` as Python 3 pickles use it for bytes, and no other codec."""
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise pickle.UnpicklingError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not allowed")
+        self._charge(len(text), "a byte string")
+        return codecs.encode(text, "latin1")
 
 
 def _scan(raw: bytes) -> None:
     """Walk the opcodes without executing any, refusing memo indices no batch needs."""
+    if len(raw) > MAX_BATCH_BYTES:
+        raise pickle.UnpicklingError(f"{len(raw)} bytes is far more than a CIFAR-10 batch")
     for op, arg, _ in pickletools.genops(raw):
         if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "BINGET", "LONG_BINGET", "GET"):
             if int(arg) > _MAX_MEMO_INDEX:
@@ -169,12 +217,22 @@ def read_images(raw: bytes, where: str, fix: str) -> tuple[np.ndarray, np.ndarra
 
 def read_batch_file(path, fix: str = "check that it is a batch file of cifar-10-python.tar.gz") -> tuple[np.ndarray, np.ndarray]:
     """One data/test batch file on disk to (uint8 NHWC images, int64 labels), read as safely as the archives."""
+    return read_images(read_bounded(path, fix), str(path), fix)
+
+
+def read_bounded(path, fix: str) -> bytes:
+    """The bytes of one batch file, refused unread when it is larger than any CIFAR-10 batch."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_BATCH_BYTES:
+                raise DataError(f"{path} is {size} bytes, far more than a CIFAR-10 batch ({MAX_BATCH_BYTES}); {fix}")
+            raw = f.read(MAX_BATCH_BYTES + 1)
     except OSError as exc:
         raise DataError(f"cannot read {path} ({reason(exc)}); {fix}") from None
-    return read_images(raw, str(path), fix)
+    if len(raw) > MAX_BATCH_BYTES:  # it grew while being read
+        raise DataError(f"{path} is larger than any CIFAR-10 batch ({MAX_BATCH_BYTES} bytes); {fix}")
+    return raw
 
 
 def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str) -> CifarArrays:

@@ -101,7 +101,9 @@ def train_stream(
     per_rank = n // size if shard else n
     steps = per_rank // batch_size
     if steps < 1:
-        raise ValueError(
+        from cifar_dist.validation import ConfigError
+
+        raise ConfigError(
             f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
         )
     used = steps * batch_size

@@ -54,7 +54,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
-    model = load_model(model_path, num_classes)
+    model = load_model(model_path, num_classes, trust_model=bool(ev.get("trust_model", False)))
     images = load_images(str(ev.input), cfg.data, default_names)
     if world.is_chief:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)

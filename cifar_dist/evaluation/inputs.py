@@ -38,10 +38,32 @@ def resolve_model_path(model: str) -> Path:
     raise EvaluationInputError(f"evaluate.model={model}: no such file or directory; point it at a training run dir or a .h5 file")
 
 
-def load_model(path: Path, num_classes: int):
-    """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked for CIFAR shapes."""
+def check_no_code(path: Path, trust_model: bool) -> None:
+    """Refuse a model file whose architecture would run code on loading, unless the user trusts it."""
+    from cifar_dist.evaluation.model_trust import code_in_model_file
+
+    if trust_model:
+        return
+    try:
+        found = code_in_model_file(path)
+    except Exception:  # not HDF5 or damaged: load_model reports it
+        return
+    if found:
+        raise EvaluationInputError(
+            f"{path} holds layers that run Python code when loaded ({', '.join(found)}); refusing to load it. "
+            "Set evaluate.trust_model=true only if you trust whoever made this file"
+        )
+
+
+def load_model(path: Path, num_classes: int, trust_model: bool = False):
+    """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked for CIFAR shapes.
+
+    Built-in Keras layers only, unless ``trust_model`` (model_trust.py): a
+    model file someone sent must not run their code here.
+    """
     import tensorflow as tf
 
+    check_no_code(path, trust_model)
     try:
         model = tf.keras.models.load_model(path, compile=False)
     except Exception as exc:  # h5py/Keras raise many types for a bad file
@@ -111,12 +133,13 @@ def _image_folder(folder: Path, class_names: Sequence[str]) -> Images:
     xs, labels, names = [], [], []
     for f in files:
         try:
-            with Image.open(f) as im:
-                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+            with Image.open(f) as im:  # reads the header only: the size is known before any pixel is decoded
+                size = im.size
+                arr = np.asarray(im.convert("RGB"), dtype=np.uint8) if size == (32, 32) else None
         except Exception as exc:
             raise EvaluationInputError(f"{f} is not a readable image ({type(exc).__name__}); remove it or convert it to PNG") from None
-        if arr.shape != (32, 32, 3):
-            raise EvaluationInputError(f"{f} is {arr.shape[1]}x{arr.shape[0]}, not 32x32; resize it to 32x32 (CIFAR-10's size)")
+        if arr is None:
+            raise EvaluationInputError(f"{f} is {size[0]}x{size[1]}, not 32x32; resize it to 32x32 (CIFAR-10's size)")
         rel = f.relative_to(folder)
         xs.append(arr)
         labels.append(index.get(rel.parts[0], -1) if len(rel.parts) > 1 else -1)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +15,11 @@ from cifar_dist.durable import fsync_dir
 from cifar_dist.errors import CifarDistError
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# Temp files of atomic_path: ``.<target name>.<mkstemp's 8 random chars>.cifar_dist.partial``.
+# The suffix marks them as this program's own: remove_partials() deletes
+# nothing else (a user's ``.notes.partial`` beside the outputs stays).
+TEMP_SUFFIX = ".cifar_dist.partial"
+_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}" + re.escape(TEMP_SUFFIX) + "$")
 
 
 class DiskFullError(CifarDistError, OSError):
@@ -24,7 +31,8 @@ def disk_full(exc: BaseException, path: Path) -> "DiskFullError | None":
     if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(
             f"no space left on the device writing {path} (files saved before are intact); free space "
-            "(or lower trainer.keep_checkpoints), then re-run with the same hydra.run.dir to resume"
+            "(older checkpoints/checkpoint-NNN.h5 can go: resume needs only the newest), "
+            "then re-run with the same hydra.run.dir to resume"
         )
     return None
 
@@ -48,12 +56,12 @@ def atomic_path(path: Path) -> Iterator[str]:
 
     Every artifact (checkpoints, the saved model, metrics.json, the CSV log,
     the plots) is written through here: readers never see half a file, a
-    kill leaves at worst a ``.<name>.<random>.partial`` that
+    kill leaves at worst a ``.<name>.<random>.cifar_dist.partial`` that
     remove_partials() deletes, the rename is durable (publish), and a full
     disk becomes one DiskFullError line instead of a traceback.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         yield tmp
@@ -78,17 +86,20 @@ def atomic_write_text(path: Path, text: str) -> None:
 def remove_partials(*directories: Path) -> List[Path]:
     """Delete the temp files an atomic write left behind when its process was killed.
 
-    Every writer here (checkpoints, the saved model, metrics.json, the plot)
-    writes ``.<name>.<random>.partial``/``.png`` beside its target and renames
-    it; a kill -9 in between leaves the temp file, never a half-written target.
-    Called by rank 0 before it writes anything, so no live writer owns them.
+    Every writer here (checkpoints, the saved model, metrics.json, the CSV
+    log, the plots) writes through atomic_path, whose temp files carry
+    TEMP_SUFFIX; a kill -9 in between leaves the temp file, never a
+    half-written target. Only names of exactly that form are deleted: other
+    files in the run dir are the user's. Called by rank 0 before it writes
+    anything, and the run dir lock (cifar_dist/rundir.py) keeps other runs
+    out, so no live writer owns them.
     """
     removed = []
     for directory in directories:
         if not Path(directory).is_dir():
             continue
         for p in Path(directory).iterdir():
-            if p.name.startswith(".") and (p.name.endswith(".partial") or p.name.endswith(".png")) and p.is_file():
+            if _TEMP_NAME.match(p.name) and p.is_file():
                 p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
@@ -118,13 +129,52 @@ def trim_csv_log(path: Path, epochs_done: int) -> None:
     atomic_write_text(path, out.getvalue())
 
 
+def strict_json_value(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None, so that it is valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json_value(v) for v in value]
+    return value
+
+
 def write_json(path: Path, data: Dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """Strict JSON (``allow_nan=False``; NaN and infinities become null), written atomically."""
+    atomic_write_text(path, json.dumps(strict_json_value(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 def read_json(path: Path) -> Dict[str, Any]:
     with open(path) as f:
         return json.load(f)
+
+
+def read_metrics_to_resume(path: Path) -> Dict[str, Any]:
+    """metrics.json of the run being resumed; {} when it is missing or damaged.
+
+    A damaged record must not block a resume whose checkpoint loads (a
+    damaged checkpoint is skipped too): it is copied to
+    ``<name>.damaged`` for the user, reported, and a new record starts
+    (the per-epoch numbers are also in training_log.csv).
+    """
+    import logging
+    import shutil
+
+    if not path.is_file():
+        return {}
+    try:
+        metrics = read_json(path)
+        epochs = metrics.get("epochs", []) if isinstance(metrics, dict) else None
+        if not isinstance(epochs, list) or not all(isinstance(e, dict) and isinstance(e.get("epoch"), int) for e in epochs):
+            raise ValueError("not a cifar_dist metrics record")
+        return metrics
+    except (OSError, ValueError) as exc:
+        kept = path.with_name(path.name + ".damaged")
+        shutil.copyfile(path, kept)
+        logging.getLogger(__name__).warning(
+            "%s is damaged (%s); kept as %s, starting a new record", path, str(exc).splitlines()[0], kept.name)
+        return {}
 
 
 def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = "") -> None:

@@ -6,14 +6,46 @@ the writers below run on rank 0 only.
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import tensorflow as tf
 
+from cifar_dist.errors import CifarDistError
 from cifar_dist.training import checkpoints
 from cifar_dist.training.artifacts import write_json
+
+
+class TrainingDiverged(CifarDistError, RuntimeError):
+    """The loss became NaN or infinite; nothing of that epoch was recorded."""
+
+
+class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
+    """End training with a one-line error once an epoch's loss is NaN or infinite.
+
+    Keras's TerminateOnNaN checks each batch's own loss, which differs from
+    rank to rank: one rank would stop while the others wait for it in the
+    next allreduce. This checks the epoch's loss after Horovod's
+    MetricAverageCallback has averaged it, which is the same number on every
+    rank, so all ranks stop at the same point. Placed before the writers, it
+    keeps the diverged epoch out of metrics.json, the CSV log and the
+    checkpoints: the run dir keeps the last finite epoch.
+    """
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.lr = lr
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise TrainingDiverged(
+                f"training diverged: the loss became {float(loss)} in epoch {epoch + 1} (nothing of that epoch "
+                f"was saved); lower optimizer.lr (the ranks used {self.lr:g}) or add trainer.warmup_epochs, "
+                "and train into a new hydra.run.dir"
+            )
 
 
 class EpochTimer(tf.keras.callbacks.Callback):

@@ -88,9 +88,12 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     """
     from cifar_dist.training.hardware import onednn_enabled, use_onednn
 
+    from cifar_dist.training.tf_console import filtered_native_stderr
+
     use_onednn(onednn)  # must precede TensorFlow's import (ensure_keras2 imports it)
-    ensure_keras2()
-    bind_horovod_to_tf_keras()
+    with filtered_native_stderr():  # TensorFlow's CUDA start-up noise on CPU machines
+        ensure_keras2()
+        bind_horovod_to_tf_keras()
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
@@ -105,7 +108,8 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     # HOROVOD: one GPU per process, chosen by local rank; memory growth so that
     # co-located ranks do not each grab all memory of their GPU.
     gpu_name = ""
-    gpus = tf.config.list_physical_devices("GPU")
+    with filtered_native_stderr():  # "failed call to cuInit" on CPU machines
+        gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if hvd.local_rank() >= len(gpus):
             raise RuntimeError(

@@ -340,12 +340,12 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     import horovod
     import tensorflow as tf
 
-    from cifar_dist.training.artifacts import read_json, trim_csv_log
+    from cifar_dist.training.artifacts import read_metrics_to_resume, trim_csv_log
 
     cfg, t, world = run.cfg, run.trainer, run.world
     metrics: Dict[str, Any] = {}
-    if world.is_chief and initial_epoch and run.metrics_path.exists():
-        metrics = read_json(run.metrics_path)
+    if world.is_chief and initial_epoch:
+        metrics = read_metrics_to_resume(run.metrics_path)  # {} when missing or damaged
         # Epochs logged after the restored checkpoint are redone: drop their records.
         metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
     if world.is_chief and initial_epoch:
@@ -390,13 +390,14 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
     import tensorflow as tf
 
     from cifar_dist.training.callbacks import (
-        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
+        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     callbacks = [
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
+        StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
     ]
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs

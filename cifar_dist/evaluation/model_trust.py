@@ -1,0 +1,76 @@
+"""Does loading a model file run code that came with it? Checked before Keras reads it.
+
+A Keras HDF5 model stores its architecture as JSON (``model_config``). Most
+of it names built-in classes, but a ``Lambda`` layer carries marshalled
+Python bytecode that runs when the model is rebuilt, a ``TFOpLambda`` calls
+any TensorFlow op by name (``tf.io.write_file`` included), and a custom
+class name resolves to whatever code is registered under it. Loading a model
+someone sent must not run their code, so ``task=evaluate`` reads the JSON
+with h5py first and refuses such a model in one line unless the user says
+they trust it (``evaluate.trust_model=true``).
+
+Resume needs no such check: it rebuilds the configured architecture and
+reads only arrays from a checkpoint (``checkpoints.restore``:
+``model.load_weights`` plus the optimizer's arrays), never its code.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, List, Set
+
+# Layers whose config is code (bytecode, an op name or a method name to call).
+CODE_LAYERS = {"Lambda", "TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}
+CONTAINERS = {"Sequential", "Functional", "Model"}
+KERAS_MODULES = ("keras", "tf_keras")
+
+
+def _class_names(node: Any) -> Iterator[dict]:
+    """Every ``{"class_name": ...}`` object in a Keras config, depth first."""
+    if isinstance(node, dict):
+        if isinstance(node.get("class_name"), str):
+            yield node
+        for value in node.values():
+            yield from _class_names(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _class_names(value)
+
+
+def builtin_names() -> Set[str]:
+    """Class names that resolve to Keras's own layers, initializers, regularizers, constraints and dtype policies."""
+    import tensorflow as tf
+
+    k = tf.keras
+    names = set(CONTAINERS) | {"Policy", "DTypePolicy", "InputLayer"}
+    for module in (k.layers, k.initializers, k.regularizers, k.constraints):
+        names |= {n for n in dir(module) if isinstance(getattr(module, n, None), type)}
+    return names - CODE_LAYERS
+
+
+def code_in_config(config: Any, builtins: Set[str]) -> List[str]:
+    """Names of the objects in a model config that would run code not part of Keras."""
+    found = []
+    for obj in _class_names(config):
+        name = obj["class_name"]
+        module = obj.get("module")
+        registered = obj.get("registered_name")
+        foreign = (name not in builtins
+                   or (isinstance(module, str) and module.split(".")[0] not in KERAS_MODULES)
+                   or (registered not in (None, name)))
+        if foreign or name in CODE_LAYERS:
+            label = (obj.get("config") or {}).get("name") if isinstance(obj.get("config"), dict) else None
+            found.append(f"{name} {label!r}" if label else name)
+    return list(dict.fromkeys(found))
+
+
+def code_in_model_file(path: Path) -> List[str]:
+    """What in ``path``'s architecture would run code on loading ([] for built-in layers only, or no architecture)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        raw = f.attrs.get("model_config")
+    if raw is None:
+        return []
+    text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    return code_in_config(json.loads(text), builtin_names())

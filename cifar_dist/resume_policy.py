@@ -1,0 +1,113 @@
+"""What a re-run into an existing run dir may change, checked before Hydra writes anything.
+
+A run dir's checkpoints, ``metrics.json`` and ``.hydra/`` describe one
+experiment. Re-running into it resumes that experiment, so the settings that
+define it must stay as they were (``.hydra/config.yaml`` of the run that
+wrote the checkpoints):
+
+* the model (``model.*``), the optimizer (``optimizer.*``: its kind, lr,
+  decay, momentum...),
+* the data set and its augmentation (``data.name``, ``data.augment.*``,
+  ``data.shuffle_buffer``),
+* the training recipe: ``trainer.batch_size``, ``epoch_policy``,
+  ``lr_scaling``, ``warmup_epochs``, ``lr_decay_epochs``, ``lr_decay_factor``,
+  ``seed``, ``precision``, ``compression``.
+
+Everything else may change: ``trainer.epochs`` (grow a run), how long one
+invocation runs (``max_epochs_per_run``), what is written (``verbose``,
+``keep_checkpoints``, ``tensorboard``, ``plot``, ``save_model``), how fast it
+runs (threads, ``onednn``, ``steps_per_execution``, ``jit_compile``,
+``deterministic``), where the data comes from (``data.path``, the cache,
+downloads) and the launcher, ranks included (the run then continues with that
+world size's scaled lr and epoch count, as docs/launchers.md describes).
+
+Refused, in one line listing every difference, before Hydra overwrites
+``.hydra/config.yaml``/``overrides.yaml`` (``RunDirGuard`` in
+``cifar_dist/rundir.py`` calls this from Hydra's ``on_run_start``). Also
+refused there: ``trainer.resume=false`` over checkpoints, and training again
+into a finished run whose checkpoints are gone (that would silently replace
+its saved model).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+from omegaconf import DictConfig, OmegaConf
+
+from cifar_dist.errors import CifarDistError
+
+FIXED_GROUPS = ("model", "optimizer", "data.augment")
+FIXED_KEYS = (
+    "data.name", "data.shuffle_buffer",
+    "trainer.batch_size", "trainer.epoch_policy", "trainer.lr_scaling", "trainer.warmup_epochs",
+    "trainer.lr_decay_epochs", "trainer.lr_decay_factor", "trainer.seed", "trainer.precision",
+    "trainer.compression",
+)
+SAVED_CONFIG = Path(".hydra") / "config.yaml"
+
+
+class ResumeConflict(CifarDistError):
+    """The re-run would continue a run dir's experiment with other settings."""
+
+
+def _flat(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict):
+        out: Dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: node}
+
+
+def _plain(cfg: DictConfig) -> Dict[str, Any]:
+    """The config as plain data (enums as names), interpolations resolved where they can be."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    except Exception:  # an interpolation that no longer resolves: compare what is written
+        return OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
+
+
+def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:
+    """The settings of ``cfg`` that a resume must keep, by dotted name."""
+    flat = _flat({k: v for k, v in _plain(cfg).items() if k != "hydra"})
+    return {k: v for k, v in flat.items()
+            if k in FIXED_KEYS or any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)}
+
+
+def differences(saved: DictConfig, new: DictConfig) -> List[str]:
+    """``name (was X, now Y)`` for each fixed setting that differs (keys one side lacks count too)."""
+    old, now = fixed_settings(saved), fixed_settings(new)
+    return [f"{k} (was {old.get(k, 'unset')}, now {now.get(k, 'unset')})"
+            for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)]
+
+
+def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
+    """Refuse a training re-run into ``run_dir`` that would not continue its experiment unchanged."""
+    from cifar_dist.training.checkpoints import list_checkpoints
+    from cifar_dist.training.trainer import MODEL_NAME
+
+    if cfg.get("task") is None or cfg.task.get("name") != "train":
+        return
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    saved_model = run_dir / "saved_models" / MODEL_NAME
+    resume = str(cfg.trainer.resume).lower()
+    if not checkpoints:
+        if saved_model.is_file():
+            raise ResumeConflict(
+                f"{run_dir} holds a finished run ({saved_model.relative_to(run_dir)}) but no checkpoints to resume "
+                "from; choose a new hydra.run.dir (or move saved_models/ aside to train here from scratch)")
+        return
+    if resume == "false":
+        raise ResumeConflict(
+            f"{run_dir / 'checkpoints'} already holds checkpoints; resume with trainer.resume=true "
+            "or start a new run dir (hydra.run.dir=...)")
+    saved = run_dir / SAVED_CONFIG
+    if not saved.is_file():
+        return  # written by hand or by another tool: nothing to compare with
+    changed = differences(OmegaConf.load(saved), cfg)
+    if changed:
+        raise ResumeConflict(
+            f"{run_dir} holds checkpoints of another experiment; a resume must keep its settings, but these "
+            f"differ: {'; '.join(changed)}. Re-run with the old values, or choose a new hydra.run.dir "
+            "(trainer.epochs, the launcher, ranks and speed settings may change)")

@@ -1,0 +1,73 @@
+"""TensorFlow's C++ start-up noise: quiet by default, one switch to see it all.
+
+On a machine without a GPU, every process that imports TensorFlow 2.18
+prints, before the first useful line: "Could not find cuda drivers" and the
+CPU feature banner (INFO), "Unable to register cuDNN/cuFFT/cuBLAS factory"
+(ERROR, from CUDA plugins registering twice, printed on every machine), and
+"failed call to cuInit: INTERNAL: CUDA error" (ERROR) when TensorFlow looks
+for GPUs. A newcomer reads "E" and "CUDA error" as failure.
+
+Measured here: ``TF_CPP_MIN_LOG_LEVEL=1`` hides the INFO lines, but even
+``3`` leaves the cuDNN/cuBLAS lines (absl logging before TensorFlow
+configures it), and ``3`` would hide real errors too. So by default
+cifar_dist sets level 1 (``quiet_by_default``, before TensorFlow loads) and
+drops exactly the lines in ``NOISE`` from what native code writes to stderr
+while TensorFlow is imported and lists devices (``filtered_native_stderr``);
+every other line, real warnings and errors included, is passed on.
+``CIFAR_DIST_TF_LOGS=all`` shows TensorFlow's output untouched; a
+``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. The launchers forward both
+to the ranks.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator, MutableMapping, Optional
+
+SWITCH_ENV = "CIFAR_DIST_TF_LOGS"  # "all": TensorFlow's console output as it is
+LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_LEVEL = "1"  # hides INFO; WARNING and ERROR stay
+NOISE = re.compile(
+    r"Unable to register cu(DNN|FFT|BLAS) factory"
+    r"|All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|failed call to cuInit"
+    r"|Could not find cuda drivers on your machine"
+)
+
+
+def showing_everything(environ: Optional[MutableMapping[str, str]] = None) -> bool:
+    environ = os.environ if environ is None else environ
+    return environ.get(SWITCH_ENV, "").lower() == "all"
+
+
+def quiet_by_default(environ: Optional[MutableMapping[str, str]] = None) -> None:
+    """Set TF_CPP_MIN_LOG_LEVEL=1 unless the user chose a level or asked for everything (before TensorFlow loads)."""
+    environ = os.environ if environ is None else environ
+    if not showing_everything(environ):
+        environ.setdefault(LEVEL_ENV, QUIET_LEVEL)
+
+
+@contextmanager
+def filtered_native_stderr(environ: Optional[MutableMapping[str, str]] = None) -> Iterator[None]:
+    """While the block runs, stderr (fd 2, C++ included) goes to a temp file; then every line but NOISE is passed on."""
+    if showing_everything(environ):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().splitlines(keepends=True)
+                    if not NOISE.search(line.decode(errors="replace"))]
+            if kept:
+                os.write(2, b"".join(kept))

@@ -1,0 +1,140 @@
+"""One writer per run dir, and a re-run only ever continues the same experiment.
+
+* A second run into a busy run dir is refused at once, in one line naming
+  the holder (pid, host); a lock left by a killed run does not block.
+* A re-run with another optimizer, lr, batch size or augmentation is refused
+  in one line listing the differences, and ``.hydra/`` keeps describing the
+  run that wrote the files (Hydra used to overwrite it before refusing).
+* A finished run whose checkpoints are gone is not trained again over its
+  saved model; a damaged metrics.json does not block a resume.
+* Only this program's own temp files are deleted from the run dir.
+"""
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, cli_env, run_cli
+from cifar_dist.rundir_lock import LOCK_NAME, RunDirInUse, RunDirLock
+from cifar_dist.training.artifacts import TEMP_SUFFIX, atomic_path, remove_partials
+
+BASE = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
+
+
+def error_lines(proc) -> list:
+    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+
+
+def snapshot(run_dir: Path) -> dict:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*")
+            if p.is_file() and p.name != LOCK_NAME}
+
+
+@pytest.fixture(scope="module")
+def half_run(tmp_path_factory):
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from."""
+    run_dir = tmp_path_factory.mktemp("rundir") / "run"
+    proc = run_cli(*BASE, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
+                   f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
+    return run_dir
+
+
+def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_run(half_run):
+    before = snapshot(half_run)
+    proc = run_cli(*BASE, "trainer.epochs=2", "optimizer=sgd", "trainer.batch_size=32",
+                   "data.augment.enabled=false", f"hydra.run.dir={half_run}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc)
+    for changed in ("optimizer._target_", "optimizer.lr", "trainer.batch_size (was 64, now 32)",
+                    "data.augment.enabled (was True, now False)"):
+        assert changed in line
+    assert snapshot(half_run) == before  # .hydra/config.yaml, overrides.yaml, the log: untouched
+
+    lr_only = run_cli(*BASE, "trainer.batch_size=64", "optimizer.lr=0.001", f"hydra.run.dir={half_run}", timeout=120)
+    assert lr_only.returncode == 2 and "optimizer.lr (was 0.0001, now 0.001)" in error_lines(lr_only)[0]
+    assert snapshot(half_run) == before
+
+
+def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_damaged_record(half_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(half_run, run_dir)
+    (run_dir / "metrics.json").write_text('{"epochs": [{"epoch": 1, "loss": 2.')  # cut off mid-write by hand
+    users_file = run_dir / ".notes.partial"
+    users_file.write_text("mine")
+    ours = run_dir / f".training_log.csv.abcd_123{TEMP_SUFFIX}"  # a temp file a killed run left
+    ours.write_text("half")
+
+    again = (*BASE, "trainer.batch_size=64", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
+    first = subprocess.Popen([sys.executable, "-m", "cifar_dist", *again],
+                             cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lock = run_dir / LOCK_NAME
+        deadline = time.time() + 120
+        overrides = run_dir / ".hydra" / "overrides.yaml"  # rewritten by the first run once it holds the lock
+        while not (lock.exists() and f"pid {first.pid} " in lock.read_text()
+                   and "max_epochs_per_run" not in overrides.read_text()):
+            assert first.poll() is None and time.time() < deadline, "the run never took the lock"
+            time.sleep(0.1)
+        hydra_config = (run_dir / ".hydra" / "config.yaml").read_bytes()
+        second = run_cli(*again, timeout=120)
+        assert second.returncode == 2, second.stderr[-3000:]
+        (line,) = error_lines(second)
+        assert f"pid {first.pid} on host {socket.gethostname()}" in line and "hydra.run.dir" in line
+        assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_config
+        _, err = first.communicate(timeout=600)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["complete"] and [e["epoch"] for e in metrics["epochs"]] == [2]
+    assert (run_dir / "metrics.json.damaged").read_text().startswith('{"epochs": [{"epoch": 1')
+    assert users_file.read_text() == "mine" and not ours.exists()
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_retrained(trained_run, tmp_path):
+    finished = tmp_path / "run"
+    shutil.copytree(trained_run[0], finished)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from cifar_dist.rundir_lock import RunDirLock; "
+         "RunDirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)", str(finished)],
+        cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(RunDirInUse, match=f"pid {holder.pid} "):
+        RunDirLock(finished).acquire()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+    shutil.rmtree(finished / "checkpoints")
+    model = finished / "saved_models" / "keras_cifar10_trained_model.h5"
+    before = model.read_bytes()
+    proc = run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={finished}", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = error_lines(proc)
+    assert "holds a finished run" in line and "no checkpoints" in line  # refused for that, not for the dead lock
+    assert model.read_bytes() == before
+
+
+def test_only_this_programs_temp_files_are_removed(tmp_path):
+    class Interrupted(Exception):
+        pass
+
+    with pytest.raises(Interrupted):
+        with atomic_path(tmp_path / "metrics.json") as tmp:
+            Path(tmp).write_text("half")
+            leftover = Path(tmp).with_name(Path(tmp).name.replace(".metrics.json.", ".training_log.csv."))
+            Path(tmp).rename(leftover)  # as if the process had been killed here
+            raise Interrupted
+    users = [tmp_path / ".notes.partial", tmp_path / ".draft.png", tmp_path / ".x.12345678.partial"]
+    for path in users:
+        path.write_text("mine")
+    assert remove_partials(tmp_path) == [leftover]
+    assert all(p.read_text() == "mine" for p in users)
