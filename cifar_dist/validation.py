@@ -40,6 +40,9 @@ def problems(cfg: DictConfig) -> List[str]:
         found.append(f"optimizer.lr={cfg.optimizer.lr} must be > 0")
     if not 0 < t.lr_decay_factor:
         found.append(f"trainer.lr_decay_factor={t.lr_decay_factor} must be > 0")
+    tracking = cfg.get("tracking")
+    if tracking is not None and str(tracking.get("remote", "import")) not in ("import", "nodes"):
+        found.append(f"tracking.remote={tracking.remote} must be import or nodes")
     a = cfg.data.augment
     for key in ("width_shift", "height_shift"):
         if not 0 <= a[key] < 1:

@@ -8,7 +8,8 @@
 #      the wheel is cached in $CIFAR_DIST_WHEEL_CACHE (default
 #      ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (the build
 #      takes 10-15 minutes on 2 cores)
-#   4. this package, editable, with the azure, dev and mpi (mpi4py: concurrent sweeps) extras
+#   4. this package, editable, with the azure, dev, mpi (mpi4py: concurrent sweeps)
+#      and tracking (MLflow) extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,5 +94,5 @@ if ! horovod_ok; then
 fi
 
 # 4. This package ------------------------------------------------------------
-pip_install -e ".[azure,dev,mpi]"
+pip_install -e ".[azure,dev,mpi,tracking]"
 say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"
