@@ -340,6 +340,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
+    tracker = None  # TRACKING (cifar_dist/tracking): rank 0's MLflow run; None with tracking=none
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
         callbacks.append(tf.keras.callbacks.CSVLogger(str(output_dir / "training_log.csv"), append=bool(initial_epoch)))
@@ -355,6 +356,12 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             )
         )
         callbacks.append(AtomicCheckpoint(checkpoint_dir, t.keep_checkpoints))
+        # TRACKING: open (or, resuming, reopen) the run; log each epoch after it is on disk.
+        from cifar_dist.tracking import open_for_training
+
+        tracker = open_for_training(cfg, output_dir, world.size)
+        if tracker is not None:
+            callbacks.append(tracker.callback())
 
     if initial_epoch < epochs:
         model.fit(
@@ -408,4 +415,6 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             plot_learning_curves(metrics["epochs"], output_dir / "learning_curves.png",
                                  title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {cfg.data.name}, {world.size} rank(s)")
         write_json(metrics_path, metrics)
+        if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
+            tracker.finish(metrics)
     return hvd_tf.broadcast_object(metrics if world.is_chief else None, root_rank=0)
