@@ -142,6 +142,26 @@ def test_failed_cluster_job_is_marked_failed(tmp_path):
     assert run.info.status == "FAILED"
 
 
+def test_an_evaluate_job_is_recorded_by_the_launching_process(tmp_path):
+    from cifar_dist.tracking import after_job
+
+    db = tmp_path / "mlflow.db"
+    run_dir = tmp_path / "eval"
+    (run_dir / ".hydra").mkdir(parents=True)
+    cfg = compose_cfg("tracking=mlflow", f"tracking.uri=sqlite:///{db}", "task=evaluate", "evaluate.model=m.h5")
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    after_job(cfg, run_dir, ok=True)
+    assert not (run_dir / RUN_FILE).exists()  # no results yet (e.g. submitted to a cluster): nothing recorded
+    (run_dir / "evaluation.json").write_text(json.dumps({"loss": 1.2, "accuracy": 0.5, "ranks": 2}))
+    (run_dir / "predictions.csv").write_text("index,label\n")
+    after_job(cfg, run_dir, ok=True)
+    client = MlflowClient(f"sqlite:///{db}")
+    run = client.get_run(read_ref(run_dir / RUN_FILE).run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["task"] == "evaluate" and run.data.tags["ranks"] == "2"
+    assert run.data.metrics["test_accuracy"] == 0.5
+    assert "predictions.csv" in artifact_paths(client, run.info.run_id)
+
+
 def test_batchai_nodes_do_not_log_when_the_run_dir_is_imported():
     from cifar_dist.launchers.batchai.staging import node_job_config
 
