@@ -223,9 +223,10 @@ class TrackingConfig:
     # Bounds on every request to a tracking server (MLflow's own
     # MLFLOW_HTTP_REQUEST_* variables, which win when set): a server that is
     # down or slow costs at most about (retries + 1) x timeout, then one warning.
-    http_timeout_s: float = 10.0
+    # Whole numbers: MLflow parses all three as int.
+    http_timeout_s: int = 10
     http_max_retries: int = 2
-    http_backoff_factor: float = 1.0
+    http_backoff_factor: int = 1
 
 
 @dataclass

@@ -43,7 +43,7 @@ def artifact_paths(client, run_id, path=None):
 # --- settings, params, guard: no MLflow server, no training ----------------------------------
 
 
-def test_uri_resolution_and_redaction(tmp_path):
+def test_uri_resolution_and_redaction(tmp_path, monkeypatch):
     assert resolve_uri(None, {}, cwd=tmp_path) == f"sqlite:///{tmp_path}/outputs/mlflow.db"
     assert resolve_uri(None, {"MLFLOW_TRACKING_URI": "http://team:5000"}, cwd=tmp_path) == "http://team:5000"
     assert resolve_uri("http://mine:5000", {"MLFLOW_TRACKING_URI": "http://team:5000"}) == "http://mine:5000"
@@ -51,7 +51,12 @@ def test_uri_resolution_and_redaction(tmp_path):
     env = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
     apply_http_limits(compose_cfg("tracking=mlflow").tracking, env)
     assert env == {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1.0"}  # the user's own setting wins
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # the user's own setting wins
+    import mlflow.environment_variables as knobs
+
+    for name, value in env.items():  # in the form MLflow parses
+        monkeypatch.setenv(name, value)
+        assert getattr(knobs, name).get() == int(value)
 
 
 def test_params_are_the_flattened_config_without_secret_looking_keys():
