@@ -96,6 +96,17 @@ def test_bad_remote_mode_is_a_config_error():
     assert any("tracking.remote" in p for p in problems(compose_cfg("tracking=mlflow", "tracking.remote=both")))
 
 
+def test_mpirun_ranks_get_the_tracking_uri_and_credentials_by_name_only():
+    from hydra.utils import instantiate
+
+    launcher = instantiate(compose_cfg("launcher=mpirun", "tracking=mlflow").launcher, _convert_="all")
+    env = {"MLFLOW_TRACKING_URI": "http://team:5000", "MLFLOW_TRACKING_TOKEN": "s3cret"}
+    names = launcher.forwarded_names(env)
+    assert {"MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_TOKEN"} <= set(names)
+    assert "MLFLOW_TRACKING_PASSWORD" not in names  # only what is set
+    assert "s3cret" not in " ".join(names)
+
+
 # --- import of a run dir (what a cluster launcher does once the outputs are downloaded) ------
 
 
@@ -300,6 +311,8 @@ def stop_server(proc) -> None:
             proc.wait()
 
 
+@pytest.mark.slow  # two `mlflow server` starts and a 3-epoch run: ~12 min on the loaded 2-core machine
+@pytest.mark.timeout(1800)
 def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later(tmp_path):
     import subprocess
     import sys
