@@ -14,6 +14,7 @@ from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
 from cifar_dist.results import final_accuracy
 from cifar_dist.training.tf_console import quiet_by_default
+from cifar_dist.tracking import after_job
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,12 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
+    """Tracking: the launching process marks a failed job's run FAILED (ranks never do: they would all try)."""
+    if not in_child_process():
+        after_job(cfg, job.output_dir, ok)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
@@ -54,10 +61,15 @@ def main(cfg: DictConfig) -> Optional[float]:
         validate(cfg)
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:
+        record_end(cfg, job, ok=False)
         if job.multirun:  # Hydra records the point FAILED; the sweep's other points still run
             log.error("point #%d: %s", job.job_num, exc)
             raise PointFailed(f"point #{job.job_num}: {exc}") from exc
         fail(str(exc), 2)
+    except BaseException:
+        record_end(cfg, job, ok=False)
+        raise
+    record_end(cfg, job, ok=result.ok)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:

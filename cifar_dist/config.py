@@ -203,6 +203,35 @@ class EvaluateConfig:
     trust_model: bool = False
 
 
+class TrackingBackend(str, Enum):
+    none = "none"
+    mlflow = "mlflow"
+
+
+@dataclass
+class TrackingConfig:
+    # none: no tracker. mlflow: rank 0 records every job as an MLflow run
+    # (cifar_dist/tracking/, docs/tracking.md).
+    backend: TrackingBackend = TrackingBackend.none
+    # null: $MLFLOW_TRACKING_URI when set, else sqlite:///outputs/mlflow.db
+    # (relative to the directory the job is started from), e.g. http://host:5000.
+    uri: Optional[str] = None
+    experiment: str = "cifar_dist"
+    # Jobs of cluster launchers (batchai): "import" = the nodes do not log; the
+    # launching machine imports the run dir once its outputs are downloaded.
+    # "nodes" = rank 0 logs from the cluster (uri must be reachable there),
+    # and the download then fills whatever did not reach the tracker.
+    remote: str = "import"
+    log_model: bool = True  # the saved model as an artifact (~5 MB for the seed CNN)
+    # Bounds on every request to a tracking server (MLflow's own
+    # MLFLOW_HTTP_REQUEST_* variables, which win when set): a server that is
+    # down or slow costs at most about (retries + 1) x timeout, then one warning.
+    # Whole numbers: MLflow parses all three as int.
+    http_timeout_s: int = 10
+    http_max_retries: int = 2
+    http_backoff_factor: int = 1
+
+
 @dataclass
 class LauncherConfig:
     _target_: str = MISSING
@@ -217,6 +246,7 @@ class Config:
     launcher: Any = MISSING
     task: TaskConfig = MISSING
     evaluate: Optional[EvaluateConfig] = None
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 def typed(cfg):
@@ -248,6 +278,7 @@ def register_configs() -> None:
     cs.store(group="task", name="train_schema", node=TrainTaskConfig)
     cs.store(group="task", name="evaluate_schema", node=EvaluateTaskConfig)
     cs.store(group="evaluate", name="evaluate_schema", node=EvaluateConfig)
+    cs.store(group="tracking", name="tracking_schema", node=TrackingConfig)
 
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher

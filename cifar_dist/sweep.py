@@ -19,6 +19,8 @@ from typing import Any, Dict, List, Optional
 
 from cifar_dist.results import read_evaluation, read_metrics
 
+from cifar_dist.tracking.runfile import RUN_FILE, read_ref
+
 log = logging.getLogger(__name__)
 
 CSV_NAME = "sweep_summary.csv"
@@ -37,6 +39,7 @@ class Point:
     wall_time_s: Optional[float] = None
     ranks: Optional[int] = None
     epochs_done: int = 0
+    mlflow_run_id: Optional[str] = None  # tracking=mlflow: the point's run (mlflow_run.json)
     curve: List[Dict[str, Any]] = field(default_factory=list)  # metrics.json "epochs"
 
 
@@ -51,6 +54,8 @@ def read_point(job_dir: Path) -> Optional[Point]:
     num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
     overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
     point = Point(num=num, output_dir=job_dir, overrides=overrides, status="failed")
+    ref = read_ref(job_dir / RUN_FILE)
+    point.mlflow_run_id = ref.run_id if ref is not None else None
     evaluation = read_evaluation(job_dir)
     if evaluation is not None:  # a task=evaluate point: scoring results, no training curve
         point.status = "ok"
@@ -110,10 +115,11 @@ def write_csv(points: List[Point], path: Path) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["job", "overrides", "varied", "status", "test_accuracy", "test_loss",
-                         "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir"])
+                         "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir", "mlflow_run_id"])
         for p, varied in zip(points, labels):
             writer.writerow([p.num, " ".join(p.overrides), " ".join(varied), p.status, p.test_accuracy, p.test_loss,
-                             p.images_per_sec, p.wall_time_s, p.ranks, p.epochs_done, str(p.output_dir)])
+                             p.images_per_sec, p.wall_time_s, p.ranks, p.epochs_done, str(p.output_dir),
+                             p.mlflow_run_id or ""])
 
 
 def _numeric_axis(points: List[Point], labels: List[List[str]]):
@@ -185,6 +191,9 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     except Exception as exc:  # a missing plot must not hide the table and CSV
         log.warning("sweep summary plot failed: %s", exc)
     failed = [p for p in points if p.status != "ok"]
+    from cifar_dist.tracking.sweeps import close_sweep
+
+    close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
     if failed:
         log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
                     ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))

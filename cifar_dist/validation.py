@@ -121,6 +121,13 @@ def _task_problems(cfg: DictConfig) -> List[str]:
     return found
 
 
+def _tracking_problems(cfg: DictConfig) -> List[str]:
+    tracking = cfg.get("tracking")
+    if tracking is not None and str(tracking.get("remote", "import")) not in ("import", "nodes"):
+        return [f"tracking.remote={tracking.remote} must be import or nodes"]
+    return []
+
+
 def problems(cfg: DictConfig) -> List[str]:
     found = unresolvable(cfg)
     if found:  # the checks below would trip over the same values
@@ -128,6 +135,7 @@ def problems(cfg: DictConfig) -> List[str]:
     found += _trainer_problems(cfg.trainer)
     found += _optimizer_problems(cfg.optimizer)
     found += _model_problems(cfg.model)
+    found += _tracking_problems(cfg)
     a = cfg.data.augment
     for key in ("width_shift", "height_shift"):
         if not 0 <= a[key] < 1:

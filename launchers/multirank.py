@@ -40,7 +40,10 @@ RUNNER_LOG = "launcher.log"
 # Variables every rank needs, forwarded by name (never by value on the command line).
 ALWAYS_FORWARDED = ("TF_USE_LEGACY_KERAS", RANK_GUARD_ENV, "PYTHONUNBUFFERED")
 FORWARDED_IF_SET = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "HYDRA_FULL_ERROR", "TF_ENABLE_ONEDNN_OPTS",
-                    "CIFAR_DIST_TF_LOGS")
+                    "CIFAR_DIST_TF_LOGS",
+                    # tracking=mlflow: rank 0 logs to the same tracker as a local run would
+                    "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+                    "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_INSECURE_TLS")
 
 # Ranks other than 0 log to their own console (-> logs/rank.N.log) only, with
 # Hydra's usual line format, so that N ranks never append to the run's one

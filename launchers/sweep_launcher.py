@@ -175,6 +175,9 @@ class SweepLauncher(HydraLauncher):
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error("points %s failed: %s", ", ".join(f"#{j.job_num}" for j in jobs), message)
             results = [LaunchResult(exit_code=2, message=message) for _ in jobs]
+        from cifar_dist.tracking import after_job
+
         for i, job, result in zip(ready, jobs, results):
+            after_job(configs[i], job.output_dir, result.ok)  # tracking: a failed point's run FAILED
             prepared[i] = point_return(prepared[i], job, result)
         return prepared

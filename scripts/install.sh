@@ -9,7 +9,7 @@
 #      ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (the build
 #      takes 10-15 minutes on 2 cores)
 #   4. this package, editable, with the azure, dev, mpi (mpi4py: concurrent sweeps)
-#      and optuna (hydra/sweeper=optuna) extras
+#      optuna (hydra/sweeper=optuna) and tracking (MLflow) extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,5 +94,5 @@ if ! horovod_ok; then
 fi
 
 # 4. This package ------------------------------------------------------------
-pip_install -e ".[azure,dev,mpi,optuna]"
+pip_install -e ".[azure,dev,mpi,optuna,tracking]"
 say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"

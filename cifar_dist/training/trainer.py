@@ -223,6 +223,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     initial_epoch = restore_or_start(run, model)
     data, train_data, val_data = make_streams(run, initial_epoch)
     metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
+    tracker = open_tracker(run)
     if initial_epoch < run.epochs:
         model.fit(
             train_data.dataset,
@@ -231,10 +232,10 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             steps_per_epoch=train_data.steps_per_epoch,
             validation_data=val_data.dataset,
             validation_steps=val_data.steps,
-            callbacks=make_callbacks(run, train_data, metrics, initial_epoch, previous_wall),
+            callbacks=make_callbacks(run, train_data, metrics, initial_epoch, previous_wall, tracker),
             verbose=run.trainer.verbose if run.world.is_chief else 0,
         )
-    return finish(run, model, data, metrics, initial_epoch, previous_wall)
+    return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker)
 
 
 def start_run(cfg: DictConfig, output_dir: Path):
@@ -384,7 +385,17 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     return metrics, previous_wall
 
 
-def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float):
+def open_tracker(run: Run):
+    """TRACKING (cifar_dist/tracking): rank 0 opens, or when resuming reopens, its MLflow run; None otherwise."""
+    if not run.world.is_chief:
+        return None
+    from cifar_dist.tracking import open_for_training
+
+    return open_for_training(run.cfg, run.output_dir, run.world.size)
+
+
+def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
+                   tracker=None):
     """Keras callbacks in the order they must run: Horovod's averaging first, writers (rank 0) last."""
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
@@ -413,6 +424,7 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
+    tracker = None  # TRACKING (cifar_dist/tracking): rank 0's MLflow run; None with tracking=none
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
         callbacks.append(tf.keras.callbacks.CSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
@@ -425,10 +437,12 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
             run.metrics_path, metrics,
             on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start)))
         callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
+    if tracker is not None:  # TRACKING: log each epoch once it is on disk
+        callbacks.append(tracker.callback())
     return callbacks
 
 
-def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float):
+def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
     import horovod.tensorflow as hvd_tf
 
@@ -456,6 +470,8 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
         ), hvd_tf)
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
+        if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
+            tracker.finish(metrics)
     return hvd_tf.broadcast_object(metrics if world.is_chief else None, root_rank=0)
 
 

@@ -185,6 +185,10 @@ class JobFollower:
     def _finish(self, job) -> LaunchResult:
         fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
         log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
+        # tracking=mlflow: the nodes did not log (tracking.remote=import) or may have missed some: send the run dir.
+        from cifar_dist.tracking import after_download
+
+        after_download(self.output_dir, succeeded=str(job.execution_state) == "succeeded")
         if self.task == "evaluate":
             evaluation = _read_result(self.output_dir / EVALUATION_FILE)
             metrics = None if evaluation is None else as_metrics(evaluation)

@@ -156,6 +156,9 @@ def node_job_config(cfg: DictConfig, choices: Dict[str, Optional[str]]) -> str:
     defaults.append("_self_")
     body = OmegaConf.to_container(cfg, resolve=False)
     body["launcher"] = dict(LOCAL_LAUNCHER)
+    if body.get("tracking") and body["tracking"].get("remote", "import") == "import":
+        # The launching machine imports the downloaded run dir (tracking/hooks.py after_download).
+        body["tracking"]["backend"] = "none"
     doc = OmegaConf.create({"defaults": defaults, **body})
     header = (
         "# Composed by cifar_dist's Batch AI launcher: this run's config, run on every\n"

@@ -1,0 +1,25 @@
+"""The Keras callback that sends each epoch's metrics to the tracker as the epoch ends (rank 0 only)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+import tensorflow as tf
+
+
+class EpochMetricsLogger(tf.keras.callbacks.Callback):
+    """Hands ``{"epoch": n, <logs>..., "lr": ...}`` to ``log_epoch`` after every epoch.
+
+    Placed after Horovod's MetricAverageCallback and EpochTimer (trainer.py),
+    so the logs are averaged over ranks and carry images_per_sec, as in
+    metrics.json.
+    """
+
+    def __init__(self, log_epoch: Callable[[Dict[str, Any]], None]):
+        super().__init__()
+        self.log_epoch = log_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        record: Dict[str, Any] = {"epoch": epoch + 1}
+        record.update({key: float(value) for key, value in (logs or {}).items()})
+        record["lr"] = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        self.log_epoch(record)

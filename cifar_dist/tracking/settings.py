@@ -1,0 +1,69 @@
+"""Where a job's runs go and how long a tracking server may take: the tracking config made concrete."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, MutableMapping, Optional
+from urllib.parse import urlsplit, urlunsplit
+
+DEFAULT_DB = Path("outputs") / "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: where its runs' artifacts go
+
+# tracking.<key> -> MLflow's own variable; MLflow reads them at every request.
+HTTP_LIMITS = {
+    "http_timeout_s": "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "http_max_retries": "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "http_backoff_factor": "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+}
+
+
+def tracking_conf(cfg: Any) -> Optional[Any]:
+    """The config's tracking node when it asks for MLflow, else None (also for configs saved before tracking existed)."""
+    conf = cfg.get("tracking") if cfg is not None else None
+    if conf is None:
+        return None
+    backend = conf.get("backend")
+    return conf if str(getattr(backend, "value", backend)) == "mlflow" else None
+
+
+def resolve_uri(configured: Optional[str], environ: Mapping[str, str] = os.environ, cwd: Optional[Path] = None) -> str:
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file outputs/mlflow.db; relative SQLite paths made absolute.
+
+    Absolute, so the URI recorded in a run dir still names the same file
+    when an import is started from another directory.
+    """
+    uri = configured or environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_DB}"
+    path = sqlite_path(uri)
+    if path is not None and not path.is_absolute():
+        uri = f"sqlite:///{(cwd or Path.cwd()) / path}"
+    return uri
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a ``sqlite:///`` URI (None for other stores)."""
+    prefix = "sqlite:///"
+    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
+
+
+def artifact_location(uri: str) -> Optional[str]:
+    """Where a new experiment keeps its artifacts: beside a SQLite file; a server decides for itself (None)."""
+    path = sqlite_path(uri)
+    return (path.parent / ARTIFACTS_DIR).as_uri() if path is not None else None
+
+
+def apply_http_limits(conf: Any, environ: MutableMapping[str, str] = os.environ) -> None:
+    """Bound MLflow's HTTP retries and timeouts by the config, unless the user set MLflow's variables."""
+    for key, variable in HTTP_LIMITS.items():
+        value = conf.get(key)
+        if value is not None:
+            environ.setdefault(variable, str(value))
+
+
+def redact(uri: str) -> str:
+    """``uri`` without user:password (never written to a run dir or a log)."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -1,0 +1,177 @@
+"""One job's MLflow run: open (or reopen) it, log epochs, fill gaps from the run dir, log artifacts, end it.
+
+Only this module (and sweeps.py) talks to MLflow, through ``MlflowClient``
+with an explicit tracking URI and run id: no global active run, so nothing
+lingers between the points of an in-process sweep.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from cifar_dist.tracking import describe
+from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref
+from cifar_dist.tracking.settings import artifact_location, redact
+
+# MLflow's log_batch limits per request.
+MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
+# Top-level run-dir files kept as artifacts (what exists of them).
+ARTIFACT_FILES = ("metrics.json", "evaluation.json", "training_log.csv", "learning_curves.png",
+                  "confusion_matrix.png", "predictions.csv")
+ARTIFACT_DIRS = (".hydra",)
+MODEL_DIR = "saved_models"
+
+
+def client_for(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def ensure_experiment(client, name: str, uri: str) -> str:
+    """The experiment's id, created on first use (beside a SQLite store, its artifacts too)."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location(uri))
+    except MlflowException:  # another point created it just now
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def run_exists(client, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "active"
+    except MlflowException:
+        return False
+
+
+class TrackedRun:
+    """The MLflow run of one run dir."""
+
+    def __init__(self, client, ref: RunRef):
+        self.client = client
+        self.ref = ref
+
+    @property
+    def run_id(self) -> str:
+        return self.ref.run_id
+
+    @classmethod
+    def open(cls, uri: str, experiment: str, job: describe.JobRecord, extra_tags: Dict[str, str]) -> "TrackedRun":
+        """The run this run dir already has at ``uri`` (set RUNNING again), else a new one, saved in the run dir."""
+        from cifar_dist.tracking.sweeps import sweep_parent
+
+        client = client_for(uri)
+        ref = read_ref(job.run_dir / RUN_FILE)
+        tags = {**describe.tags(job), **extra_tags}
+        if ref is not None and ref.tracking_uri == redact(uri) and run_exists(client, ref.run_id):
+            client.update_run(ref.run_id, status="RUNNING")
+        else:
+            experiment_id = ensure_experiment(client, experiment, uri)
+            sweep = describe.sweep_dir(job)
+            if sweep is not None:
+                tags["mlflow.parentRunId"] = sweep_parent(client, uri, experiment_id, sweep)
+            created = client.create_run(experiment_id, tags={}, run_name=describe.run_name(job))
+            ref = RunRef(redact(uri), experiment_id, created.info.run_id)
+            write_ref(job.run_dir / RUN_FILE, ref)
+        run = cls(client, ref)
+        run.log_params(describe.params(job.config))
+        run.set_tags(tags)
+        return run
+
+    def log_params(self, params: Dict[str, str]) -> None:
+        """Params not logged yet (a resumed job may change a few, e.g. max_epochs_per_run: MLflow keeps the first)."""
+        from mlflow.entities import Param
+
+        have = self.client.get_run(self.run_id).data.params
+        new = [Param(k, v) for k, v in params.items() if k not in have]
+        for chunk in _chunks(new, MAX_PARAMS):
+            self.client.log_batch(self.run_id, params=chunk)
+
+    def set_tags(self, tags: Dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        for chunk in _chunks([RunTag(k, str(v)) for k, v in tags.items()], MAX_TAGS):
+            self.client.log_batch(self.run_id, tags=chunk)
+
+    def log_epoch(self, record: Dict[str, Any]) -> None:
+        """One epoch's metrics (loss, accuracy, val_*, lr, images_per_sec, ...) at step = epoch."""
+        self._log(epoch_metrics([record]))
+
+    def sync(self, results: Dict[str, Any]) -> int:
+        """Log every epoch of ``results`` (metrics.json) the run lacks, and the final metrics; how many were sent."""
+        wanted = epoch_metrics(results.get("epochs") or [])
+        keys = {key for key, _, _ in wanted}
+        have = {key: {m.step for m in self.client.get_metric_history(self.run_id, key)} for key in keys}
+        missing = [(key, value, step) for key, value, step in wanted if step not in have[key]]
+        final = final_metrics(results)
+        self._log(missing + final)
+        return len(missing) + len(final)
+
+    def log_artifacts(self, run_dir: Path, log_model: bool) -> None:
+        for name in ARTIFACT_FILES:
+            if (run_dir / name).is_file():
+                self.client.log_artifact(self.run_id, str(run_dir / name))
+        dirs = ARTIFACT_DIRS + ((MODEL_DIR,) if log_model else ())
+        for name in dirs:
+            if (run_dir / name).is_dir():
+                self.client.log_artifacts(self.run_id, str(run_dir / name), artifact_path=name)
+
+    def end(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+    def _log(self, metrics: List[Tuple[str, float, int]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entities = [Metric(key, value, now, step) for key, value, step in metrics]
+        for chunk in _chunks(entities, MAX_METRICS):
+            self.client.log_batch(self.run_id, metrics=chunk)
+
+
+def epoch_metrics(epochs: Iterable[Dict[str, Any]]) -> List[Tuple[str, float, int]]:
+    """(key, value, step=epoch) for every number of every epoch record."""
+    out = []
+    for record in epochs:
+        step = int(record["epoch"])
+        out += [(k, float(v), step) for k, v in record.items() if k != "epoch" and _is_number(v)]
+    return out
+
+
+def final_metrics(results: Dict[str, Any]) -> List[Tuple[str, float, int]]:
+    """test_loss/test_accuracy (train's ``test``, evaluate's top level), median images/s and wall time, at the last epoch."""
+    epochs = results.get("epochs") or []
+    step = max([int(e["epoch"]) for e in epochs] + [0])
+    test = results.get("test") or {k: results.get(k) for k in ("loss", "accuracy")}
+    values = {
+        "test_loss": test.get("loss"),
+        "test_accuracy": test.get("accuracy"),
+        "images_per_sec_median": results.get("images_per_sec"),
+        "wall_time_s": results.get("wall_time_s"),
+    }
+    return [(k, float(v), step) for k, v in values.items() if _is_number(v)]
+
+
+def status_of(results: Dict[str, Any], failed: bool) -> str:
+    """FAILED for a job that failed; FINISHED when complete; KILLED when stopped early (it resumes into the same run)."""
+    if failed:
+        return "FAILED"
+    return "KILLED" if results.get("complete") is False else "FINISHED"  # evaluation.json has no "complete"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _chunks(items: List[Any], size: int) -> Iterable[List[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
