@@ -24,4 +24,5 @@ def registered_launcher_schemas() -> Dict[str, type]:
     schemas: Dict[str, type] = {"local": LocalLauncherConf}
     from cifar_dist.launchers.batchai.config import BatchAILauncherConf; schemas["batchai"] = BatchAILauncherConf
     from cifar_dist.launchers.gloo import GlooLauncherConf; from cifar_dist.launchers.mpirun import MpirunLauncherConf; schemas.update(mpirun=MpirunLauncherConf, gloo=GlooLauncherConf)
+    from cifar_dist.launchers.slurm.config import SlurmLauncherConf; schemas["slurm"] = SlurmLauncherConf
     return schemas

@@ -213,6 +213,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.training.artifacts import plot_learning_curves, read_json, trim_csv_log, write_json
     from cifar_dist.training.callbacks import (
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
+    from cifar_dist.training.preemption import stop_on_signal_from_env
 
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -340,6 +341,9 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
+    stop_on_signal = stop_on_signal_from_env()  # a cluster launcher's "time is nearly up" signal
+    if stop_on_signal is not None:
+        callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
         callbacks.append(tf.keras.callbacks.CSVLogger(str(output_dir / "training_log.csv"), append=bool(initial_epoch)))
