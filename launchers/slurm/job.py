@@ -121,7 +121,7 @@ class SlurmJob(ClusterJob):
         if shown == self._shown:
             return
         self._shown = shown
-        if info.state == "PENDING":
+        if info.state == "PENDING" and info.reason not in ("None", ""):
             log.info("%s: PENDING (%s)", self.name, info.reason)
         elif info.state == "RUNNING":
             log.info("%s: RUNNING on %s", self.name, info.nodes)
