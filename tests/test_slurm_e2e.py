@@ -125,6 +125,16 @@ def test_dry_run_writes_the_batch_script_and_submits_nothing(cluster, tiny_data,
     assert cluster.job_ids() == [] and not job_id(run_dir)
 
 
+def test_a_submission_slurm_refuses_is_one_line_naming_its_reason(cluster, tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(*small(tiny_data, "launcher.partition=nosuchpartition", f"hydra.run.dir={run_dir}"),
+                   env=env_for(cluster), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    assert len(errors) == 1 and "sbatch refused" in errors[0] and "invalid partition" in errors[0].lower(), errors
+    assert cluster.job_ids() == [] and not job_id(run_dir)
+
+
 def test_two_ranks_under_srun_pmix_stream_rank_0(two_rank_run):
     run_dir, proc = two_rank_run
     out = proc.stdout + proc.stderr
@@ -214,7 +224,7 @@ def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(cluster, tiny_da
     assert proc.returncode == 0, out[-4000:]
     assert f"Slurm job {jid} was requeued (restart 1" in out and f"Slurm job {jid} was requeued (restart 2" in out
     assert "the ranks stop after this epoch" in out and "stop signal SIGUSR1: stopping after epoch" in out
-    assert f"requeueing job {jid} (restart 1 of 3)" in out_file.read_text()
+    assert f"requeueing job {jid} (restart 2 of 3)" in out_file.read_text()  # scontrol requeue was restart 1
     assert f"completed after 2 requeue(s)" in out
     m = read_metrics(run_dir)
     assert m["complete"] and m["resumed_from_epoch"] >= 2

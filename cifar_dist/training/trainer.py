@@ -407,7 +407,8 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             log.info("Test loss: %.4f", metrics["test"]["loss"])
             log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
         else:
-            log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run); re-run to resume", done, epochs)
+            log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run or a stop signal); re-run to resume",
+                     done, epochs)
         if t.plot and metrics["epochs"]:
             plot_learning_curves(metrics["epochs"], output_dir / "learning_curves.png",
                                  title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {cfg.data.name}, {world.size} rank(s)")
