@@ -133,3 +133,31 @@ def test_a_bad_setting_stops_the_cli_with_one_line_before_anything_is_written(tm
     assert errors == ["cifar_dist: error: launcher.nodes=0 must be >= 1; launcher.signal_grace_s=180 must be "
                       "below the time limit (1 min)"]
     assert not (run_dir / "slurm").exists()
+
+
+class FlakyController:
+    """scontrol failing ``failures`` times (slurmctld restarting), then reporting the job COMPLETED."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+
+    def show(self, job_id):
+        if self.failures:
+            self.failures -= 1
+            raise LaunchError(f"scontrol show job {job_id} failed: Unable to contact slurm controller")
+        return job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+
+
+def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):
+    from cifar_dist.launchers.slurm.job import MAX_FAILED_POLLS, SlurmJob
+
+    conf = SlurmLauncherConf(stream_output=False)
+    job = SlurmJob(FlakyController(2), conf, tmp_path, tmp_path / "job.sbatch", "5", "train")
+    assert job.poll() is None and job.poll() is None
+    assert job.poll().exit_code == 0
+
+    hopeless = SlurmJob(FlakyController(MAX_FAILED_POLLS), conf, tmp_path, tmp_path / "job.sbatch", "6", "train")
+    for _ in range(MAX_FAILED_POLLS - 1):
+        assert hopeless.poll() is None
+    with pytest.raises(LaunchError, match="Unable to contact slurm controller"):
+        hopeless.poll()

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from cifar_dist.launchers.base import LaunchResult
+from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster import ClusterJob
 from cifar_dist.launchers.failure import first_failure, read_exit_records, tail
 from cifar_dist.launchers.multirank import LOG_DIR
@@ -30,6 +30,7 @@ from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
 log = logging.getLogger(__name__)
 
 JOB_ID_FILE = "job_id"  # in <run dir>/slurm: the job this run dir submitted last
+MAX_FAILED_POLLS = 12  # scontrol failing this many rounds in a row ends the watch
 
 
 class OutputStream:
@@ -82,6 +83,7 @@ class SlurmJob(ClusterJob):
         self.resubmits = 0
         self.requeues = 0
         self.since = time.time()
+        self._failed_polls = 0
         self._switch_to(job_id, follow_from_start)
 
     def _switch_to(self, job_id: str, from_start: bool) -> None:
@@ -96,7 +98,16 @@ class SlurmJob(ClusterJob):
     # --- one round ------------------------------------------------------------------
 
     def poll(self) -> Optional[LaunchResult]:
-        info = self.client.show(self.job_id)
+        try:
+            info = self.client.show(self.job_id)
+        except LaunchError as exc:
+            # slurmctld restarting or briefly unreachable: ask again next round, give up after a while.
+            self._failed_polls += 1
+            if self._failed_polls >= MAX_FAILED_POLLS:
+                raise
+            log.warning("%s: %s (try %d of %d)", self.name, exc, self._failed_polls, MAX_FAILED_POLLS)
+            return None
+        self._failed_polls = 0
         if info is None:
             self.stream.pump(final=True)
             return self._forgotten()
@@ -200,7 +211,11 @@ class SlurmJob(ClusterJob):
                 message=f"interrupted; {self.name} keeps running: follow it with `squeue -j {self.job_id}` and "
                         f"`tail -f {self.stream.path}`, or re-run the same command to follow it and get its result",
             )
-        self.client.cancel(self.job_id)
+        try:
+            self.client.cancel(self.job_id)
+        except LaunchError as exc:
+            log.error("interrupted, but %s could not be cancelled: %s", self.name, exc)
+            return LaunchResult(exit_code=130, message=f"interrupted; cancel {self.name} yourself: scancel {self.job_id}")
         log.warning("interrupted: cancelled %s (scancel %s)", self.name, self.job_id)
         return LaunchResult(
             exit_code=130,
