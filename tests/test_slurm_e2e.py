@@ -297,15 +297,20 @@ def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_ra
     marker = tmp_path / "first-job"
     # The first job sleeps past its 1-minute limit (Slurm ends it TIMEOUT within ~90 s);
     # the resubmitted one finds the marker and trains.
-    proc = run_cli(*small(tiny_data, "trainer.epochs=2", "launcher.time_min=1", "launcher.signal_grace_s=0",
-                          f"launcher.setup=['[ -e {marker} ] || {{ touch {marker}; sleep 600; }}']",
-                          f"hydra.run.dir={run_dir}"),
-                   env=env_for(cluster), timeout=900)
-    out = proc.stdout + proc.stderr
+    proc = start_cli(cluster, *small(tiny_data, "trainer.epochs=2", "launcher.time_min=1", "launcher.signal_grace_s=0",
+                                     f"launcher.setup=['[ -e {marker} ] || {{ touch {marker}; sleep 600; }}']",
+                                     f"hydra.run.dir={run_dir}"))
+    wait_for(lambda: job_id(run_dir), 120, proc, "the submission")
+    first_id = job_id(run_dir)
+    wait_for(lambda: job_id(run_dir) not in ("", first_id), 300, proc, "the resubmission")
+    # The same script asks for 1 minute again, too little for a busy machine's TensorFlow start:
+    # give the resubmitted job the time a real one would have asked for.
+    cluster.run("scontrol", "update", f"JobId={job_id(run_dir)}", "TimeLimit=30")
+    out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
     outputs = sorted((run_dir / "slurm").glob("slurm-*.out"))
     assert len(outputs) == 2
-    first_id, second_id = sorted(p.name[6:-4] for p in outputs)
+    first_id, second_id = sorted((p.name[6:-4] for p in outputs), key=int)
     assert (f"Slurm job {first_id} reached its time limit (TIMEOUT); resubmitted as Slurm job {second_id} "
             "(resubmission 1 of 3)") in out
     assert f"Slurm job {second_id} completed after 1 resubmission(s)" in out
