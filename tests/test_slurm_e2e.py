@@ -190,6 +190,7 @@ def test_launch_all_submits_every_point_then_watches_them_side_by_side(cluster, 
     assert start_b < end_a and start_a < end_b, "the two points did not run at the same time"
 
 
+@pytest.mark.slow  # ~4 min on a busy machine: two jobs one after another until the sweep launcher uses launch_all
 def test_a_multirun_sweep_on_slurm_returns_each_points_result(cluster, tiny_data, tmp_path):
     # Points go through the launcher one after another here, or all at once through
     # launch_all where the sweep launcher groups them; either way each point is a Slurm job.
@@ -277,7 +278,9 @@ def test_a_failing_rank_is_named_with_the_tail_of_its_log(cluster, tiny_data, tm
     run_dir = tmp_path / "run"
     proc = start_cli(cluster, *small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=50",
                                      f"hydra.run.dir={run_dir}"))
-    wait_for(lambda: checkpoints(run_dir), 600, proc, "the first checkpoint")
+    rank_1_log = run_dir / "logs" / "rank.1.log"
+    # Horovod is up on both ranks once rank 1 has logged its place in the world.
+    wait_for(lambda: rank_1_log.exists() and "rank 1/2" in rank_1_log.read_text(), 600, proc, "Horovod on rank 1")
     os.kill(trainer_pid(run_dir, rank=1), signal.SIGKILL)
     out, _ = proc.communicate(timeout=300)
     jid = job_id(run_dir)
