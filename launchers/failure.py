@@ -25,6 +25,8 @@ _RUNNER_PATTERNS = (
     re.compile(r"process rank (?P<rank>\d+) with PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)"),
     # mpirun: the first rank to exit non-zero
     re.compile(r"Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]\s+Exit code:\s+(?P<code>\d+)"),
+    # srun --kill-on-bad-exit: the first task to exit non-zero
+    re.compile(r"srun: error: (?P<host>\S+): task (?P<rank>\d+): Exited with exit code (?P<code>\d+)"),
     # horovodrun --gloo
     re.compile(r"Process (?P<rank>\d+) exit with status code (?P<code>-?\d+)"),
 )

@@ -2,7 +2,8 @@
 # Install everything cifar_dist needs on a fresh Debian/Ubuntu machine, into
 # ./.venv (or $CIFAR_DIST_VENV). Idempotent: a second run checks and exits fast.
 #
-#   1. system OpenMPI (apt, when mpirun/mpicxx are missing; needs root)
+#   1. system OpenMPI (apt, when mpirun/mpicxx are missing; needs root), and
+#      Slurm + munge for the Slurm launcher's tests (apt; skipped without root)
 #   2. a virtualenv with TensorFlow + tf-keras of the verified line
 #   3. Horovod built from source against that TensorFlow, with MPI and Gloo;
 #      the wheel is cached in $CIFAR_DIST_WHEEL_CACHE (default
@@ -38,6 +39,28 @@ if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; t
     else
         echo "install.sh: OpenMPI is missing; run 'sudo apt-get install libopenmpi-dev openmpi-bin' and re-run" >&2
         exit 1
+    fi
+fi
+
+# 1b. Slurm, for the Slurm launcher's tests against a real single-node cluster
+# (tests/slurm_cluster.py starts it; nothing runs as a service). Optional: the
+# tests skip, saying why, where it cannot be installed.
+slurm_missing() {
+    [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \
+        || ! command -v sbatch >/dev/null 2>&1
+}
+if slurm_missing; then
+    slurm_pkgs="slurmctld slurmd slurm-client munge"
+    if [ "$(id -u)" = 0 ]; then
+        say "installing Slurm for the tests ($slurm_pkgs)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $slurm_pkgs
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        say "installing Slurm for the tests ($slurm_pkgs, sudo)"
+        sudo -n apt-get update -q
+        sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $slurm_pkgs
+    else
+        say "Slurm not installed (needs root): the Slurm launcher's real-cluster tests will be skipped"
     fi
 fi
 

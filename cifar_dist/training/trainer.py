@@ -402,6 +402,7 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
 
     from cifar_dist.training.callbacks import (
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
+    from cifar_dist.training.preemption import stop_on_signal_from_env
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     callbacks = [
@@ -424,7 +425,9 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
-    tracker = None  # TRACKING (cifar_dist/tracking): rank 0's MLflow run; None with tracking=none
+    stop_on_signal = stop_on_signal_from_env()  # a cluster launcher's "time is nearly up" signal
+    if stop_on_signal is not None:
+        callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
         callbacks.append(tf.keras.callbacks.CSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
@@ -495,7 +498,8 @@ def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done
         log.info("Test loss: %.4f", metrics["test"]["loss"])
         log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
     else:
-        log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run); re-run to resume", done, run.epochs)
+        log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run or a stop signal); re-run to resume",
+                 done, run.epochs)
     if t.plot and metrics["epochs"]:
         plot_learning_curves(metrics["epochs"], run.output_dir / "learning_curves.png",
                              title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, "

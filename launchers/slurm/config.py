@@ -1,0 +1,113 @@
+"""The Slurm launcher's config schema (``conf/launcher/slurm.yaml``; docs/slurm.md lists every key).
+
+Imported at every start (``launchers.register_built_in()``, which stores the schema): light imports only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Dict, List, Mapping, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from cifar_dist.launchers.base import LaunchError
+
+
+class OnInterrupt(str, Enum):
+    cancel = "cancel"  # Ctrl-C cancels the job (scancel)
+    detach = "detach"  # Ctrl-C leaves it queued/running; re-run the same command to follow it again
+
+
+class RankStarter(str, Enum):
+    srun = "srun"  # srun --mpi=<mpi>: Slurm starts the ranks (its MPI guide's recommended way)
+    mpirun = "mpirun"  # OpenMPI's mpirun inside the allocation (it reads the allocation from Slurm)
+
+
+@dataclass
+class SlurmLauncherConf:
+    _target_: str = "cifar_dist.launchers.slurm.launcher.SlurmLauncher"
+
+    # --- the allocation: one #SBATCH line each (null/0/empty: not written, Slurm's default) ---
+    nodes: int = 1
+    ntasks_per_node: int = 1  # Horovod ranks per node
+    cpus_per_task: Optional[int] = None  # cores per rank
+    gpus_per_node: int = 0  # one GPU per local rank: set it to ntasks_per_node
+    gres: Optional[str] = None  # instead of gpus_per_node on clusters that want --gres=gpu:<type>:<n>
+    mem_gb: Optional[float] = None  # memory per node
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_min: int = 60  # the job's time limit, minutes
+    constraint: Optional[str] = None
+    exclusive: bool = False
+    job_name: str = "cifar_dist"
+    sbatch_lines: List[str] = field(default_factory=list)  # more options, e.g. ["--reservation=r1"]
+    # --- what runs inside it ---
+    setup: List[str] = field(default_factory=list)  # shell lines before the ranks (module load, source venv)
+    env: Dict[str, str] = field(default_factory=dict)  # exported in the batch script (no secrets: it is a file)
+    # sbatch --export: ALL (Slurm's default: this shell's environment), NONE, or variable names.
+    forward_env: List[str] = field(default_factory=lambda: ["ALL"])
+    ranks: RankStarter = RankStarter.srun
+    mpi: str = "pmix"  # srun --mpi (Debian's OpenMPI is built with PMIx only: pmi2 fails)
+    srun_args: List[str] = field(default_factory=list)
+    mpirun_args: List[str] = field(default_factory=list)
+    python: Optional[str] = None  # interpreter on the nodes (default: this one; same path everywhere)
+    # HOROVOD_STALL_SHUTDOWN_TIME_SECONDS for the ranks, as launcher=mpirun sets it; 0: Horovod's default.
+    stall_shutdown_s: int = 120
+    # --- preemption and time limits ---
+    requeue: bool = True  # sbatch --requeue: a preempted job goes back to the queue and resumes
+    # Seconds before the time limit when Slurm sends USR1 to the batch script (--signal=B:USR1@N): the
+    # ranks stop at the end of the epoch (a checkpoint) and the job requeues itself. 0: no signal.
+    signal_grace_s: int = 180
+    max_resubmits: int = 3  # times a job that ran out of time goes on (self-requeue or resubmission)
+    # --- following it ---
+    dry_run: bool = False  # write the batch script into the run dir and print it; submit nothing
+    wait: bool = True  # false: submit, say how to follow the job, return
+    poll_interval_s: float = 5.0
+    on_interrupt: OnInterrupt = OnInterrupt.cancel
+    stream_output: bool = True  # echo rank 0's output (the job's output file) as it grows
+    log_tail_lines: int = 15  # lines of a failed rank's log in the error
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ntasks_per_node
+
+
+ConfigStore.instance().store(group="launcher", name="slurm_schema", node=SlurmLauncherConf)
+
+
+def conf_from_kwargs(kwargs: Mapping[str, object]) -> SlurmLauncherConf:
+    """The dataclass from what Hydra's instantiate passed (enums may arrive as strings)."""
+    conf = SlurmLauncherConf(**{k: v for k, v in kwargs.items() if not k.startswith("_")})
+    conf.on_interrupt = OnInterrupt(conf.on_interrupt)
+    conf.ranks = RankStarter(conf.ranks)
+    conf.env = {str(k): str(v) for k, v in dict(conf.env or {}).items()}
+    conf.forward_env = [str(v) for v in conf.forward_env or []]
+    return conf
+
+
+def check(conf: SlurmLauncherConf) -> None:
+    """Every bad value at once, as one line that says what to do."""
+    problems = []
+    for name in ("nodes", "ntasks_per_node", "time_min"):
+        if int(getattr(conf, name)) < 1:
+            problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 1")
+    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s"):
+        if int(getattr(conf, name)) < 0:
+            problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 0")
+    if conf.cpus_per_task is not None and conf.cpus_per_task < 1:
+        problems.append(f"launcher.cpus_per_task={conf.cpus_per_task} must be >= 1 (or null)")
+    if conf.mem_gb is not None and conf.mem_gb <= 0:
+        problems.append(f"launcher.mem_gb={conf.mem_gb} must be > 0 (or null)")
+    if conf.gres and conf.gpus_per_node:
+        problems.append("set launcher.gpus_per_node or launcher.gres, not both")
+    if conf.signal_grace_s >= conf.time_min * 60:
+        problems.append(f"launcher.signal_grace_s={conf.signal_grace_s} must be below the time limit "
+                        f"({conf.time_min} min)")
+    if conf.poll_interval_s <= 0:
+        problems.append(f"launcher.poll_interval_s={conf.poll_interval_s} must be > 0")
+    bad_env = [k for k in conf.env if not k.replace("_", "a").isalnum() or k[:1].isdigit()]
+    if bad_env:
+        problems.append(f"launcher.env names {bad_env} are not shell variable names")
+    if problems:
+        raise LaunchError("; ".join(problems))

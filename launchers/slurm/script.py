@@ -1,0 +1,164 @@
+"""The batch script of one run, as text: ``#SBATCH`` lines, set-up, the ranks, the stop signal.
+
+Pure functions of the launcher's config and the job: nothing here runs or
+submits anything, so a dry run prints exactly what a launch would send.
+
+The script starts every rank through ``rank_exec`` (per-rank logs in
+``<run dir>/logs``, exit records naming the rank that failed first; rank 0's
+output passes through to the job's output file) running the job's own
+overrides with the in-process launcher. On USR1 (``--signal=B:USR1@N``: N s
+before the time limit) it passes the signal to the ranks, which stop after
+the current epoch with a checkpoint (training/preemption.py); if training is
+unfinished the script then requeues its own job (``scontrol requeue``, as
+submitit does on a timeout), which starts again in the same run dir and
+resumes from that checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from cifar_dist.launchers.base import RANK_GUARD_ENV, JobSpec
+from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
+
+SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
+SCRIPT_NAME = "job.sbatch"
+STOP_SIGNAL = "USR1"
+# Read by cifar_dist.training.preemption on every rank (same name there; not imported:
+# it pulls in TensorFlow): stop after the epoch on this signal.
+STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
+
+
+def output_pattern(run_dir: Path) -> Path:
+    """The job's output file (batch script and rank 0), one per job id; requeues append to it."""
+    return run_dir / SLURM_DIR / "slurm-%j.out"
+
+
+def output_file(run_dir: Path, job_id: str) -> Path:
+    return run_dir / SLURM_DIR / f"slurm-{job_id}.out"
+
+
+def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
+    """The ``#SBATCH`` options, in the order Slurm users write them."""
+    opts = [f"--job-name={conf.job_name}", f"--nodes={conf.nodes}", f"--ntasks-per-node={conf.ntasks_per_node}"]
+    if conf.cpus_per_task:
+        opts.append(f"--cpus-per-task={conf.cpus_per_task}")
+    if conf.gpus_per_node:
+        opts.append(f"--gpus-per-node={conf.gpus_per_node}")
+    if conf.gres:
+        opts.append(f"--gres={conf.gres}")
+    if conf.mem_gb:
+        opts.append(f"--mem={int(round(conf.mem_gb * 1024))}M")
+    for name in ("partition", "account", "qos", "constraint"):
+        value = getattr(conf, name)
+        if value:
+            opts.append(f"--{name}={value}")
+    opts.append(f"--time={conf.time_min}")
+    if conf.exclusive:
+        opts.append("--exclusive")
+    opts += [
+        f"--output={output_pattern(job.output_dir)}",
+        "--open-mode=append",  # a requeued job goes on writing the same file
+        f"--chdir={job.original_cwd}",
+        f"--export={','.join(conf.forward_env) or 'ALL'}",
+        "--requeue" if conf.requeue else "--no-requeue",
+    ]
+    if conf.signal_grace_s:
+        opts.append(f"--signal=B:{STOP_SIGNAL}@{conf.signal_grace_s}")
+    return opts + [str(line) for line in conf.sbatch_lines]
+
+
+def rank_environment(conf: SlurmLauncherConf) -> Dict[str, str]:
+    """What every rank needs (the same as under launcher=mpirun), then the user's env."""
+    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": "1"}
+    if conf.stall_shutdown_s:
+        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, conf.stall_shutdown_s // 2))
+        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(conf.stall_shutdown_s)
+    if conf.signal_grace_s:
+        env[STOP_SIGNAL_ENV] = STOP_SIGNAL
+    env.update(conf.env)
+    return env
+
+
+def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str]:
+    """``rank_exec`` around the job's own command (launcher=local on every rank)."""
+    wrapper = [python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+    wrapper += [f"--nonchief-arg={override}" for override in NONCHIEF_OVERRIDES]
+    return [*wrapper, "--", *job.child_command(python=python)]
+
+
+def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
+    """srun (one task per rank, the whole step killed when one fails) or mpirun inside the allocation."""
+    if conf.ranks == RankStarter.srun:
+        return ["srun", f"--mpi={conf.mpi}", "--kill-on-bad-exit=1", "--export=ALL", *conf.srun_args]
+    argv = ["mpirun"]
+    if os.geteuid() == 0:
+        argv.append("--allow-run-as-root")
+    argv += ["--bind-to", "none", "--map-by", "slot"]
+    for name in names:
+        argv += ["-x", name]
+    return argv + list(conf.mpirun_args)
+
+
+_REQUEUE_IF_UNFINISHED = """\
+# After the stop signal: requeue this job if training is not finished (it resumes from its checkpoint).
+if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -c {check} {metrics}; then
+    if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_resubmits} ]; then
+        echo "cifar_dist: requeueing job $SLURM_JOB_ID (restart $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of {max_resubmits}): it resumes from its last checkpoint"
+        scontrol requeue "$SLURM_JOB_ID"
+        exit 0
+    fi
+    echo "cifar_dist: job $SLURM_JOB_ID stopped unfinished and launcher.max_resubmits={max_resubmits} is used up" >&2
+    exit 3
+fi
+"""
+_UNFINISHED_CHECK = "import json,sys; sys.exit(1 if json.load(open(sys.argv[1])).get(\"complete\") else 0)"
+
+
+def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = None) -> str:
+    """The whole batch script for ``job``."""
+    import sys
+
+    python = python or conf.python or sys.executable
+    env = rank_environment(conf)
+    ranks = starter_command(conf, list(env)) + rank_command(conf, job, python)
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# cifar_dist launcher=slurm, run dir {job.output_dir}",
+        "# Submit again by hand: sbatch " + q(str(job.output_dir / SLURM_DIR / SCRIPT_NAME)),
+        *(f"#SBATCH {opt}" for opt in sbatch_options(conf, job)),
+        "",
+        "set -u",
+        *(str(line) for line in conf.setup),
+        *(f"export {name}={q(value)}" for name, value in env.items()),
+        'echo "cifar_dist: Slurm job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST:'
+        ' $SLURM_NTASKS rank(s)"',
+        "",
+        "stop_requested=0 ranks=",
+        "on_stop_signal() {",
+        "    stop_requested=1",
+        f'    echo "cifar_dist: {STOP_SIGNAL} (time limit or preemption ahead): the ranks stop after this epoch"',
+        f'    [ -n "$ranks" ] && kill -{STOP_SIGNAL} "$ranks" 2>/dev/null',
+        "}",
+        f"trap on_stop_signal {STOP_SIGNAL}",
+        shlex.join(ranks) + " &",
+        "ranks=$!",
+        "while :; do",
+        '    wait "$ranks"; status=$?',
+        '    # wait returns early when the trap runs: keep waiting while the ranks live',
+        '    if [ "$status" -gt 128 ] && kill -0 "$ranks" 2>/dev/null; then continue; fi',
+        "    break",
+        "done",
+        "",
+    ]
+    if conf.signal_grace_s:
+        lines.append(_REQUEUE_IF_UNFINISHED.format(
+            python=q(python), check=q(_UNFINISHED_CHECK), metrics=q(str(job.output_dir / "metrics.json")),
+            max_resubmits=int(conf.max_resubmits),
+        ))
+    lines.append('exit "$status"')
+    return "\n".join(lines) + "\n"
