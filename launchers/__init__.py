@@ -23,5 +23,6 @@ def registered_launcher_schemas() -> Dict[str, type]:
 
     schemas: Dict[str, type] = {"local": LocalLauncherConf}
     from cifar_dist.launchers.batchai.config import BatchAILauncherConf; schemas["batchai"] = BatchAILauncherConf
+    from cifar_dist.launchers.azureml.config import AzureMLLauncherConf; schemas["azureml"] = AzureMLLauncherConf
     from cifar_dist.launchers.gloo import GlooLauncherConf; from cifar_dist.launchers.mpirun import MpirunLauncherConf; schemas.update(mpirun=MpirunLauncherConf, gloo=GlooLauncherConf)
     return schemas
