@@ -43,6 +43,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     assert app[:3] == ["python", "-m", "cifar_dist"]
     assert "optimizer.lr=0.002" in app and "launcher=local" in app
     assert "hydra.run.dir='${{outputs.run_dir}}'" in app and "hydra.output_subdir=null" in app
+    assert "hydra.job.name=cifar_dist_node" in app  # the ranks' log does not overwrite the launch's own
     assert not any(a.startswith("launcher.") for a in app)
 
     # The code is this package laid out as installed: `python -m cifar_dist` runs from it.

@@ -25,6 +25,16 @@ AUTH_HINT = (
 )
 
 
+def import_sdk():
+    """azure.ai.ml, with its own console handler quieted: it prints a note per
+    job read and a warning per experimental schema class it loads, none of
+    which is about the user's job (errors still show)."""
+    import azure.ai.ml
+
+    logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
+    return azure.ai.ml
+
+
 @contextlib.contextmanager
 def sdk_errors(action: str) -> Iterator[None]:
     """azure-core's errors (via the Batch AI launcher's mapping) and azure-ai-ml's own, as one line."""
@@ -72,11 +82,9 @@ class Workspace:
     """One Azure ML workspace, as the launcher uses it."""
 
     def __init__(self, settings: Settings, credential: Any):
-        from azure.ai.ml import MLClient
-
         self.settings = settings
         self.credential = credential
-        self.client = MLClient(
+        self.client = import_sdk().MLClient(
             credential,
             subscription_id=settings.subscription_id,
             resource_group_name=settings.resource_group,

@@ -26,6 +26,7 @@ OUTPUT_REF = "${{outputs.%s}}" % OUTPUT_NAME  # Azure ML replaces it with the mo
 MODEL_INPUT = "model"  # task=evaluate: the model (a .h5 file or a run dir) as the job's input
 LOCAL_SUBDIR = "azureml"  # in the run dir: job.yml, the environment's build context, logs
 JOB_FILE = "job.yml"
+NODE_JOB_NAME = "cifar_dist_node"  # the ranks' Hydra job name: their log is cifar_dist_node.log
 COMPUTE_FILE = "compute.yml"
 ENVIRONMENT_DIR = "environment"
 # Azure ML job names: a letter first, then letters, digits, '_' or '-'.
@@ -51,8 +52,10 @@ def check_name(kind: str, value: str) -> None:
 
 def remote_overrides(job: JobSpec, model_override: Optional[str] = None) -> List[str]:
     """The job's own overrides, pinned to the run dir mounted as the job's output
-    (and, for task=evaluate, to the model mounted as its input)."""
-    overrides = dataclasses.replace(job, output_dir=Path(OUTPUT_REF)).child_overrides()
+    (and, for task=evaluate, to the model mounted as its input). The ranks log to
+    cifar_dist_node.log, which the downloaded outputs bring home beside the
+    launching side's own cifar_dist.log."""
+    overrides = dataclasses.replace(job, output_dir=Path(OUTPUT_REF)).child_overrides() + [f"hydra.job.name={NODE_JOB_NAME}"]
     if model_override is not None:
         overrides = [o for o in overrides if not o.lstrip("+").startswith("evaluate.model=")]
         overrides.insert(0, model_override)

@@ -29,7 +29,7 @@ from cifar_dist.launchers.azureml.job import (
     job_document,
     job_name,
 )
-from cifar_dist.launchers.azureml.monitor import AzureMLJob
+from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.cluster import ClusterLauncher
@@ -100,11 +100,11 @@ class AzureMLLauncher(ClusterLauncher):
             if existing is not None:
                 log.info(
                     "job %s of this run dir already exists (%s): following it instead of submitting again",
-                    prepared.name, existing.status,
+                    prepared.name, job_status(existing),
                 )
             else:
                 workspace.ensure_compute(prepared.compute_file)
-                workspace.create_job(prepared.loaded)
+                existing = workspace.create_job(prepared.loaded)
                 conf = self.conf
                 log.info(
                     "submitted Azure ML job %s to compute %s (%d node(s) x %d process(es)); outputs: run_dir",
@@ -113,7 +113,7 @@ class AzureMLLauncher(ClusterLauncher):
         except BaseException:
             workspace.close()
             raise
-        return AzureMLJob(
+        followed = AzureMLJob(
             workspace=workspace,
             name=prepared.name,
             output_dir=prepared.spec.output_dir,
@@ -122,6 +122,8 @@ class AzureMLLauncher(ClusterLauncher):
             log_tail_lines=self.conf.log_tail_lines,
             task=prepared.task,
         )
+        followed.report(job_status(existing))
+        return followed
 
 
 def _task_name(job: JobSpec) -> str:
@@ -152,11 +154,12 @@ def _write_yaml(path: Path, doc: Dict[str, Any]) -> None:
 
 def _load_job(job_file: Path) -> Any:
     """The SDK's own reading of job.yml: what ``az ml job create --file`` would submit."""
-    from azure.ai.ml import load_job
     from marshmallow.exceptions import ValidationError
 
+    from cifar_dist.launchers.azureml.client import import_sdk
+
     try:
-        return load_job(job_file)
+        return import_sdk().load_job(job_file)
     except ValidationError as exc:
         detail = " ".join(str(exc).split())[:400]
         raise LaunchError(f"azure-ai-ml rejects {job_file}: {detail}") from None

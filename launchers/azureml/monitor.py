@@ -60,15 +60,16 @@ class AzureMLJob(ClusterJob):
         from cifar_dist.launchers.azureml.client import sdk_errors
 
         with sdk_errors(f"follow job {self.name}"):
-            status = str(self.workspace.get_job(self.name).status)
-            self._report(status)
+            status = job_status(self.workspace.get_job(self.name))
+            self.report(status)
             if status not in QUEUED:
                 self._pump_log()
             if status not in TERMINAL:
                 return None
             return self._finish(status)
 
-    def _report(self, status: str) -> None:
+    def report(self, status: str) -> None:
+        """Say when the status changed (and when that change is a requeue)."""
         if status == self._status:
             return
         if self._status in ("Running", "Finalizing") and status in QUEUED:
@@ -188,6 +189,12 @@ class AzureMLJob(ClusterJob):
 
     def close(self) -> None:
         self.workspace.close()
+
+
+def job_status(job) -> str:
+    """The job's status by its service name (the SDK hands back a str enum or a plain str)."""
+    status = job.status
+    return str(getattr(status, "value", status))
 
 
 def read_metrics(output_dir: Path, task: str) -> Optional[Dict[str, Any]]:

@@ -45,6 +45,7 @@ class FakeJob:
     error: Optional[Dict[str, str]] = None
     cancel_requested: bool = False
     gets: int = 0
+    shown: bool = False  # the current status was returned to a client at least once
 
     @property
     def props(self) -> Dict[str, Any]:
@@ -64,6 +65,8 @@ class AzureMLState:
         self.jobs: Dict[str, FakeJob] = {}
         self.unknown: List[str] = []  # requests no route answered (the recorder's notes)
         self.preemptions = 0  # preempt every job this many times, once it has written a checkpoint
+        # The signature of every SAS link handed out: a secret the leak tests look for.
+        self.sas_sig = "sig" + uuid.uuid4().hex
         self.fail_message: Optional[str] = None
 
     def stop(self) -> None:
@@ -120,7 +123,7 @@ class AzureMLState:
 
     def _datastore(self, ws_id: str, name: Optional[str], action: Optional[str]):
         if action == "listSecrets":
-            return 200, {}, {"secretsType": "Sas", "sasToken": "sv=2021-08-06&sr=c&sp=racwl&sig=fakedatastoresig"}
+            return 200, {}, {"secretsType": "Sas", "sasToken": f"sv=2021-08-06&sr=c&sp=racwl&sig={self.sas_sig}"}
         ds = {
             "id": f"{ws_id}/datastores/{DATASTORE}", "name": DATASTORE,
             "properties": {
@@ -151,16 +154,15 @@ class AzureMLState:
 
     def _versioned(self, method, ws_id, kind, name, version, action, query, body):
         store = self.codes if kind == "codes" else self.environments
-        if version is None:  # list (the SDK asks for a code version by content hash)
-            wanted = query.get("hash")
-            items = [v for (n, _), v in store.items() if n == name and (
-                wanted is None or v["properties"].get("contentHash") == wanted
-                or v["properties"].get("properties", {}).get("hash") == wanted)]
+        if version is None:  # list; by content hash the service searches the whole workspace
+            wanted = query.get("hash")   # (the SDK asks under a fresh name for anonymous code)
+            items = [v for (n, _), v in store.items() if (
+                v["properties"].get("properties", {}).get("hash_sha256") == wanted if wanted else n == name)]
             return 200, {}, {"value": items}
         vid = f"{ws_id}/{kind}/{name}/versions/{version}"
         if action == "startPendingUpload":
             prefix = f"LocalUpload/{uuid.uuid4().hex}"
-            sas = "sv=2021-08-06&sr=c&sp=rcwl&sig=fakependinguploadsig"
+            sas = f"sv=2021-08-06&sr=c&sp=rcwl&sig={self.sas_sig}"
             container = f"{self.blob_url}/{CONTAINER}"
             return 200, {}, {
                 "pendingUploadId": uuid.uuid4().hex, "pendingUploadType": "TemporaryBlobReference",
@@ -201,7 +203,9 @@ class AzureMLState:
             return 202, {"Location": f"{self.base_url()}{ws_id}/jobs/{name}?cancelled=1"}, None
         if method == "GET":
             job.gets += 1
-            self.advance(job)
+            if job.shown:
+                self.advance(job)
+            job.shown = True
             return 200, {}, self._job_view(job)
         return 405, {}, None
 
@@ -233,6 +237,8 @@ class AzureMLState:
             job.status = "Finalizing"
             return
         if job.status == "Finalizing":
+            if not job.runs and not job.error:
+                self._simulated_outputs(job)
             self._end(job, "Failed" if job.error else "Completed")
             return
         job.status = STEPS[STEPS.index(job.status) + 1]
@@ -247,6 +253,17 @@ class AzureMLState:
 
         job.status = status
         job.ended_at = job.ended_at or time.monotonic()
+
+    @staticmethod
+    def simulated_accuracy(name: str) -> float:
+        """The test accuracy a simulated job (no node_root) reports: its own, from its name."""
+        import hashlib
+
+        return int(hashlib.sha256(name.encode()).hexdigest()[:4], 16) / 65536
+
+    def _simulated_outputs(self, job: FakeJob) -> None:
+        metrics = {"complete": True, "test": {"loss": 1.0, "accuracy": self.simulated_accuracy(job.name)}}
+        self.blobs.put(CONTAINER, f"azureml/{job.name}/run_dir/metrics.json", json.dumps(metrics).encode())
 
     def _collect(self, job: FakeJob) -> None:
         """Write the job's mounted output back into the datastore, where jobs.download finds it."""
@@ -268,7 +285,7 @@ class AzureMLState:
             self.blobs.live[(CONTAINER, prefix + "/")] = node.logs
             for log in sorted(node.logs.rglob("*.txt")):
                 rel = log.relative_to(node.logs).as_posix()
-                details["logFiles"][rel] = f"{self.blob_url}/{CONTAINER}/{prefix}/{rel}?sv=2021-08-06&sr=b&sp=r&sig=fakelogsig"
+                details["logFiles"][rel] = f"{self.blob_url}/{CONTAINER}/{prefix}/{rel}?sv=2021-08-06&sr=b&sp=r&sig={self.sas_sig}"
         if job.error:
             details["error"] = {"error": job.error}
         return 200, {}, details
