@@ -116,3 +116,10 @@ def test_bad_sizes_and_custom_clouds_are_refused():
         resolve_settings(conf, {})
     assert "max_nodes=1 is below launcher.instance_count=2" in str(err.value)
     assert "launcher.arm_endpoint" in str(err.value)
+
+
+def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cache, tmp_path):
+    extra = {"launcher.dry_run": "true", "launcher.vm_priority": "low_priority", "trainer.resume": "false"}
+    proc = run_cli(aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr

@@ -124,3 +124,14 @@ def test_ctrl_c_cancels_or_detaches(fake_aml, snapshot_cache, tmp_path, mode):
     else:
         assert cancels == [] and job.status == "Running"
         assert "keeps running: re-run the same command to follow it" in out + err
+
+
+def test_wait_false_returns_once_submitted(fake_aml, snapshot_cache, tmp_path):
+    fake_aml.state.node_root = None
+    proc = run_cli(aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **{"launcher.wait": "false"}),
+                   aml_env(fake_aml), tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (job,) = fake_aml.jobs()
+    assert job.status not in ("Completed", "Failed", "Canceled")
+    assert "launcher.wait=false, not following it" in proc.stdout + proc.stderr
+    assert fake_aml.calls("GET", "/details") == []

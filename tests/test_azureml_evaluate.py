@@ -33,7 +33,7 @@ def _evaluate(fake, tmp_path, cache, model: str):
     proc = run_cli(aml_overrides(fake, run_dir, cache, **extra), aml_env(fake), tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     scores = json.loads((run_dir / "evaluation.json").read_text())
-    assert scores["images"] == 32 and 0.0 <= scores["accuracy"] <= 1.0
+    assert scores["samples"] == 32 and 0.0 <= scores["accuracy"] <= 1.0
     (create,) = fake.job_creates()
     return json.loads(create.body)["properties"], proc
 

@@ -17,7 +17,7 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from cifar_dist.launchers.azureml.config import Settings, conf_from_kwargs, resolve_settings
+from cifar_dist.launchers.azureml.config import Settings, VmPriority, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.azureml.job import (
     COMPUTE_FILE,
     ENVIRONMENT_DIR,
@@ -57,10 +57,15 @@ class AzureMLLauncher(ClusterLauncher):
     # --- the job as data -----------------------------------------------------------
 
     def prepare(self, job: JobSpec) -> PreparedJob:
-        # The SDKs log every request at INFO; keep the user's log about the job.
+        # The SDKs log every request at INFO; keep the user's log about the job. urllib3
+        # logs each URL at DEBUG, query string included, and SAS links carry their
+        # signature there: even with hydra.verbose, no signature goes into a log.
         logging.getLogger("azure").setLevel(logging.WARNING)
+        logging.getLogger("urllib3").setLevel(logging.INFO)
         settings = resolve_settings(self.conf, os.environ)
         task = _task_name(job)
+        if task == "train" and self.conf.vm_priority == VmPriority.low_priority:
+            _warn_if_requeue_cannot_resume(job)
         name = job_name(job.output_dir, job.job_num)
         code = source_snapshot(Path(self.conf.cache_dir).expanduser())
         out = job.output_dir / LOCAL_SUBDIR
@@ -124,6 +129,20 @@ class AzureMLLauncher(ClusterLauncher):
         )
         followed.report(job_status(existing))
         return followed
+
+
+def _warn_if_requeue_cannot_resume(job: JobSpec) -> None:
+    """A requeued job (preempted low-priority node) runs again in the same outputs;
+    only trainer.resume=auto both starts fresh and resumes there."""
+    trainer = job.cfg.get("trainer")
+    resume = str(trainer.get("resume", "auto")).lower() if trainer is not None else "auto"
+    if resume != "auto":
+        log.warning(
+            "trainer.resume=%s on low-priority VMs: a job requeued after preemption runs again in the same "
+            "outputs and will %s; use trainer.resume=auto",
+            resume,
+            "refuse to touch its checkpoints" if resume == "false" else "fail on its first start (nothing to resume)",
+        )
 
 
 def _task_name(job: JobSpec) -> str:

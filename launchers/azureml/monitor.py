@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
-from cifar_dist.launchers.base import LaunchResult
+from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster import ClusterJob
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,22 @@ class AzureMLJob(ClusterJob):
     # --- one round ------------------------------------------------------------------
 
     def poll(self) -> Optional[LaunchResult]:
+        """One round; a service error that azure-core's retries did not cure ends this
+        job's watch with that error (the other jobs of a sweep go on)."""
+        try:
+            return self._poll()
+        except LaunchError as exc:
+            return LaunchResult(exit_code=2, message=f"{exc}; the job itself may still run: re-run to follow it")
+
+    def _poll(self) -> Optional[LaunchResult]:
         from cifar_dist.launchers.azureml.client import sdk_errors
 
         with sdk_errors(f"follow job {self.name}"):
-            status = job_status(self.workspace.get_job(self.name))
+            job = self.workspace.get_job(self.name)
+            if job is None:
+                return LaunchResult(exit_code=1, message=f"Azure ML job {self.name} disappeared (deleted?); "
+                                    "re-run the same command to submit it again")
+            status = job_status(job)
             self.report(status)
             if status not in QUEUED:
                 self._pump_log()
@@ -95,7 +107,12 @@ class AzureMLJob(ClusterJob):
             if url is None:
                 return
             self._log.url = url
-        response = requests.get(self._log.url, headers={"Range": f"bytes={self._log.offset}-"}, timeout=60)
+        try:
+            response = requests.get(self._log.url, headers={"Range": f"bytes={self._log.offset}-"}, timeout=60)
+        except requests.RequestException as exc:  # the log is a convenience: try again next round
+            log.debug("reading the log of job %s: %s", self.name, type(exc).__name__)
+            self._log.url = None
+            return
         if response.status_code == 416:  # nothing new
             return
         if response.status_code not in (200, 206):
