@@ -102,8 +102,10 @@ def test_throttling_is_retried_by_azure_core(fake_aml, snapshot_cache, tmp_path)
 
 @pytest.mark.parametrize("mode", ["cancel", "detach"])
 def test_ctrl_c_cancels_or_detaches(fake_aml, snapshot_cache, tmp_path, mode):
+    fake_aml.state.node_root = None  # a simulated job that stays Running: this is about Ctrl-C
+    fake_aml.state.hold_running = True
     run_dir = tmp_path / "run"
-    extra = {**small_data(tmp_path), "launcher.on_interrupt": mode, "trainer.epochs": "50"}
+    extra = {"launcher.on_interrupt": mode}
     proc = start_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
     try:
         deadline = time.monotonic() + 240
@@ -135,3 +137,23 @@ def test_wait_false_returns_once_submitted(fake_aml, snapshot_cache, tmp_path):
     assert job.status not in ("Completed", "Failed", "Canceled")
     assert "launcher.wait=false, not following it" in proc.stdout + proc.stderr
     assert fake_aml.calls("GET", "/details") == []
+
+
+def test_an_existing_compute_is_used_and_checked_not_created(fake_aml, snapshot_cache, tmp_path):
+    fake_aml.state.node_root = None
+    base = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/cifar-rg/providers/"
+    key = base + "Microsoft.MachineLearningServices/workspaces/cifar-ws/computes/gpu-cluster"
+    fake_aml.state.computes[key] = {"id": key, "name": "gpu-cluster", "properties": {
+        "computeType": "AmlCompute", "provisioningState": "Succeeded",
+        "properties": {"vmSize": "STANDARD_NC6S_V3", "scaleSettings": {"maxNodeCount": 2, "minNodeCount": 0}}}}
+    overrides = {"launcher.create_compute": "false", "launcher.instance_count": "4"}
+    proc = run_cli(aml_overrides(fake_aml, tmp_path / "big", snapshot_cache, **overrides), aml_env(fake_aml), tmp_path)
+    assert proc.returncode == 2
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    assert "compute gpu-cluster scales to at most 2 nodes but the job needs 4" in line
+    missing = {"launcher.create_compute": "false", "launcher.compute": "nope"}
+    proc = run_cli(aml_overrides(fake_aml, tmp_path / "none", snapshot_cache, **missing), aml_env(fake_aml), tmp_path)
+    assert proc.returncode == 2
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    assert "compute nope does not exist" in line and "launcher.create_compute=true" in line
+    assert fake_aml.job_creates() == [] and fake_aml.calls("PUT", "/computes/") == []

@@ -46,6 +46,7 @@ def test_evaluate_a_local_model_file(fake_aml, snapshot_cache, tmp_path, untrain
     assert str(untrained_model) not in props["command"]  # the node reads its own mount, not our path
 
 
+@pytest.mark.slow  # the same scoring run as above; only where the model comes from differs
 def test_evaluate_an_earlier_azureml_runs_outputs(fake_aml, snapshot_cache, tmp_path, untrained_model):
     earlier = fake_aml.state.node_root / "cifar_dist-earlier-0" / "outputs" / "run_dir" / "saved_models"
     earlier.mkdir(parents=True)

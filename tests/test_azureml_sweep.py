@@ -19,6 +19,9 @@ def test_two_points_are_both_submitted_before_either_ends(fake_aml, snapshot_cac
     fake_aml.state.node_root = None  # simulated jobs (the fake writes their metrics): this is about the loop
     for key, value in aml_env(fake_aml).items():
         monkeypatch.setenv(key, value)
+    # MLClient records the cloud it used in os.environ (AZUREML_CURRENT_CLOUD); undone after
+    # the test, or every later `import azure.ai.ml` in a child process would look for the fake's cloud.
+    monkeypatch.setenv("AZUREML_CURRENT_CLOUD", "AzureCloud")
     register_configs()
     jobs = []
     with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):

@@ -65,6 +65,8 @@ class AzureMLState:
         self.jobs: Dict[str, FakeJob] = {}
         self.unknown: List[str] = []  # requests no route answered (the recorder's notes)
         self.preemptions = 0  # preempt every job this many times, once it has written a checkpoint
+        # A simulated job (no node_root) stays Running until canceled (Ctrl-C tests).
+        self.hold_running = False
         # The signature of every SAS link handed out: a secret the leak tests look for.
         self.sas_sig = "sig" + uuid.uuid4().hex
         self.fail_message: Optional[str] = None
@@ -240,6 +242,8 @@ class AzureMLState:
             if not job.runs and not job.error:
                 self._simulated_outputs(job)
             self._end(job, "Failed" if job.error else "Completed")
+            return
+        if job.status == "Running" and self.hold_running:
             return
         job.status = STEPS[STEPS.index(job.status) + 1]
         if job.status == "Running":
