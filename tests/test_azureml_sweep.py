@@ -3,8 +3,6 @@ any, then watches all of them in one loop; each point's accuracy comes back
 in its own result, in the points' order."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 

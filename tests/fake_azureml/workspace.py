@@ -6,7 +6,20 @@ jobs (PUT, GET, cancel) and the run history (details with log links, run data).
 A job moves one status per GET of it (NotStarted, Queued, Preparing, Running,
 Finalizing, then Completed/Failed/Canceled), so every client sees every
 transition however slowly it polls. With ``node_root`` set, a Running job
-runs its command for real (see runner.py); without, it completes at once.
+runs its command for real (see runner.py); without, it completes at once
+(writing a metrics.json of its own), or with ``hold_running`` stays Running.
+
+Recorded from azure-ai-ml 1.35.2 (a logging HTTPS server, then this double),
+for ``jobs.create_or_update(load_job(job.yml))`` with a local code folder and a
+Docker build context, then ``jobs.get``, the run details and ``jobs.download``:
+GET codes/<uuid>/versions?hash=&hashVersion= -> POST .../versions/1/startPendingUpload
+-> HEAD/PUT/PUT?comp=metadata on the SAS container (one per file) -> PUT codes/<uuid>/versions/1;
+GET datastores/workspaceblobstore -> POST .../listSecrets -> blob PUTs of the build
+context -> PUT environments/CliV2AnonymousEnvironment/versions/<hash>; PUT jobs/<name>;
+GET jobs/<name>; GET workspaces/<ws> (discoveryUrl) -> GET <discovery> ->
+GET history/v1.0/.../runs/<name>/details (logFiles); POST history/v1.0/.../rundata ->
+GET datastores?isDefault=true -> datastore + listSecrets -> HEAD and list
+azureml/<name>/run_dir/ -> ranged GETs of each blob.
 """
 from __future__ import annotations
 
