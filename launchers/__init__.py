@@ -16,7 +16,7 @@ __all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "BUILT_IN", "re
 
 # Modules that register a launcher schema when imported. They keep their heavy
 # imports (MPI, Azure SDKs) inside their methods, so importing them is cheap.
-BUILT_IN = ("local", "mpirun", "gloo", "batchai.config", "slurm.config")
+BUILT_IN = ("local", "mpirun", "gloo", "batchai.config", "slurm.config", "azureml.config")
 
 
 def register_built_in() -> None:

@@ -8,7 +8,8 @@ a requeued/preempted job reports the service's reasons
 (test_rerunning_the_same_launch_neither_resubmits_nor_reuploads), the key in
 no run-dir file, console output or request but the mount credentials
 (assert_key_only_in_the_mount_credentials), nor in the launcher's argv.
-Here: a service that never recovers (bounded total retry time), a response
+Here: (launcher=azureml) the bearer token and SAS signatures nowhere they do not
+belong; (launcher=batchai) a service that never recovers (bounded total retry time), a response
 that never comes (read timeout, retried), and the planted key with debug
 logging on, on a failure path, and in the arguments of every process.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, start_cli, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
+from fake_azureml.fixtures import fake_aml, snapshot_cache  # noqa: F401
 
 
 def _arm_job(path: str) -> bool:
@@ -114,3 +116,55 @@ def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_
         assert storage_key.encode() not in path.read_bytes(), path
     carrying = [r for r in fake_azure.requests if storage_key in r.raw]
     assert carrying and all(r in fake_azure.job_creates() for r in carrying)
+
+
+def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_and_a_failure(
+        fake_aml, snapshot_cache, tmp_path):
+    """launcher=azureml: a planted bearer token and the service's SAS signatures appear
+    in no run-dir file (job.yml, logs, outputs), no console line (debug logging on, a 503
+    retried, the job failing), no process's arguments, and on the wire only where they
+    belong (the Authorization header; the signature in the SAS query)."""
+    import secrets
+
+    from fake_azureml.fixtures import aml_env, aml_overrides
+    from fake_azureml.server import Fault as AmlFault
+
+    fake_aml.token = "planted-" + secrets.token_urlsafe(24)
+    fake_aml.faults.append(AmlFault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
+    run_dir = tmp_path / "run"
+    args = aml_overrides(fake_aml, run_dir, snapshot_cache, **{
+        "hydra.verbose": "true", "data": "cifar10", "data.path": str(tmp_path / "missing"), "data.download": "false"})
+    proc = start_cli(args, aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), tmp_path)
+    seen, stop = [], threading.Event()
+
+    def sample_ps():
+        while not stop.is_set():
+            seen.append(_cmdlines())
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample_ps, daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        stop.set()
+        sampler.join()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "failed" in err and "missing" in err
+    assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()
+    secrets_planted = [fake_aml.token, fake_aml.state.sas_sig]
+    for secret in secrets_planted:
+        assert secret not in out + err
+        assert len(seen) > 10 and not any(secret.encode() in s for s in seen)
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {".hydra", "azureml", "logs", "cifar_dist_node.log"} <= {p.relative_to(run_dir).parts[0] for p in files}
+    for path in files + [p for p in (tmp_path / "nodes").rglob("*") if p.is_file()]:
+        data = path.read_bytes()
+        assert not any(s.encode() in data for s in secrets_planted), path
+    with_token = [r for r in fake_aml.requests if fake_aml.token in r.raw]
+    assert with_token and all(r.headers["authorization"] == f"Bearer {fake_aml.token}" for r in with_token)
+    assert all(fake_aml.token not in r.body.decode("utf-8", "replace") for r in fake_aml.requests)
+    with_sig = [r for r in fake_aml.requests if fake_aml.state.sas_sig in r.raw]
+    assert with_sig and all(r.query.get("sig") == fake_aml.state.sas_sig for r in with_sig)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from pathlib import Path
-from typing import Tuple
+from typing import Sequence, Tuple
 
 
-def make_self_signed(directory: Path) -> Tuple[Path, Path]:
+def make_self_signed(directory: Path, dns_names: Sequence[str] = ()) -> Tuple[Path, Path]:
+    """``dns_names``: host names the certificate also covers (besides 127.0.0.1 and localhost)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -27,7 +28,10 @@ def make_self_signed(directory: Path) -> Tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                + [x509.DNSName(name) for name in dns_names]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

@@ -1,0 +1,106 @@
+"""Running a job's command for real, as one Azure ML node would: the code
+asset (from the fake's blob store) as the working directory, the run_dir
+output as a local folder that persists across requeues (a read-write mount),
+``${{outputs.*}}`` and ``${{inputs.*}}`` replaced by local paths, the job's
+environment variables set, the output captured as the rank-0 user log.
+
+Preemption: the process group is killed (SIGKILL) as soon as the run dir holds
+a finished checkpoint; the job then goes back to the queue and runs again.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional
+
+CHECKPOINT = re.compile(r"^checkpoint-\d{3,}\.h5$")
+_DATASTORE_PATH = re.compile(r"^azureml://(?:.*/)?datastores/(?P<ds>[^/]+)/paths/(?P<path>.+)$")
+_JOB_OUTPUT = re.compile(r"^azureml://jobs/(?P<job>[^/]+)/outputs/(?P<output>[^/]+)(?:/paths/(?P<path>.*))?$")
+
+
+class NodeRun:
+    """One attempt of one job (a requeued job gets a new one)."""
+
+    def __init__(self, state, job, preempt: bool):
+        props = job.props
+        processes = props["resources"]["instanceCount"] * (props.get("distribution") or {}).get("processCountPerInstance", 1)
+        assert processes == 1, "the fake runs one process per job: launcher.instance_count=1, process_count_per_instance=1"
+        self.attempt = job.attempt
+        self.preempted = False
+        self.checkpoints_at_kill: List[str] = []
+        folder = state.node_root / job.name
+        self.code = _materialize_code(state, props["codeId"], folder / "code")
+        self.outputs = folder / "outputs" / "run_dir"
+        self.outputs.mkdir(parents=True, exist_ok=True)
+        self.logs = folder / f"attempt{self.attempt}"
+        log_file = self.logs / "user_logs" / "std_log_process_0.txt"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        command = props["command"]
+        for name, output in (props.get("outputs") or {}).items():
+            command = command.replace("${{outputs.%s}}" % name, str(folder / "outputs" / name))
+        for name, item in (props.get("inputs") or {}).items():
+            command = command.replace("${{inputs.%s}}" % name, str(_materialize_input(state, item["uri"], folder / "inputs" / name)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_", "HTTPS_PROXY", "https_proxy"))}
+        env.update(props.get("environmentVariables") or {})
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        env.pop("PYTHONPATH", None)  # the code asset, not the source tree, is what runs
+        with open(log_file, "wb") as out:
+            self.proc = subprocess.Popen(
+                ["bash", "-c", command], env=env, cwd=self.code, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        if preempt:
+            threading.Thread(target=self._preempt_after_first_checkpoint, daemon=True).start()
+
+    def _preempt_after_first_checkpoint(self) -> None:
+        folder = self.outputs / "checkpoints"
+        while self.proc.poll() is None:
+            done = sorted(p.name for p in folder.glob("checkpoint-*.h5") if CHECKPOINT.match(p.name)) if folder.is_dir() else []
+            if done:
+                self.checkpoints_at_kill = done
+                self.preempted = True
+                self.kill()
+                return
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+    def exit_code(self) -> Optional[int]:
+        return self.proc.poll()
+
+
+def _materialize_code(state, code_id: str, folder: Path) -> Path:
+    if folder.is_dir():
+        return folder
+    name, version = re.search(r"/codes/([^/]+)/versions/([^/]+)$", code_id).groups()
+    uri = state.codes[(name, version)]["properties"]["codeUri"]
+    container, _, prefix = uri.split("://", 1)[1].split("/", 1)[1].partition("/")
+    state.blobs.export_prefix(container, prefix, folder)
+    return folder
+
+
+def _materialize_input(state, uri: str, folder: Path) -> Path:
+    job_output = _JOB_OUTPUT.match(uri)
+    if job_output:
+        return state.node_root / job_output.group("job") / "outputs" / job_output.group("output") / (job_output.group("path") or "")
+    match = _DATASTORE_PATH.match(uri)
+    assert match, f"the fake cannot mount input {uri}"
+    from .workspace import CONTAINER
+
+    path = match.group("path").rstrip("/")
+    state.blobs.export_prefix(CONTAINER, path, folder)
+    single = state.blobs.get(CONTAINER, path)
+    return folder / Path(path).name if single is not None else folder
