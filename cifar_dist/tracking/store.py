@@ -1,6 +1,6 @@
 """One job's MLflow run: open (or reopen) it, log epochs, fill gaps from the run dir, log artifacts, end it.
 
-Only this module (and sweeps.py) talks to MLflow, through ``MlflowClient``
+Only this module (and sweeps.py, both through client.py) talks to MLflow, through ``MlflowClient``
 with an explicit tracking URI and run id: no global active run, so nothing
 lingers between the points of an in-process sweep.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 from cifar_dist.tracking import describe
+from cifar_dist.tracking.client import client_for, run_exists
 from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref
 from cifar_dist.tracking.settings import artifact_location, redact
 
@@ -21,12 +22,6 @@ ARTIFACT_FILES = ("metrics.json", "evaluation.json", "training_log.csv", "learni
                   "confusion_matrix.png", "predictions.csv")
 ARTIFACT_DIRS = (".hydra",)
 MODEL_DIR = "saved_models"
-
-
-def client_for(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:
@@ -43,15 +38,6 @@ def ensure_experiment(client, name: str, uri: str) -> str:
         if found is None:
             raise
         return found.experiment_id
-
-
-def run_exists(client, run_id: str) -> bool:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_run(run_id).info.lifecycle_stage == "active"
-    except MlflowException:
-        return False
 
 
 class TrackedRun:

@@ -22,7 +22,7 @@ SUMMARY_FILES = ("sweep_summary.csv", "sweep_summary.png")
 
 def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
     """The parent run's id for ``sweep_dir`` at ``uri``, created by the first point that asks."""
-    from cifar_dist.tracking.store import run_exists
+    from cifar_dist.tracking.client import run_exists
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with open(sweep_dir / LOCK_FILE, "a") as lock:
@@ -42,7 +42,7 @@ def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
 def close_sweep(sweep_dir: Path, failed_points: Sequence[int]) -> None:
     """The sweep's summary as the parent run's artifacts; the parent FINISHED, or FAILED when a point failed."""
     from cifar_dist.tracking.guard import Guard
-    from cifar_dist.tracking.store import client_for
+    from cifar_dist.tracking.client import client_for
 
     ref = read_ref(Path(sweep_dir) / SWEEP_FILE)
     if ref is None:
