@@ -39,6 +39,7 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
+    from cifar_dist.evaluation.tta import with_tta
     from cifar_dist.evaluation.inputs import load_images, load_model, resolve_model_path
     from cifar_dist.training.artifacts import write_json
     from cifar_dist.training.horovod_env import init_world
@@ -58,7 +59,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 
     mine = np.arange(world.rank, len(images.x), world.size)
-    probs = score(model, images.x[mine], int(ev.batch_size))
+    tta = ev.tta.value if hasattr(ev.tta, "value") else str(ev.tta)
+    probs = score(with_tta(model, tta), images.x[mine], int(ev.batch_size))
     # HOROVOD: one gather of this rank's per-image results; rank 0 puts them back in order.
     parts = hvd.allgather_object((mine, probs))
     if not world.is_chief:
@@ -75,6 +77,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         "model": str(model_path),
         "input": images.source,
         "ranks": world.size,
+        "tta": tta,
         **report.summarize(images.labels, predicted, losses, images.class_names),
         "wall_time_s": time.time() - start,
     }

@@ -42,6 +42,8 @@ def load_model(path: Path, num_classes: int):
     """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked for CIFAR shapes."""
     import tensorflow as tf
 
+    import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
+
     try:
         model = tf.keras.models.load_model(path, compile=False)
     except Exception as exc:  # h5py/Keras raise many types for a bad file

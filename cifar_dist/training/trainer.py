@@ -208,8 +208,8 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     import tensorflow as tf
 
     from cifar_dist.data import load_dataset
-    from cifar_dist.data.pipeline import eval_stream, train_stream
-    from cifar_dist.training import checkpoints
+    from cifar_dist.data.pipeline import eval_stream, steps_per_epoch, train_stream
+    from cifar_dist.training import checkpoints, recipe
     from cifar_dist.training.artifacts import plot_learning_curves, read_json, trim_csv_log, write_json
     from cifar_dist.training.callbacks import (
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs)
@@ -232,14 +232,20 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     lr = scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, world.size)
 
     model = hydra.utils.instantiate(cfg.model)
-    optimizer = hydra.utils.instantiate(cfg.optimizer, lr=lr)
+    # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
+    recipe.fit_to_data(model, data.x_train)
+    shard = t.epoch_policy.value == "shard"
+    lr_or_schedule = recipe.learning_rate(
+        lr, t, steps_per_epoch(len(data.x_train), t.batch_size, world.size, shard), epochs)
+    compile_kwargs = dict(loss=recipe.loss(t.label_smoothing), metrics=["accuracy"])
+    # --- end recipe ---
+    optimizer = hydra.utils.instantiate(cfg.optimizer, lr=lr_or_schedule)
     # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
     compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
     model.compile(
-        loss="categorical_crossentropy",
         optimizer=optimizer,
-        metrics=["accuracy"],
+        **compile_kwargs,
         jit_compile=bool(t.jit_compile),
         steps_per_execution=t.steps_per_execution,
     )
@@ -263,7 +269,6 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
 
-    shard = t.epoch_policy.value == "shard"
     train_data = train_stream(
         data.x_train, data.y_train,
         batch_size=t.batch_size, rank=world.rank, size=world.size, shard=shard, seed=t.seed,
@@ -307,6 +312,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
                 "onednn": world.onednn,
                 "tensorflow": tf.__version__,
                 "horovod": horovod.__version__,
+                **recipe.run_info(t),
             },
             "resumed_from_epoch": initial_epoch,
             "complete": False,
@@ -318,6 +324,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
+        *recipe.callbacks(model),  # BatchNorm statistics averaged across ranks, before any writer
     ]
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
@@ -368,6 +375,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             verbose=t.verbose if world.is_chief else 0,
         )
 
+    recipe.sync_model(model)  # BatchNorm moving statistics: one set for the job
     # HOROVOD: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
     digests = hvd_tf.allgather_object(weights_digest(model))
@@ -383,11 +391,12 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     done = hvd_tf.broadcast_object(done, root_rank=0)
     finished = done >= epochs
     if finished:
-        test = _evaluate_exact(model, eval_stream(
+        test_stream = eval_stream(
             data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
             equal_shards=False, num_classes=cfg.model.num_classes,
-        ), hvd_tf)
-        metrics["test"] = test
+        )
+        metrics.update(recipe.final_test(
+            model, lambda m: _evaluate_exact(m, test_stream, hvd_tf), t.tta.value, compile_kwargs))
     if world.is_chief:
         rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
         steady = rates[1:] or rates  # the first epoch includes tracing
