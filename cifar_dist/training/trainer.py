@@ -239,7 +239,8 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         lr, t, steps_per_epoch(len(data.x_train), t.batch_size, world.size, shard), epochs)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing), metrics=["accuracy"])
     # --- end recipe ---
-    optimizer = hydra.utils.instantiate(cfg.optimizer, lr=lr_or_schedule)
+    # (_partial_: a LearningRateSchedule is no float for the typed config node)
+    optimizer = hydra.utils.instantiate(cfg.optimizer, _partial_=True)(lr=lr_or_schedule)
     # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
     compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
