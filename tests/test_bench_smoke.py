@@ -76,3 +76,22 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
     assert t["pipeline_vs_training_consumption"]["value"] == pytest.approx(20000 / 900)
     assert t["fast_time_to_seed_accuracy_vs_seed_time"]["met"] is True
     assert "| seed | 1 |" in s["markdown"]
+
+
+def test_report_compares_speedrun_whole_command_with_the_seeds():
+    """Issue 15's targets: speedrun_N's final test accuracy, and its whole command's wall time vs the seed's."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_report import summarise
+
+    def run(name, ranks, acc, wall):
+        return {"variant": name, "label": name, "ranks": ranks, "ok": True, "test_accuracy": acc, "process_wall_s": wall,
+                "epochs": [{"images_per_sec": 100.0, "epoch_seconds": 10.0, "val_accuracy": acc}]}
+
+    s = summarise([run("seed", 1, 0.5, 300.0), run("speedrun_N", 2, 0.78, 120.0)], [], {
+        "date": "d", "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"}, "data": "sample", "seed_epochs": 1,
+        "epochs": 1, "reps": 1})
+    t = s["targets"]
+    assert t["speedrun_N_command_wall_vs_seed_command_wall"]["value"] == pytest.approx(0.4)
+    assert t["speedrun_N_command_wall_vs_seed_command_wall"]["met"] is True
+    assert t["speedrun_N_test_accuracy"]["value"] == 0.78 and t["speedrun_N_test_accuracy"]["met"] is False
+    assert "| 120 s |" in s["markdown"]
