@@ -133,11 +133,14 @@ def classifier(x, num_classes: int, output_scale: float):
     return layers.Activation("softmax", dtype="float32")(x)
 
 
+def data_fitted_layers(model):
+    """The layers of ``model`` that must see the training images before training (``adapt``)."""
+    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, PatchWhitening)]
+
+
 def adapt(model, images: np.ndarray) -> int:
     """``adapt`` every layer of ``model`` that learns from the data before training; returns how many did."""
-    adapted = 0
-    for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, PatchWhitening):
-            layer.adapt(images)
-            adapted += 1
-    return adapted
+    fitted = data_fitted_layers(model)
+    for layer in fitted:
+        layer.adapt(images)
+    return len(fitted)

@@ -17,8 +17,10 @@ def fit_to_data(model, x_train: np.ndarray, sample: int = 10_000) -> int:
 
     Every rank fits the same images; rank 0's result is broadcast anyway.
     """
-    from cifar_dist.models.blocks import adapt
+    from cifar_dist.models.blocks import adapt, data_fitted_layers
 
+    if not data_fitted_layers(model):  # the seed's CNN: nothing to fit, no copy of the images
+        return 0
     return adapt(model, x_train[:sample].astype(np.float32) / 255.0)
 
 
