@@ -183,9 +183,29 @@ class _Finished:
         self.returncode, self.stdout, self.stderr = (0 if ok else 1), "", error
 
 
+def logged_runs(work: Path) -> Dict[str, dict]:
+    """Whole-command wall time, load average and command of each finished variant, from the benchmark's log."""
+    import re
+
+    found, current = {}, None
+    log_path = work / "bench.log"
+    for line in (log_path.read_text().splitlines() if log_path.exists() else []):
+        start = re.match(r"^\[[\d:]+\] (\S+) \(rep (\d+)\): (.*)$", line)
+        if start:
+            current = f"{start.group(1)}-rep{start.group(2)}"
+            found[current] = {"command": start.group(3)}
+            continue
+        end = re.match(r"^    -> .* in (\d+) s, load ([\d.]+) -> ([\d.]+)", line)
+        if end and current:
+            found[current].update(process_wall_s=float(end.group(1)),
+                                  load_avg_1min=[float(end.group(2)), float(end.group(3))])
+    return found
+
+
 def collect(work: Path, table: Dict[str, Variant]) -> tuple:
     """(results, pipelines) rebuilt from the run dirs of an earlier, possibly interrupted, benchmark."""
     results = []
+    logged = logged_runs(work)
     for run_dir in sorted(work.glob("*-rep*")):
         name, rep = run_dir.name.rsplit("-rep", 1)
         if name not in table:
@@ -195,7 +215,7 @@ def collect(work: Path, table: Dict[str, Variant]) -> tuple:
         done = path.exists() and (v.kind == "script" or json.loads(path.read_text()).get("complete"))
         stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
         r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
-        results.append(dict(r, rep=int(rep), command=None))
+        results.append(dict(r, rep=int(rep), command=None, **logged.get(run_dir.name, {})))
     pipelines = [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
     return results, pipelines
 
