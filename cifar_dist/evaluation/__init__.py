@@ -39,7 +39,6 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
-    from cifar_dist.evaluation.tta import with_tta
     from cifar_dist.evaluation.inputs import load_images, load_model, resolve_model_path
     from cifar_dist.training.artifacts import write_json
     from cifar_dist.training.horovod_env import init_world
@@ -52,6 +51,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
+
+    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
 
     model = load_model(model_path, num_classes)
     images = load_images(str(ev.input), cfg.data, default_names)
