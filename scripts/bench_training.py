@@ -215,7 +215,7 @@ def collect(work: Path, table: Dict[str, Variant]) -> tuple:
         done = path.exists() and (v.kind == "script" or json.loads(path.read_text()).get("complete"))
         stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
         r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
-        results.append(dict(r, rep=int(rep), command=None, **logged.get(run_dir.name, {})))
+        results.append({**r, "rep": int(rep), "command": None, **logged.get(run_dir.name, {})})
     pipelines = [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
     return results, pipelines
 
