@@ -39,6 +39,27 @@ class Precision(str, Enum):
     auto = "auto"  # mixed where the hardware computes it natively, float32 elsewhere
 
 
+class LrSchedule(str, Enum):
+    none = "none"  # the optimizer's lr (with warmup_epochs / lr_decay_epochs if set)
+    # Per step: linear from start_factor x lr up to lr at peak_fraction of all
+    # steps, then linear down to end_factor x lr (one-cycle / airbench's triangle).
+    triangular = "triangular"
+
+
+class Tta(str, Enum):
+    none = "none"
+    flip = "flip"  # mean of the image and its mirror image
+    flip_translate = "flip_translate"  # also both shifted by one pixel (airbench's level 2)
+
+
+@dataclass
+class ScheduleConfig:
+    kind: LrSchedule = LrSchedule.none
+    peak_fraction: float = 0.25
+    start_factor: float = 0.2
+    end_factor: float = 0.05
+
+
 class Compression(str, Enum):
     none = "none"
     fp16 = "fp16"  # Horovod's fp16 gradient compression
@@ -52,6 +73,15 @@ class AugmentConfig:
     width_shift: float = 0.1
     height_shift: float = 0.1
     horizontal_flip: bool = True
+    # airbench's alternating flips: each image gets a fixed random bit (from
+    # the seed) and is flipped in the epochs whose parity matches it, so every
+    # image is seen both ways in any two consecutive epochs. Needs horizontal_flip.
+    alternating_flip: bool = False
+    # Random whole-pixel translation by up to this many pixels each way with
+    # reflected borders (airbench: 2). 0 = off.
+    translate: int = 0
+    # Cutout (DeVries & Taylor 2017): zero one random size x size square per image. 0 = off.
+    cutout: int = 0
 
 
 @dataclass
@@ -87,6 +117,26 @@ class SeedCnnConfig(ModelConfig):
 
 
 @dataclass
+class ResNet9Config(ModelConfig):
+    # David Page's ResNet-9 (DAWNBench 2018); width 64 is his, smaller widths fit a CPU.
+    _target_: str = "cifar_dist.models.resnet9.build"
+    width: int = 64
+    batchnorm_momentum: float = 0.9
+    output_scale: float = 0.125
+
+
+@dataclass
+class AirbenchConfig(ModelConfig):
+    # Keller Jordan's airbench94 net: frozen 2x2 patch-whitening conv, three
+    # conv-pool-BN blocks, identity-initialised convs. widths=[64, 256, 256] is airbench94's.
+    _target_: str = "cifar_dist.models.airbench.build"
+    widths: List[int] = field(default_factory=lambda: [64, 256, 256])
+    whitening_kernel: int = 2
+    batchnorm_momentum: float = 0.4  # Keras' convention: airbench's PyTorch momentum 0.6
+    output_scale: float = 1 / 9
+
+
+@dataclass
 class OptimizerConfig:
     # A factory in cifar_dist.training.optimizers; ``lr`` is the single-rank
     # learning rate, scaled by trainer.lr_scaling at build time.
@@ -112,6 +162,19 @@ class SgdConfig(OptimizerConfig):
 
 
 @dataclass
+class SgdwConfig(OptimizerConfig):
+    # Nesterov SGD with decoupled weight decay (w -= lr * weight_decay * w
+    # each step, outside the momentum), not applied to variables whose name
+    # contains one of exclude_from_weight_decay (BatchNorm and biases by default).
+    _target_: str = "cifar_dist.training.optimizers.sgdw"
+    lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = True
+    weight_decay: float = 5e-4
+    exclude_from_weight_decay: List[str] = field(default_factory=lambda: ["batch_normalization", "bias", "gamma", "beta"])
+
+
+@dataclass
 class AdamConfig(OptimizerConfig):
     _target_: str = "cifar_dist.training.optimizers.adam"
     lr: float = 1e-3
@@ -133,6 +196,14 @@ class TrainerConfig:
     # lr_decay_factor at each epoch in lr_decay_epochs (empty = off).
     lr_decay_epochs: List[int] = field(default_factory=list)
     lr_decay_factor: float = 0.1
+    # A per-step schedule over the whole run (Keras LearningRateSchedule on the
+    # optimizer's step count; its lr is the scaled one, so it follows the global batch).
+    lr_schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    # Cross-entropy against (1 - s) one-hot + s / classes (airbench: 0.2).
+    label_smoothing: float = 0.0
+    # Test-time augmentation in the final test evaluation (metrics.json "test";
+    # without it in "test_plain").
+    tta: Tta = Tta.none
     seed: int = 42
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism()
     # auto: resume when the run dir holds checkpoints, else start fresh;
@@ -201,6 +272,7 @@ class EvaluateConfig:
     # Load models whose layers run Python code (Lambda, custom classes).
     # false: such a model is refused, since loading it would run that code.
     trust_model: bool = False
+    tta: Tta = Tta.none  # test-time augmentation (trainer.tta's options)
 
 
 class TrackingBackend(str, Enum):
@@ -271,9 +343,12 @@ def register_configs() -> None:
     cs.store(name="config_schema", node=Config)
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="model", name="seed_cnn_schema", node=SeedCnnConfig)
+    cs.store(group="model", name="resnet9_schema", node=ResNet9Config)
+    cs.store(group="model", name="airbench_schema", node=AirbenchConfig)
     cs.store(group="optimizer", name="rmsprop_schema", node=RmspropConfig)
     cs.store(group="optimizer", name="sgd_schema", node=SgdConfig)
     cs.store(group="optimizer", name="adam_schema", node=AdamConfig)
+    cs.store(group="optimizer", name="sgdw_schema", node=SgdwConfig)
     cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
     cs.store(group="task", name="train_schema", node=TrainTaskConfig)
     cs.store(group="task", name="evaluate_schema", node=EvaluateTaskConfig)

@@ -102,6 +102,16 @@ def _trainer_problems(t: DictConfig) -> List[str]:
     if t.intra_op_threads < 0 or t.inter_op_threads < 0:
         found.append("trainer.intra_op_threads/inter_op_threads must be >= 0 (0 = automatic)")
     _finite_positive(found, "trainer.lr_decay_factor", t.lr_decay_factor)
+    if not 0 <= t.label_smoothing < 1:
+        found.append(f"trainer.label_smoothing={t.label_smoothing} must be in [0, 1)")
+    sched = t.lr_schedule
+    if not 0 < sched.peak_fraction < 1:
+        found.append(f"trainer.lr_schedule.peak_fraction={sched.peak_fraction} must be in (0, 1)")
+    if sched.start_factor < 0 or sched.end_factor < 0:
+        found.append("trainer.lr_schedule.start_factor/end_factor must be >= 0 (fractions of the peak lr)")
+    if sched.kind != "none" and (t.warmup_epochs > 0 or t.lr_decay_epochs):
+        found.append("trainer.lr_schedule sets the lr at every step; drop trainer.warmup_epochs/lr_decay_epochs "
+                     "(its start_factor is the warmup)")
     return found
 
 
@@ -137,6 +147,9 @@ def problems(cfg: DictConfig) -> List[str]:
     found += _model_problems(cfg.model)
     found += _tracking_problems(cfg)
     a = cfg.data.augment
+    for key in ("translate", "cutout"):
+        if a[key] < 0:
+            found.append(f"data.augment.{key}={a[key]} must be >= 0 pixels (0 = off)")
     for key in ("width_shift", "height_shift"):
         if not 0 <= a[key] < 1:
             found.append(f"data.augment.{key}={a[key]} must be in [0, 1) (a fraction of the image size)")

@@ -16,9 +16,12 @@ given as a ratio to the seed reference:
     python scripts/bench_training.py                 # full: 25 seed epochs (~20-30 min on 2 cores)
     python scripts/bench_training.py --quick         # 5 epochs each (a few minutes)
     python scripts/bench_training.py --smoke --out /tmp/bench   # seconds-scale data, for tests
+    python scripts/bench_training.py --variants time_to_accuracy   # seed 25 epochs, default, fast, speedrun on 1 and N ranks
 
 Variants (``--variants``): seed, bare, cifar_dist_1, cifar_dist_N (N = --ranks,
-default the core count), fast (``experiment=fast`` on N ranks), and the
+default the core count), fast (``experiment=fast`` on N ranks), fast_1,
+speedrun_1 and speedrun_N (``experiment=speedrun``: the modern model and
+recipe; docs/benchmarks.md), and the
 option probes mixed_1, mixed_N, fp16_N, jit_1, jit_N (cifar_dist) and bare_jit
 (bare Keras under XLA: what jit_compile would buy if Horovod's allreduce could
 be compiled on CPU), and the CPU-kernel probes seed_onednn and bare_onednn
@@ -47,6 +50,8 @@ DEFAULT_VARIANTS = ("seed,bare,cifar_dist_1,cifar_dist_N,fast,seed_onednn,bare_o
                     "mixed_1,mixed_N,fp16_N,jit_1,bare_jit")
 ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 SEED, BARE = "seed_reference.py", "bench_bare_keras.py"
+# --variants time_to_accuracy: the seed reference and cifar_dist's default, fast and speedrun recipes on 1 and N ranks.
+TIME_TO_ACCURACY = "seed,cifar_dist_1,cifar_dist_N,fast_1,fast,speedrun_1,speedrun_N"
 
 
 @dataclass
@@ -81,6 +86,11 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
         "cifar_dist_1": Variant("cifar_dist_1", "cifar_dist, 1 rank", 1, "cifar_dist"),
         "cifar_dist_N": Variant("cifar_dist_N", f"cifar_dist, {n} ranks", n, "cifar_dist"),
         "fast": Variant("fast", f"cifar_dist experiment=fast, {n} ranks", n, "cifar_dist", ["experiment=fast"]),
+        "fast_1": Variant("fast_1", "cifar_dist experiment=fast, 1 rank", 1, "cifar_dist", ["experiment=fast"]),
+        "speedrun_1": Variant("speedrun_1", "cifar_dist experiment=speedrun, 1 rank", 1, "cifar_dist",
+                              ["experiment=speedrun"]),
+        "speedrun_N": Variant("speedrun_N", f"cifar_dist experiment=speedrun, {n} ranks", n, "cifar_dist",
+                              ["experiment=speedrun"]),
         "mixed_1": Variant("mixed_1", "cifar_dist precision=mixed, 1 rank", 1, "cifar_dist", ["trainer.precision=mixed"], probe=True),
         "mixed_N": Variant("mixed_N", f"cifar_dist precision=mixed, {n} ranks", n, "cifar_dist", ["trainer.precision=mixed"], probe=True),
         "fp16_N": Variant("fp16_N", f"cifar_dist compression=fp16, {n} ranks", n, "cifar_dist", ["trainer.compression=fp16"], probe=True),
@@ -136,7 +146,7 @@ def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     # the data, so trainer.epochs = epochs x ranks gives `epochs` epochs on every rank (unless the
     # variant's experiment sets its own schedule).
     cmd = [py, "-m", "cifar_dist", *data_overrides(data), "trainer.verbose=0", f"hydra.run.dir={run_dir}"]
-    if "experiment=fast" not in v.overrides:
+    if not any(o.startswith("experiment=") for o in v.overrides):  # an experiment sets its own schedule
         cmd.append(f"trainer.epochs={epochs * v.ranks}")
     if v.ranks > 1:
         cmd += ["launcher=mpirun", f"launcher.np={v.ranks}"]
@@ -173,9 +183,29 @@ class _Finished:
         self.returncode, self.stdout, self.stderr = (0 if ok else 1), "", error
 
 
+def logged_runs(work: Path) -> Dict[str, dict]:
+    """Whole-command wall time, load average and command of each finished variant, from the benchmark's log."""
+    import re
+
+    found, current = {}, None
+    log_path = work / "bench.log"
+    for line in (log_path.read_text().splitlines() if log_path.exists() else []):
+        start = re.match(r"^\[[\d:]+\] (\S+) \(rep (\d+)\): (.*)$", line)
+        if start:
+            current = f"{start.group(1)}-rep{start.group(2)}"
+            found[current] = {"command": start.group(3)}
+            continue
+        end = re.match(r"^    -> .* in (\d+) s, load ([\d.]+) -> ([\d.]+)", line)
+        if end and current:
+            found[current].update(process_wall_s=float(end.group(1)),
+                                  load_avg_1min=[float(end.group(2)), float(end.group(3))])
+    return found
+
+
 def collect(work: Path, table: Dict[str, Variant]) -> tuple:
     """(results, pipelines) rebuilt from the run dirs of an earlier, possibly interrupted, benchmark."""
     results = []
+    logged = logged_runs(work)
     for run_dir in sorted(work.glob("*-rep*")):
         name, rep = run_dir.name.rsplit("-rep", 1)
         if name not in table:
@@ -185,7 +215,7 @@ def collect(work: Path, table: Dict[str, Variant]) -> tuple:
         done = path.exists() and (v.kind == "script" or json.loads(path.read_text()).get("complete"))
         stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
         r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
-        results.append(dict(r, rep=int(rep), command=None))
+        results.append({**r, "rep": int(rep), "command": None, **logged.get(run_dir.name, {})})
     pipelines = [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
     return results, pipelines
 
@@ -308,7 +338,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log_file.flush()
 
     table = variant_table(a.ranks)
-    names = [n.strip() for n in a.variants.split(",") if n.strip()]
+    variants = TIME_TO_ACCURACY if a.variants == "time_to_accuracy" else a.variants
+    names = [n.strip() for n in variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in table]
     if unknown:
         print(f"bench_training: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(table)}", file=sys.stderr)

@@ -76,3 +76,40 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
     assert t["pipeline_vs_training_consumption"]["value"] == pytest.approx(20000 / 900)
     assert t["fast_time_to_seed_accuracy_vs_seed_time"]["met"] is True
     assert "| seed | 1 |" in s["markdown"]
+
+
+def test_report_compares_speedrun_whole_command_with_the_seeds():
+    """Issue 15's targets: speedrun_N's final test accuracy, and its whole command's wall time vs the seed's."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_report import summarise
+
+    def run(name, ranks, acc, wall):
+        return {"variant": name, "label": name, "ranks": ranks, "ok": True, "test_accuracy": acc, "process_wall_s": wall,
+                "epochs": [{"images_per_sec": 100.0, "epoch_seconds": 10.0, "val_accuracy": acc}]}
+
+    s = summarise([run("seed", 1, 0.5, 300.0), run("speedrun_N", 2, 0.78, 120.0)], [], {
+        "date": "d", "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"}, "data": "sample", "seed_epochs": 1,
+        "epochs": 1, "reps": 1})
+    t = s["targets"]
+    assert t["speedrun_N_command_wall_vs_seed_command_wall"]["value"] == pytest.approx(0.4)
+    assert t["speedrun_N_command_wall_vs_seed_command_wall"]["met"] is True
+    assert t["speedrun_N_test_accuracy"]["value"] == 0.78 and t["speedrun_N_test_accuracy"]["met"] is False
+    assert "| 120 s |" in s["markdown"]
+
+
+def test_collect_takes_whole_command_times_from_the_benchmark_log(tmp_path):
+    """An interrupted benchmark's table still compares whole commands: their wall times are in bench.log."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from bench_training import logged_runs
+
+    (tmp_path / "bench.log").write_text(
+        "[18:43:28] pipeline: python bench_pipeline.py\n"
+        "[18:45:14] seed (rep 0): python seed_reference.py --epochs 25\n"
+        "    -> ok in 412 s, load 20.9 -> 21.6\n"
+        "[18:52:06] speedrun_N (rep 0): python -m cifar_dist experiment=speedrun\n"
+        "    -> ok in 180 s, load 14.0 -> 12.5\n"
+        "[18:55:06] fast (rep 0): python -m cifar_dist experiment=fast\n")
+    runs = logged_runs(tmp_path)
+    assert runs["seed-rep0"]["process_wall_s"] == 412.0 and runs["speedrun_N-rep0"]["load_avg_1min"] == [14.0, 12.5]
+    assert runs["speedrun_N-rep0"]["command"] == "python -m cifar_dist experiment=speedrun"
+    assert "process_wall_s" not in runs["fast-rep0"]  # interrupted: no time is made up

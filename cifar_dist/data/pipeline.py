@@ -71,8 +71,62 @@ def augment_batch(images: tf.Tensor, seed: tf.Tensor, width_shift: float, height
     return images
 
 
+def translate_batch(images: tf.Tensor, seed: tf.Tensor, pixels: int) -> tf.Tensor:
+    """Shift each image by whole pixels, uniform in [-pixels, pixels] each way, reflecting at the borders
+    (airbench's pad-and-crop, done as one batched transform)."""
+    batch = tf.shape(images)[0]
+    seeds = tf.random.experimental.stateless_split(seed, num=2)
+    dx = tf.cast(tf.random.stateless_uniform([batch], seeds[0], -pixels, pixels + 1, dtype=tf.int32), tf.float32)
+    dy = tf.cast(tf.random.stateless_uniform([batch], seeds[1], -pixels, pixels + 1, dtype=tf.int32), tf.float32)
+    ones, zeros = tf.ones([batch]), tf.zeros([batch])
+    transforms = tf.stack([ones, zeros, -dx, zeros, ones, -dy, zeros, zeros], axis=1)
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=images, transforms=transforms, output_shape=tf.shape(images)[1:3], fill_value=tf.constant(0.0),
+        interpolation="NEAREST", fill_mode="REFLECT",
+    )
+
+
+def cutout_batch(images: tf.Tensor, seed: tf.Tensor, size: int) -> tf.Tensor:
+    """Zero one size x size square per image, its centre uniform over the image (clipped at the borders)."""
+    shape = tf.shape(images)
+    batch, height, width = shape[0], shape[1], shape[2]
+    seeds = tf.random.experimental.stateless_split(seed, num=2)
+    cy = tf.random.stateless_uniform([batch, 1, 1], seeds[0], 0, height, dtype=tf.int32)
+    cx = tf.random.stateless_uniform([batch, 1, 1], seeds[1], 0, width, dtype=tf.int32)
+    ys, xs = tf.range(height)[None, :, None], tf.range(width)[None, None, :]
+    inside = (ys >= cy - size // 2) & (ys < cy - size // 2 + size) & (xs >= cx - size // 2) & (xs < cx - size // 2 + size)
+    return images * tf.cast(~inside, images.dtype)[..., None]
+
+
+def alternating_flip(images: tf.Tensor, image_bits: tf.Tensor, epoch: tf.Tensor) -> tf.Tensor:
+    """airbench's alternating flip: image i is mirrored in the epochs whose parity equals its fixed random bit,
+    so over any two consecutive epochs every image is seen both ways."""
+    flip = tf.not_equal(image_bits, tf.equal(epoch % 2, 1))
+    return tf.where(flip[:, None, None, None], tf.reverse(images, axis=[2]), images)
+
+
+def augment_batch_all(batch, index, epoch, batch_seed, augment_cfg, image_bits):
+    """Every configured augmentation of one batch; the seed's options draw exactly what they always drew."""
+    alternating = augment_cfg.horizontal_flip and augment_cfg.alternating_flip
+    batch = augment_batch(batch, batch_seed, augment_cfg.width_shift, augment_cfg.height_shift,
+                          augment_cfg.horizontal_flip and not alternating)
+    extra = tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(batch_seed, 1), num=2)
+    if alternating:
+        batch = alternating_flip(batch, tf.gather(image_bits, index), epoch)
+    if augment_cfg.translate:
+        batch = translate_batch(batch, extra[0], augment_cfg.translate)
+    if augment_cfg.cutout:
+        batch = cutout_batch(batch, extra[1], augment_cfg.cutout)
+    return batch
+
+
 def _prefetch(value: int) -> int:
     return tf.data.AUTOTUNE if value < 0 else value
+
+
+def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
+    """Full batches per epoch on every rank: of n // size images (shard) or of all n (the seed's policy)."""
+    return (n // size if shard else n) // batch_size
 
 
 def train_stream(
@@ -99,7 +153,7 @@ def train_stream(
     """
     n = int(x.shape[0])
     per_rank = n // size if shard else n
-    steps = per_rank // batch_size
+    steps = steps_per_epoch(n, batch_size, size, shard)
     if steps < 1:
         from cifar_dist.validation import ConfigError
 
@@ -110,6 +164,8 @@ def train_stream(
     images = tf.constant(x)
     labels = tf.one_hot(tf.constant(y, tf.int32), num_classes)
     seed_t = tf.constant(seed, tf.int64)
+    # One fixed bit per image for alternating flips, from the seed alone (the same on every rank).
+    image_bits = tf.random.stateless_uniform([n], tf.stack([seed_t ^ 0xF11F, tf.constant(0, tf.int64)])) < 0.5
 
     def epoch_batches(epoch):
         stream = epoch * _EPOCH_STRIDE + (0 if shard else rank)
@@ -126,7 +182,7 @@ def train_stream(
         batch = to_float(tf.gather(images, index))
         if augment.enabled:
             batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
-            batch = augment_batch(batch, batch_seed, augment.width_shift, augment.height_shift, augment.horizontal_flip)
+            batch = augment_batch_all(batch, index, epoch, batch_seed, augment, image_bits)
         batch = tf.ensure_shape(batch, [batch_size, *x.shape[1:]])
         return batch, tf.gather(labels, index)
 

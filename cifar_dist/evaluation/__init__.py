@@ -54,13 +54,16 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
+    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
+
     model = load_model(model_path, num_classes, trust_model=bool(ev.get("trust_model", False)))
     images = load_images(str(ev.input), cfg.data, default_names)
     if world.is_chief:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 
     mine = np.arange(world.rank, len(images.x), world.size)
-    probs = score(model, images.x[mine], int(ev.batch_size))
+    tta = ev.tta.value if hasattr(ev.tta, "value") else str(ev.tta)
+    probs = score(with_tta(model, tta), images.x[mine], int(ev.batch_size))
     # HOROVOD: one gather of this rank's per-image results; rank 0 puts them back in order.
     parts = hvd.allgather_object((mine, probs))
     if not world.is_chief:
@@ -77,6 +80,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         "model": str(model_path),
         "input": images.source,
         "ranks": world.size,
+        "tta": tta,
         **report.summarize(images.labels, predicted, losses, images.class_names),
         "wall_time_s": time.time() - start,
     }

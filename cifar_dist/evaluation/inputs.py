@@ -63,6 +63,8 @@ def load_model(path: Path, num_classes: int, trust_model: bool = False):
     """
     import tensorflow as tf
 
+    import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
+
     check_no_code(path, trust_model)
     try:
         model = tf.keras.models.load_model(path, compile=False)

@@ -48,13 +48,30 @@ def builtin_names() -> Set[str]:
     return names - CODE_LAYERS
 
 
-def code_in_config(config: Any, builtins: Set[str]) -> List[str]:
-    """Names of the objects in a model config that would run code not part of Keras."""
+def own_layers() -> Set[str]:
+    """Registered names of this package's own layers (cifar_dist.models.blocks): installed code, not the file's."""
+    import tensorflow as tf
+
+    from cifar_dist.models import blocks
+
+    names = set()
+    for value in vars(blocks).values():
+        if isinstance(value, type) and issubclass(value, tf.keras.layers.Layer):
+            registered = tf.keras.utils.get_registered_name(value)
+            if registered.startswith(blocks.PACKAGE + ">"):
+                names.add(registered)
+    return names
+
+
+def code_in_config(config: Any, builtins: Set[str], own: Set[str] = frozenset()) -> List[str]:
+    """Names of the objects in a model config that would run code not part of Keras or of this package."""
     found = []
     for obj in _class_names(config):
         name = obj["class_name"]
         module = obj.get("module")
         registered = obj.get("registered_name")
+        if name in own or registered in own:
+            continue  # Scale, PatchWhitening...: the resnet9/airbench layers this package defines
         foreign = (name not in builtins
                    or (isinstance(module, str) and module.split(".")[0] not in KERAS_MODULES)
                    or (registered not in (None, name)))
@@ -73,4 +90,4 @@ def code_in_model_file(path: Path) -> List[str]:
     if raw is None:
         return []
     text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-    return code_in_config(json.loads(text), builtin_names())
+    return code_in_config(json.loads(text), builtin_names(), own_layers())

@@ -16,6 +16,7 @@ import tensorflow as tf
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training import checkpoints
 from cifar_dist.training.artifacts import write_json
+from cifar_dist.training.schedules import current_lr
 
 
 class TrainingDiverged(CifarDistError, RuntimeError):
@@ -99,7 +100,7 @@ class MetricsRecorder(tf.keras.callbacks.Callback):
         record = {"epoch": epoch + 1}
         for key, value in (logs or {}).items():
             record[key] = float(value)
-        record["lr"] = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        record["lr"] = current_lr(self.model.optimizer)
         epochs: List[Dict[str, Any]] = self.metrics.setdefault("epochs", [])
         epochs[:] = [e for e in epochs if e["epoch"] < record["epoch"]] + [record]
         if self.on_update:

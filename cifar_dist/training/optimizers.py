@@ -27,3 +27,12 @@ def adam(lr: float, decay: float = 0.0, beta_1: float = 0.9, beta_2: float = 0.9
     return tf.keras.optimizers.legacy.Adam(
         learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, decay=decay
     )
+
+
+def sgdw(lr, momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 5e-4,
+         exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta")):
+    """Nesterov SGD with decoupled weight decay; ``lr`` may be a LearningRateSchedule."""
+    from cifar_dist.training.sgdw import SGDW
+
+    return SGDW(learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                exclude_from_weight_decay=list(exclude_from_weight_decay))

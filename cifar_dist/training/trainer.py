@@ -219,9 +219,10 @@ class Run:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     run, policy = start_run(cfg, Path(output_dir))
-    model = build_model(run)
+    data = load_data(run)
+    model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
-    data, train_data, val_data = make_streams(run, initial_epoch)
+    train_data, val_data = make_streams(run, data, initial_epoch)
     metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
     tracker = open_tracker(run)
     if initial_epoch < run.epochs:
@@ -232,10 +233,10 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             steps_per_epoch=train_data.steps_per_epoch,
             validation_data=val_data.dataset,
             validation_steps=val_data.steps,
-            callbacks=make_callbacks(run, train_data, metrics, initial_epoch, previous_wall, tracker),
+            callbacks=make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker),
             verbose=run.trainer.verbose if run.world.is_chief else 0,
         )
-    return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker)
+    return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker, compile_kwargs)
 
 
 def start_run(cfg: DictConfig, output_dir: Path):
@@ -265,21 +266,44 @@ def start_run(cfg: DictConfig, output_dir: Path):
     return run, policy
 
 
-def build_model(run: Run):
-    """The configured model and optimizer, compiled, with the optimizer's slots created."""
+def load_data(run: Run):
+    """The configured data set, in memory (every rank reads it; streams take their part)."""
+    from cifar_dist.data import load_dataset
+
+    data = load_dataset(run.cfg.data)
+    if run.world.is_chief:
+        log.info("data: %s", data.source)
+        log.info("x_train shape: %s, %d train samples, %d test samples",
+                 data.x_train.shape, len(data.x_train), len(data.x_test))
+    return data
+
+
+def build_model(run: Run, data):
+    """The configured model and optimizer, compiled, with the optimizer's slots created.
+
+    Returns the model and the compile arguments the final (TTA) test reuses.
+    """
     import horovod.tensorflow.keras as hvd
     import hydra.utils
 
-    t = run.trainer
+    from cifar_dist.data.pipeline import steps_per_epoch
+    from cifar_dist.training import recipe
+
+    t, world = run.trainer, run.world
     model = hydra.utils.instantiate(run.cfg.model)
-    optimizer = hydra.utils.instantiate(run.cfg.optimizer, lr=run.lr)
+    # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
+    recipe.fit_to_data(model, data.x_train)
+    steps = steps_per_epoch(len(data.x_train), t.batch_size, world.size, t.epoch_policy.value == "shard")
+    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs)
+    compile_kwargs = dict(loss=recipe.loss(t.label_smoothing), metrics=["accuracy"])
+    # (_partial_: a LearningRateSchedule is no float for the typed config node)
+    optimizer = hydra.utils.instantiate(run.cfg.optimizer, _partial_=True)(lr=lr_or_schedule)
     # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
     compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
     model.compile(
-        loss="categorical_crossentropy",
         optimizer=optimizer,
-        metrics=["accuracy"],
+        **compile_kwargs,
         jit_compile=bool(t.jit_compile),
         steps_per_execution=t.steps_per_execution,
     )
@@ -288,7 +312,7 @@ def build_model(run: Run):
     # they are created in. Create them here, the same way on every rank, so
     # that rank 0 restoring a checkpoint and ranks starting fresh name them alike.
     model.optimizer._create_all_weights(model.trainable_variables)
-    return model
+    return model, compile_kwargs
 
 
 def restore_or_start(run: Run, model) -> int:
@@ -312,17 +336,11 @@ def restore_or_start(run: Run, model) -> int:
     return initial_epoch
 
 
-def make_streams(run: Run, initial_epoch: int):
-    """The data, this rank's training stream (from ``initial_epoch`` on) and its validation slice."""
-    from cifar_dist.data import load_dataset
+def make_streams(run: Run, data, initial_epoch: int):
+    """This rank's training stream (from ``initial_epoch`` on) and its validation slice."""
     from cifar_dist.data.pipeline import eval_stream, train_stream
 
     cfg, t, world = run.cfg, run.trainer, run.world
-    data = load_dataset(cfg.data)
-    if world.is_chief:
-        log.info("data: %s", data.source)
-        log.info("x_train shape: %s, %d train samples, %d test samples",
-                 data.x_train.shape, len(data.x_train), len(data.x_test))
     train_data = train_stream(
         data.x_train, data.y_train,
         batch_size=t.batch_size, rank=world.rank, size=world.size, shard=t.epoch_policy.value == "shard",
@@ -333,7 +351,7 @@ def make_streams(run: Run, initial_epoch: int):
         data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
         equal_shards=True, num_classes=cfg.model.num_classes,
     )
-    return data, train_data, val_data
+    return train_data, val_data
 
 
 def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
@@ -341,6 +359,7 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     import horovod
     import tensorflow as tf
 
+    from cifar_dist.training import recipe
     from cifar_dist.training.artifacts import read_metrics_to_resume, trim_csv_log
 
     cfg, t, world = run.cfg, run.trainer, run.world
@@ -376,6 +395,7 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
                 "onednn": world.onednn,
                 "tensorflow": tf.__version__,
                 "horovod": horovod.__version__,
+                **recipe.run_info(t),
             },
             "resumed_from_epoch": initial_epoch,
             "complete": False,
@@ -394,7 +414,7 @@ def open_tracker(run: Run):
     return open_for_training(run.cfg, run.output_dir, run.world.size)
 
 
-def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
+def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
                    tracker=None):
     """Keras callbacks in the order they must run: Horovod's averaging first, writers (rank 0) last."""
     import horovod.tensorflow.keras as hvd
@@ -402,6 +422,7 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
 
     from cifar_dist.training.callbacks import (
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
+    from cifar_dist.training import recipe
     from cifar_dist.training.preemption import stop_on_signal_from_env
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
@@ -410,6 +431,7 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
         StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
+        *recipe.callbacks(model),  # BatchNorm statistics averaged across ranks, before any writer
     ]
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
@@ -445,13 +467,16 @@ def make_callbacks(run: Run, train_data, metrics: Dict[str, Any], initial_epoch:
     return callbacks
 
 
-def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None):
+def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None,
+           compile_kwargs=None):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
     import horovod.tensorflow as hvd_tf
 
     from cifar_dist.data.pipeline import eval_stream
+    from cifar_dist.training import recipe
 
     world, t = run.world, run.trainer
+    recipe.sync_model(model)  # BatchNorm moving statistics: one set for the job
     # HOROVOD: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
     digests = hvd_tf.allgather_object(weights_digest(model))
@@ -467,10 +492,12 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     # HOROVOD: rank 0 alone kept the record; every rank must agree whether to score.
     finished = hvd_tf.broadcast_object(done, root_rank=0) >= run.epochs
     if finished:
-        metrics["test"] = _evaluate_exact(model, eval_stream(
+        test_stream = eval_stream(
             data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
             equal_shards=False, num_classes=run.cfg.model.num_classes,
-        ), hvd_tf)
+        )
+        metrics.update(recipe.final_test(
+            model, lambda m: _evaluate_exact(m, test_stream, hvd_tf), t.tta.value, compile_kwargs))
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)

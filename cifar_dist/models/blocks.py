@@ -1,0 +1,146 @@
+"""Building blocks of the modern CIFAR-10 nets (ResNet-9, airbench), reusable in any model.
+
+Every custom piece is registered with Keras (package ``cifar_dist``), so a
+saved model or checkpoint that uses it loads with ``tf.keras.models.load_model``
+once this module is imported (cifar_dist's evaluation does that).
+
+- ``conv_bn``: Conv2D (no bias: BatchNorm's shift replaces it) + BatchNorm + activation.
+- ``residual``: x + conv_bn(conv_bn(x)) (Page's ResNet-9 block).
+- ``PatchWhitening``: a frozen conv whose filters whiten the k x k patches of
+  the training images (airbench); ``adapt(images)`` fits it, as Keras'
+  preprocessing layers do.
+- ``partial_identity``: a conv kernel made identity on its first in-channels
+  filters (airbench's ``dirac_`` init), kept as initialised elsewhere.
+- ``Scale``: multiply by a constant (the logit scale of both nets).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+layers = tf.keras.layers
+PACKAGE = "cifar_dist"
+
+
+def partial_identity(kernel: np.ndarray) -> np.ndarray:
+    """``kernel`` (kh, kw, in, out) with output channel i < in replaced by the identity (centre tap of input i).
+
+    Applied once after the conv is built (not as a Keras initializer, so saved
+    models carry a plain initializer in their config and load anywhere).
+    """
+    kh, kw, c_in, c_out = kernel.shape
+    n = min(c_in, c_out)
+    out = np.array(kernel, copy=True)
+    out[:, :, :, :n] = 0.0
+    out[kh // 2, kw // 2, np.arange(n), np.arange(n)] = 1.0
+    return out
+
+
+@tf.keras.utils.register_keras_serializable(PACKAGE)
+class Scale(layers.Layer):
+    """Multiplies its input by a constant (airbench's 1/9, ResNet-9's 0.125 on the logits)."""
+
+    def __init__(self, factor: float, **kwargs):
+        super().__init__(**kwargs)
+        self.factor = float(factor)
+
+    def call(self, inputs):
+        return inputs * tf.cast(self.factor, inputs.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "factor": self.factor}
+
+
+@tf.keras.utils.register_keras_serializable(PACKAGE)
+class PatchWhitening(layers.Layer):
+    """A k x k 'valid' conv whose 2 x k*k*c filters are the training patches' whitening basis and its negative.
+
+    The filters are frozen; the bias (initialised to centre the patches) trains.
+    Call ``adapt(images)`` with float training images before training (the
+    trainer does, through ``adapt(model, images)``); until then the filters are random.
+    """
+
+    def __init__(self, kernel_size: int = 2, epsilon: float = 5e-4, **kwargs):
+        super().__init__(**kwargs)
+        self.kernel_size = int(kernel_size)
+        self.epsilon = float(epsilon)
+
+    def build(self, input_shape):
+        k, c = self.kernel_size, int(input_shape[-1])
+        self.filters = 2 * k * k * c
+        self.kernel = self.add_weight("kernel", (k, k, c, self.filters), initializer="glorot_uniform", trainable=False)
+        self.bias = self.add_weight("bias", (self.filters,), initializer="zeros", trainable=True)
+        super().build(input_shape)
+
+    def call(self, inputs):
+        kernel = tf.cast(self.kernel, inputs.dtype)
+        return tf.nn.bias_add(tf.nn.conv2d(inputs, kernel, 1, "VALID"), tf.cast(self.bias, inputs.dtype))
+
+    def compute_output_shape(self, input_shape):
+        k = self.kernel_size
+        return tf.TensorShape([input_shape[0], input_shape[1] - k + 1, input_shape[2] - k + 1, self.filters])
+
+    def adapt(self, images: np.ndarray) -> None:
+        """Fit the filters to the k x k patches of ``images`` (N, H, W, C floats)."""
+        k = self.kernel_size
+        x = tf.convert_to_tensor(images, tf.float32)
+        if not self.built:
+            self.build(x.shape)
+        patches = tf.image.extract_patches(x, [1, k, k, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")
+        patches = tf.reshape(patches, [-1, patches.shape[-1]]).numpy().astype(np.float64)  # (kh, kw, c) order
+        mean = patches.mean(axis=0)
+        eigenvalues, eigenvectors = np.linalg.eigh(np.cov(patches, rowvar=False))
+        basis = eigenvectors / np.sqrt(eigenvalues + self.epsilon)  # columns whiten
+        filters = np.concatenate([basis, -basis], axis=1)
+        c = int(x.shape[-1])
+        self.kernel.assign(filters.reshape(k, k, c, self.filters).astype(np.float32))
+        self.bias.assign((-mean @ filters).astype(np.float32))
+
+    def get_config(self):
+        return {**super().get_config(), "kernel_size": self.kernel_size, "epsilon": self.epsilon}
+
+
+def batch_norm(x, momentum: float, scale: bool = True, name=None):
+    """BatchNorm with the float32 statistics Keras keeps under mixed precision."""
+    return layers.BatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale, name=name)(x)
+
+
+def conv_bn(x, filters: int, momentum: float, pool: bool = False, activation: str = "relu",
+            identity_init: bool = False, scale: bool = True):
+    """3x3 conv (no bias) [+ 2x2 max pool] + BatchNorm + activation: the unit of both nets."""
+    conv = layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer="he_uniform")
+    x = conv(x)
+    if identity_init:
+        conv.kernel.assign(partial_identity(conv.kernel.numpy()))
+    if pool:
+        x = layers.MaxPooling2D(2)(x)
+    x = batch_norm(x, momentum, scale=scale)
+    return layers.Activation(activation)(x)
+
+
+def residual(x, filters: int, momentum: float, activation: str = "relu"):
+    """x + conv_bn(conv_bn(x)): ResNet-9's residual block (filters must equal x's channels)."""
+    y = conv_bn(x, filters, momentum, activation=activation)
+    y = conv_bn(y, filters, momentum, activation=activation)
+    return layers.Add()([x, y])
+
+
+def classifier(x, num_classes: int, output_scale: float):
+    """Global max pool, linear (no bias), scaled logits, float32 softmax (stays float32 under mixed precision)."""
+    x = layers.GlobalMaxPooling2D()(x)
+    x = layers.Dense(num_classes, use_bias=False)(x)
+    x = Scale(output_scale)(x)
+    return layers.Activation("softmax", dtype="float32")(x)
+
+
+def data_fitted_layers(model):
+    """The layers of ``model`` that must see the training images before training (``adapt``)."""
+    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, PatchWhitening)]
+
+
+def adapt(model, images: np.ndarray) -> int:
+    """``adapt`` every layer of ``model`` that learns from the data before training; returns how many did."""
+    fitted = data_fitted_layers(model)
+    for layer in fitted:
+        layer.adapt(images)
+    return len(fitted)

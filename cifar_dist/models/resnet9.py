@@ -1,0 +1,27 @@
+"""David Page's ResNet-9 (DAWNBench 2018: 94 % on CIFAR-10 in 24 epochs on one V100), with a width knob."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def build(
+    num_classes: int = 10,
+    width: int = 64,
+    batchnorm_momentum: float = 0.9,
+    output_scale: float = 0.125,
+    input_shape: Sequence[int] = (32, 32, 3),
+):
+    """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool, linear x 0.125."""
+    import tensorflow as tf
+
+    from cifar_dist.models.blocks import classifier, conv_bn, residual
+
+    m = batchnorm_momentum
+    inputs = tf.keras.Input(shape=tuple(input_shape))
+    x = conv_bn(inputs, width, m)
+    x = conv_bn(x, 2 * width, m, pool=True)
+    x = residual(x, 2 * width, m)
+    x = conv_bn(x, 4 * width, m, pool=True)
+    x = conv_bn(x, 8 * width, m, pool=True)
+    x = residual(x, 8 * width, m)
+    return tf.keras.Model(inputs, classifier(x, num_classes, output_scale), name="resnet9")

@@ -1,0 +1,73 @@
+"""What the modern recipe (experiment=speedrun) adds to the training loop, as a few calls from trainer.py.
+
+Every piece is config any model can use and a no-op at the seed's defaults:
+data-fitted layers (``blocks.adapt``), label smoothing, the per-step lr
+schedule, BatchNorm statistics averaged across ranks, and test-time
+augmentation in the final test.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+
+
+def fit_to_data(model, x_train: np.ndarray, sample: int = 10_000) -> int:
+    """Fit the layers that learn from the training images (airbench's whitening) on up to ``sample`` of them.
+
+    Every rank fits the same images; rank 0's result is broadcast anyway.
+    """
+    from cifar_dist.models.blocks import adapt, data_fitted_layers
+
+    if not data_fitted_layers(model):  # the seed's CNN: nothing to fit, no copy of the images
+        return 0
+    return adapt(model, x_train[:sample].astype(np.float32) / 255.0)
+
+
+def loss(label_smoothing: float):
+    """The seed's categorical cross-entropy, with label smoothing when asked for."""
+    import tensorflow as tf
+
+    if not label_smoothing:
+        return "categorical_crossentropy"
+    return tf.keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
+
+
+def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int):
+    from cifar_dist.training.schedules import build_schedule
+
+    return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs)
+
+
+def callbacks(model) -> List[Any]:
+    """Callbacks to place before the writers (metrics, checkpoints)."""
+    from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics
+
+    return [AverageBatchNormStatistics()] if moving_statistics(model) else []
+
+
+def sync_model(model) -> None:
+    """Make every rank's model identical before it is fingerprinted, tested or saved (a collective)."""
+    from cifar_dist.training.batchnorm import average_moving_statistics
+
+    average_moving_statistics(model)
+
+
+def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """metrics.json's "test" (with TTA when configured, "tta" says which) and "test_plain" (without)."""
+    plain = evaluate_exact(model)
+    if tta == "none":
+        return {"test": plain}
+    from cifar_dist.evaluation.tta import with_tta
+
+    tta_model = with_tta(model, tta)
+    tta_model.compile(**compile_kwargs)
+    return {"test": dict(evaluate_exact(tta_model), tta=tta), "test_plain": plain}
+
+
+def run_info(trainer_cfg) -> Dict[str, Any]:
+    return {
+        "label_smoothing": trainer_cfg.label_smoothing,
+        "lr_schedule": trainer_cfg.lr_schedule.kind.value,
+        "tta": trainer_cfg.tta.value,
+    }

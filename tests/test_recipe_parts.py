@@ -1,0 +1,150 @@
+"""The pieces of the modern recipe, each alone: schedule, SGDW, TTA, augmentations, label smoothing, config."""
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import numpy as np
+import pytest
+import tensorflow as tf
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from cifar_dist.config import AugmentConfig, register_configs
+from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
+from cifar_dist.evaluation.tta import views, with_tta
+from cifar_dist.training.schedules import Triangular, build_schedule, current_lr
+from cifar_dist.training.sgdw import SGDW
+from cifar_dist.validation import problems
+
+
+def compose_cfg(*overrides):
+    register_configs()
+    with initialize_config_module(config_module="cifar_dist.conf", version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_triangular_schedule_values_at_chosen_steps():
+    s = Triangular(peak=0.4, total_steps=100, peak_fraction=0.25, start_factor=0.2, end_factor=0.05)
+    got = {step: float(s(step)) for step in (0, 10, 25, 50, 100, 150)}
+    assert got[0] == pytest.approx(0.08)  # 0.2 x peak
+    assert got[10] == pytest.approx(0.08 + (0.4 - 0.08) * 10 / 25)
+    assert got[25] == pytest.approx(0.4)
+    assert got[50] == pytest.approx(0.4 * (1 + (0.05 - 1) * 25 / 75))
+    assert got[100] == pytest.approx(0.02)
+    assert got[150] == pytest.approx(0.02)  # flat after the run
+    # Saved in checkpoints: round-trips through its config.
+    assert float(Triangular.from_config(s.get_config())(60)) == pytest.approx(float(s(60)))
+
+
+def test_schedule_follows_the_global_batch():
+    """Built from the lr already scaled by world size and the run's global step count."""
+    cfg = compose_cfg("experiment=speedrun", "data=sample")
+    from cifar_dist.data.pipeline import steps_per_epoch
+
+    one = build_schedule(0.1 * 1, cfg.trainer.lr_schedule, steps_per_epoch(4068, 64, 1, shard=True), epochs=12)
+    two = build_schedule(0.1 * 2, cfg.trainer.lr_schedule, steps_per_epoch(4068, 64, 2, shard=True), epochs=12)
+    assert (one.total_steps, two.total_steps) == (63 * 12, 31 * 12)  # 2 ranks: half the (global) steps ...
+    assert float(two(two.total_steps * 0.25)) == pytest.approx(2 * float(one(one.total_steps * 0.25)))  # ... twice the peak
+    assert build_schedule(0.1, OmegaConf.merge(cfg.trainer.lr_schedule, {"kind": "none"}), 10, 3) == 0.1
+
+
+def test_sgdw_decays_weights_but_not_excluded_ones_and_reports_the_scheduled_lr():
+    kernel = tf.Variable(np.full((2,), 2.0, np.float32), name="dense/kernel")
+    bias = tf.Variable(np.full((2,), 2.0, np.float32), name="dense/bias")
+    opt = SGDW(learning_rate=Triangular(0.5, 10, 0.5, 0.2, 0.0), momentum=0.0, nesterov=False,
+               weight_decay=0.1, exclude_from_weight_decay=["bias"])
+    zero = tf.zeros((2,))
+    opt.apply_gradients([(zero, kernel), (zero, bias)])
+    # step 0: lr = 0.2 x 0.5 = 0.1; zero gradient, so only the decay moves the kernel: 2 - 0.1 x 0.1 x 2.
+    np.testing.assert_allclose(kernel.numpy(), 2 - 0.1 * 0.1 * 2, rtol=1e-6)
+    np.testing.assert_allclose(bias.numpy(), 2.0)
+    assert current_lr(opt) == pytest.approx(0.5 * (0.2 + 0.8 * 1 / 5))  # step 1
+    assert SGDW.from_config(opt.get_config()).exclude_from_weight_decay == ["bias"]
+
+
+def test_tta_changes_predictions_only_through_the_flip():
+    tf.keras.utils.set_random_seed(3)
+    inputs = tf.keras.Input((32, 32, 3))
+    x = tf.keras.layers.Conv2D(4, 3)(inputs)
+    x = tf.keras.layers.Flatten()(x)
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(10, activation="softmax")(x))
+    rng = np.random.default_rng(0)
+    half = rng.random((4, 32, 16, 3)).astype(np.float32)
+    symmetric = np.concatenate([half, half[:, :, ::-1]], axis=2)  # left-right symmetric images
+    asymmetric = rng.random((4, 32, 32, 3)).astype(np.float32)
+    plain, flip = model.predict(symmetric, verbose=0), with_tta(model, "flip").predict(symmetric, verbose=0)
+    np.testing.assert_allclose(flip, plain, rtol=1e-5, atol=1e-7)  # the mirror of a symmetric image is itself
+    # On other images the flip does change the scores, and the TTA output is the mean of the two views.
+    p, m = model.predict(asymmetric, verbose=0), model.predict(asymmetric[:, :, ::-1], verbose=0)
+    assert np.abs(p - m).max() > 1e-4
+    np.testing.assert_allclose(with_tta(model, "flip").predict(asymmetric, verbose=0), (p + m) / 2, rtol=1e-5, atol=1e-7)
+    assert with_tta(model, "none") is model
+    weights = [w for w, _ in views(tf.constant(asymmetric), "flip_translate")]
+    assert len(weights) == 6 and sum(weights) == pytest.approx(1.0)
+
+
+def test_translate_moves_by_whole_pixels_with_reflected_borders():
+    images = tf.constant(np.arange(8 * 8, dtype=np.float32).reshape(1, 8, 8, 1).repeat(64, axis=0))
+    out = translate_batch(images, tf.constant([1, 2], tf.int64), 2).numpy()
+    base = images.numpy()[0, :, :, 0]
+    shifts = set()
+    for img in out[:, :, :, 0]:
+        found = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                 if np.array_equal(img[2:6, 2:6], base[2 - dy:6 - dy, 2 - dx:6 - dx])]
+        assert len(found) == 1
+        assert set(np.unique(img)) <= set(np.unique(base))  # whole pixels only, borders reflected (no fill)
+        shifts.add(found[0])
+    assert len(shifts) > 10  # all 25 shifts are possible; 64 images draw many of them
+
+
+def test_cutout_zeroes_one_square_per_image():
+    out = cutout_batch(tf.ones((32, 32, 32, 3)), tf.constant([5, 6], tf.int64), 8).numpy()
+    zeros = (out[..., 0] == 0).sum(axis=(1, 2))
+    assert zeros.max() == 64 and zeros.min() >= 16  # a full 8x8 square, or clipped at a border
+    assert (out[..., 0] == out[..., 2]).all()
+
+
+def test_alternating_flip_shows_each_image_both_ways_over_two_epochs():
+    images = tf.constant(np.random.default_rng(1).random((6, 4, 4, 1)).astype(np.float32))
+    bits = tf.constant([True, False, True, False, False, True])
+    even, odd = alternating_flip(images, bits, tf.constant(0, tf.int64)), alternating_flip(images, bits, tf.constant(1, tf.int64))
+    mirrored = images.numpy()[:, :, ::-1]
+    for i in range(6):
+        flipped_even = np.array_equal(even[i], mirrored[i])
+        assert flipped_even != np.array_equal(odd[i], mirrored[i])
+        assert flipped_even == bool(bits[i])
+
+
+def test_the_seeds_augmentation_draws_exactly_what_it_drew_before():
+    """The new options default off and leave the seed's stream untouched (the default run is identical)."""
+    x = np.random.default_rng(0).integers(0, 256, (64, 32, 32, 3), dtype=np.uint8)
+    y = np.arange(64) % 10
+    kw = dict(batch_size=32, rank=0, size=1, shard=False, seed=5, initial_epoch=0, epochs=1)
+    default = next(iter(train_stream(x, y, augment=OmegaConf.structured(AugmentConfig()), **kw).dataset))[0].numpy()
+    from cifar_dist.data.pipeline import augment_batch, to_float
+
+    seed_t = tf.constant(5, tf.int64)
+    order = tf.argsort(tf.random.stateless_uniform([64], tf.stack([seed_t, tf.constant(0, tf.int64)])))
+    batch_seed = tf.stack([seed_t ^ 0x5EED, tf.constant(0, tf.int64)])
+    expected = augment_batch(to_float(tf.gather(x, order[:32])), batch_seed, 0.1, 0.1, True).numpy()
+    np.testing.assert_array_equal(default, expected)
+
+
+def test_label_smoothing_is_the_documented_target_mix():
+    from cifar_dist.training.recipe import loss
+
+    assert loss(0.0) == "categorical_crossentropy"
+    y, p = np.eye(10, dtype=np.float32)[[3]], np.full((1, 10), 0.1, np.float32)
+    smoothed = 0.8 * y + 0.02
+    assert float(loss(0.2)(y, p)) == pytest.approx(float(-(smoothed * np.log(p)).sum()), rel=1e-5)
+
+
+def test_speedrun_composes_and_bad_recipe_values_are_one_line():
+    cfg = compose_cfg("experiment=speedrun", "data=sample")
+    assert cfg.model._target_.endswith("airbench.build") and cfg.optimizer._target_.endswith("sgdw")
+    assert cfg.trainer.lr_schedule.kind.value == "triangular" and cfg.trainer.tta.value == "flip_translate"
+    assert problems(cfg) == []
+    seed = compose_cfg("data=sample")
+    assert seed.trainer.lr_schedule.kind.value == "none" and seed.trainer.label_smoothing == 0.0
+    assert seed.trainer.tta.value == "none" and seed.data.augment.translate == 0 and not seed.data.augment.alternating_flip
+    bad = compose_cfg("experiment=speedrun", "trainer.label_smoothing=1.5", "trainer.warmup_epochs=1",
+                      "data.augment.translate=-1", "trainer.lr_schedule.peak_fraction=0")
+    found = problems(bad)
+    assert len(found) == 4, found
