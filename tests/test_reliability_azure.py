@@ -152,7 +152,7 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 1, err[-3000:]
-    assert "failed" in err and "missing" in err
+    assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()
     secrets_planted = [fake_aml.token, fake_aml.state.sas_sig]
     for secret in secrets_planted:
