@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -172,6 +172,9 @@ class SgdwConfig(OptimizerConfig):
     nesterov: bool = True
     weight_decay: float = 5e-4
     exclude_from_weight_decay: List[str] = field(default_factory=lambda: ["batch_normalization", "bias", "gamma", "beta"])
+    # {variable-name substring: lr factor}; airbench trains BatchNorm biases
+    # ("beta") at 64x the lr. Empty = one lr for all.
+    lr_multipliers: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,6 +207,10 @@ class TrainerConfig:
     # Test-time augmentation in the final test evaluation (metrics.json "test";
     # without it in "test_plain").
     tta: Tta = Tta.none
+    # airbench's lookahead (training/lookahead.py): the weights pulled towards
+    # their slow average, with this decay per 5 steps reached at the last step
+    # (rising as (step/total)^3 from 0). 0 = off; airbench: 0.77 (0.95^5).
+    lookahead_decay: float = 0.0
     seed: int = 42
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism()
     # auto: resume when the run dir holds checkpoints, else start fresh;

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from cifar_dist.config import AugmentConfig, register_configs
 from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
 from cifar_dist.evaluation.tta import views, with_tta
+from cifar_dist.training.lookahead import Lookahead, decay_at
 from cifar_dist.training.schedules import Triangular, build_schedule, current_lr
 from cifar_dist.training.sgdw import SGDW
 from cifar_dist.validation import problems
@@ -57,6 +58,47 @@ def test_sgdw_decays_weights_but_not_excluded_ones_and_reports_the_scheduled_lr(
     np.testing.assert_allclose(bias.numpy(), 2.0)
     assert current_lr(opt) == pytest.approx(0.5 * (0.2 + 0.8 * 1 / 5))  # step 1
     assert SGDW.from_config(opt.get_config()).exclude_from_weight_decay == ["bias"]
+
+
+def test_sgdw_lr_multiplier_scales_the_step_of_matching_variables_only():
+    """airbench's BatchNorm-bias lr: factor x the step for names containing "beta", the decay unchanged."""
+    beta = tf.Variable(np.full((2,), 1.0, np.float32), name="batch_normalization/beta")
+    kernel = tf.Variable(np.full((2,), 1.0, np.float32), name="conv2d/kernel")
+    opt = SGDW(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=0.0, lr_multipliers={"beta": 64.0})
+    grad = tf.fill((2,), 0.01)
+    for _ in range(3):
+        opt.apply_gradients([(grad, beta), (grad, kernel)])
+    moved_beta, moved_kernel = 1.0 - beta.numpy(), 1.0 - kernel.numpy()
+    np.testing.assert_allclose(moved_beta, 64 * moved_kernel, rtol=1e-5)  # momentum and all: 64x the lr
+    assert SGDW.from_config(opt.get_config()).lr_multipliers == {"beta": 64.0}
+
+
+def test_lookahead_decay_rises_to_its_final_value_per_five_steps():
+    assert decay_at(0, 100, 0.77, 5) == 0.0
+    assert decay_at(50, 100, 0.77, 5) == pytest.approx(0.77 * 0.5 ** 3)
+    assert decay_at(100, 100, 0.77, 5) == pytest.approx(0.77)
+    assert decay_at(100, 100, 0.77, 10) == pytest.approx(0.77 ** 2)  # one update for 10 steps = two of 5
+    assert decay_at(150, 100, 0.77, 5) == pytest.approx(0.77)  # flat after the run
+
+
+def test_lookahead_sets_the_weights_to_their_slow_average_at_each_update():
+    model = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(0.1), loss="mse")
+    model.optimizer._create_all_weights(model.trainable_variables)
+    kernel = model.weights[0]
+    callback = Lookahead(total_steps=10, final_decay=0.5)
+    callback.set_model(model)
+    callback.on_train_begin()  # slow copy = the weights now (0)
+
+    def step_to(step, value):  # what the optimizer would have done by then
+        model.optimizer.iterations.assign(step)
+        kernel.assign([[value]])
+        callback.on_train_batch_end(0)
+        return float(kernel.numpy()[0, 0])
+
+    assert step_to(5, 1.0) == pytest.approx(0.9375)  # decay 0.5 x (5/10)^3 = 0.0625: 0.0625 x 0 + 0.9375 x 1
+    assert step_to(5, 7.0) == pytest.approx(7.0)  # no step since the last update: untouched
+    assert step_to(10, 2.0) == pytest.approx(0.5 * 0.9375 + 0.5 * 2.0)  # last step: the full final decay, from the slow copy
 
 
 def test_tta_changes_predictions_only_through_the_flip():

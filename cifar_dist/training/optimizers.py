@@ -30,9 +30,9 @@ def adam(lr: float, decay: float = 0.0, beta_1: float = 0.9, beta_2: float = 0.9
 
 
 def sgdw(lr, momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 5e-4,
-         exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta")):
-    """Nesterov SGD with decoupled weight decay; ``lr`` may be a LearningRateSchedule."""
+         exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta"), lr_multipliers=None):
+    """Nesterov SGD with decoupled weight decay (and per-variable lr factors); ``lr`` may be a LearningRateSchedule."""
     from cifar_dist.training.sgdw import SGDW
 
     return SGDW(learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                exclude_from_weight_decay=list(exclude_from_weight_decay))
+                exclude_from_weight_decay=list(exclude_from_weight_decay), lr_multipliers=dict(lr_multipliers or {}))

@@ -39,11 +39,17 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int):
     return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs)
 
 
-def callbacks(model) -> List[Any]:
-    """Callbacks to place before the writers (metrics, checkpoints)."""
+def callbacks(model, trainer_cfg, total_steps: int) -> List[Any]:
+    """Callbacks to place before the writers (metrics, checkpoints): lookahead, then BatchNorm averaging."""
     from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics
+    from cifar_dist.training.lookahead import Lookahead
 
-    return [AverageBatchNormStatistics()] if moving_statistics(model) else []
+    found = []
+    if trainer_cfg.lookahead_decay > 0:
+        found.append(Lookahead(total_steps, trainer_cfg.lookahead_decay))
+    if moving_statistics(model):
+        found.append(AverageBatchNormStatistics())
+    return found
 
 
 def sync_model(model) -> None:
@@ -70,4 +76,5 @@ def run_info(trainer_cfg) -> Dict[str, Any]:
         "label_smoothing": trainer_cfg.label_smoothing,
         "lr_schedule": trainer_cfg.lr_schedule.kind.value,
         "tta": trainer_cfg.tta.value,
+        "lookahead_decay": trainer_cfg.lookahead_decay,
     }

@@ -6,7 +6,11 @@ the legacy optimizer API (slots created up front with ``_create_all_weights``
 so Horovod's broadcast matches them by name, ``variables()``, h5 optimizer
 state), so this adds the same two arguments, with the same meaning, to the
 legacy SGD: before each update, ``w -= lr * weight_decay * w`` for every
-variable whose name contains none of the excluded substrings. Horovod's
+variable whose name contains none of the excluded substrings. Also
+``lr_multipliers`` ({name substring: factor}), airbench's higher learning rate
+for BatchNorm biases: the variable's gradient is multiplied by the factor,
+which for (Nesterov) momentum SGD is the same as multiplying its lr (the
+decay keeps the plain lr, as airbench's). Horovod's
 ``DistributedOptimizer`` wraps it like any legacy optimizer (it averages the
 gradients; the decay needs no communication: every rank holds the same weights).
 """
@@ -18,10 +22,11 @@ import tensorflow as tf
 @tf.keras.utils.register_keras_serializable("cifar_dist")
 class SGDW(tf.keras.optimizers.legacy.SGD):
     def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, weight_decay=0.0,
-                 exclude_from_weight_decay=(), name="SGDW", **kwargs):
+                 exclude_from_weight_decay=(), lr_multipliers=None, name="SGDW", **kwargs):
         super().__init__(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, name=name, **kwargs)
         self.weight_decay = float(weight_decay)
         self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+        self.lr_multipliers = {str(k): float(v) for k, v in dict(lr_multipliers or {}).items()}
 
     def decays(self, var) -> bool:
         return self.weight_decay > 0 and not any(part in var.name for part in self.exclude_from_weight_decay)
@@ -30,7 +35,18 @@ class SGDW(tf.keras.optimizers.legacy.SGD):
         lr = self._decayed_lr(var.dtype.base_dtype)
         return var.assign_sub(lr * tf.cast(self.weight_decay, var.dtype.base_dtype) * var, read_value=False)
 
+    def lr_multiplier(self, var) -> float:
+        """The product of the factors whose substring is in the variable's name (1 when none)."""
+        factor = 1.0
+        for part, value in self.lr_multipliers.items():
+            if part in var.name:
+                factor *= value
+        return factor
+
     def _resource_apply_dense(self, grad, var, apply_state=None):
+        factor = self.lr_multiplier(var)
+        if factor != 1.0:
+            grad = grad * tf.cast(factor, grad.dtype)
         if not self.decays(var):
             return super()._resource_apply_dense(grad, var, apply_state)
         with tf.control_dependencies([self._decay(var)]):
@@ -38,4 +54,4 @@ class SGDW(tf.keras.optimizers.legacy.SGD):
 
     def get_config(self):
         return {**super().get_config(), "weight_decay": self.weight_decay,
-                "exclude_from_weight_decay": self.exclude_from_weight_decay}
+                "exclude_from_weight_decay": self.exclude_from_weight_decay, "lr_multipliers": self.lr_multipliers}

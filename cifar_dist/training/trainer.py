@@ -431,7 +431,8 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
         hvd.callbacks.MetricAverageCallback(),
         StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
-        *recipe.callbacks(model),  # BatchNorm statistics averaged across ranks, before any writer
+        # lookahead; BatchNorm statistics averaged across ranks, before any writer
+        *recipe.callbacks(model, t, steps * run.epochs),
     ]
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
