@@ -132,7 +132,7 @@ class AirbenchConfig(ModelConfig):
     _target_: str = "cifar_dist.models.airbench.build"
     widths: List[int] = field(default_factory=lambda: [64, 256, 256])
     whitening_kernel: int = 2
-    batchnorm_momentum: float = 0.4  # Keras' convention: airbench's PyTorch momentum 0.6
+    batchnorm_momentum: float = 0.6  # Keras: moving = 0.6 moving + 0.4 batch (airbench passes 1 - 0.6 to PyTorch)
     output_scale: float = 1 / 9
 
 

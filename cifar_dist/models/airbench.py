@@ -8,7 +8,7 @@ def build(
     num_classes: int = 10,
     widths: Sequence[int] = (64, 256, 256),
     whitening_kernel: int = 2,
-    batchnorm_momentum: float = 0.4,
+    batchnorm_momentum: float = 0.6,
     output_scale: float = 1 / 9,
     input_shape: Sequence[int] = (32, 32, 3),
 ):
