@@ -83,6 +83,18 @@ def _interrupt(job: ClusterJob) -> LaunchResult:
         job.close()
 
 
+def detached(job: str, how_to_follow: str) -> LaunchResult:
+    """Ctrl-C with launcher.on_interrupt=detach: ``job`` (as the user knows it, e.g.
+    "Slurm job 42") keeps running on the cluster; the result says how to follow it."""
+    log.warning("interrupted: %s keeps running (launcher.on_interrupt=detach)", job)
+    return LaunchResult(exit_code=130, message=f"interrupted; {job} keeps running: {how_to_follow}")
+
+
+def rerun_or(service_command: str) -> str:
+    """How to follow a detached job: the same command again (it submits nothing new), or the service's own CLI."""
+    return f"re-run the same command to follow it and fetch its outputs, or `{service_command}`"
+
+
 class ClusterLauncher(Launcher):
     """Submit-then-watch for every point; subclasses say how to prepare and submit one job.
 

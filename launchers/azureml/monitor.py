@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
-from cifar_dist.launchers.cluster import ClusterJob
+from cifar_dist.launchers.cluster import ClusterJob, detached, rerun_or
 
 log = logging.getLogger(__name__)
 
@@ -197,12 +197,7 @@ class AzureMLJob(ClusterJob):
             f"az ml job show --name {self.name} --resource-group {settings.resource_group} "
             f"--workspace-name {settings.workspace}"
         )
-        log.warning("interrupted: job %s keeps running (launcher.on_interrupt=detach)", self.name)
-        return LaunchResult(
-            exit_code=130,
-            message=f"interrupted; Azure ML job {self.name} keeps running: re-run the same command to follow it "
-            f"and fetch its outputs, or `{show}`",
-        )
+        return detached(f"Azure ML job {self.name}", rerun_or(show))
 
     def close(self) -> None:
         self.workspace.close()

@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
+from cifar_dist.launchers.cluster import detached, rerun_or
 from cifar_dist.results import EVALUATION_FILE, METRICS_FILE, as_metrics, read_json
 
 log = logging.getLogger(__name__)
@@ -239,12 +240,7 @@ class JobFollower:
             f"az batchai job show --resource-group {settings.resource_group} --workspace {settings.workspace} "
             f"--experiment {settings.conf.experiment} --name {self.name}"
         )
-        log.warning("interrupted: job %s keeps running (launcher.on_interrupt=detach)", self.name)
-        return LaunchResult(
-            exit_code=130,
-            message=f"interrupted; Batch AI job {self.name} keeps running: re-run the same command to follow it "
-            f"and fetch its outputs, or `{show}`",
-        )
+        return detached(f"Batch AI job {self.name}", rerun_or(show))
 
 
 def _node_counts(cluster) -> str:

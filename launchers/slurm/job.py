@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.base import LaunchError, LaunchResult
-from cifar_dist.launchers.cluster import ClusterJob
+from cifar_dist.launchers.cluster import ClusterJob, detached
 from cifar_dist.launchers.failure import first_failure, read_exit_records, tail
 from cifar_dist.launchers.multirank import LOG_DIR
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
@@ -205,12 +205,8 @@ class SlurmJob(ClusterJob):
 
     def interrupt(self) -> LaunchResult:
         if self.conf.on_interrupt == OnInterrupt.detach:
-            log.warning("interrupted: %s keeps running (launcher.on_interrupt=detach)", self.name)
-            return LaunchResult(
-                exit_code=130,
-                message=f"interrupted; {self.name} keeps running: follow it with `squeue -j {self.job_id}` and "
-                        f"`tail -f {self.stream.path}`, or re-run the same command to follow it and get its result",
-            )
+            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `tail -f {self.stream.path}`, "
+                                       "or re-run the same command to follow it and get its result")
         try:
             self.client.cancel(self.job_id)
         except LaunchError as exc:
