@@ -11,28 +11,24 @@ appears, so the launcher streams and downloads it through the real SDKs.
 jobPreparation is not run: this interpreter already has cifar_dist and its
 dependencies (the test's checkout, not the uploaded wheel).
 
-Preemption (``BatchAIState.preemptions``): the process is killed (SIGKILL, its
-whole process group) as soon as the run dir holds a finished checkpoint, and
-the job goes back to queued, as Batch AI requeued a job whose low-priority
-node was taken away; the next run starts a fresh process on the same share.
+Preemption (``BatchAIState.preemptions``, run by ``node_process``): the process
+is killed (SIGKILL, its whole process group) as soon as the run dir holds a
+finished checkpoint, and the job goes back to queued, as Batch AI requeued a
+job whose low-priority node was taken away; the next run starts a fresh
+process on the same share.
 """
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import signal
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Set, Tuple
 
 from .files import FileStore
+from .node_process import NodeProcess
 
 MOUNT_ROOT_VAR = "$AZ_BATCHAI_JOB_MOUNT_ROOT"
-CHECKPOINT = re.compile(r"^checkpoint-\d{3,}\.h5$")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -84,14 +80,11 @@ class Mirror:
             del self._seen[key]
 
 
-class NodeRun:
+class NodeRun(NodeProcess):
     """One run of a job's entry script (one attempt; a requeued job gets a new one)."""
 
     def __init__(self, root: Path, script: str, args: str, env: Dict[str, str], stdouterr: Path,
                  run_dir: Path, preempt: bool):
-        self.run_dir = run_dir
-        self.preempted = False  # killed by the fake's "preemption", not failed on its own
-        self.checkpoints_at_kill: List[str] = []
         stdouterr.mkdir(parents=True, exist_ok=True)
         expand = lambda text: text.replace(MOUNT_ROOT_VAR, str(root))  # noqa: E731  (Batch AI expands it)
         node_env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_"))}
@@ -105,31 +98,5 @@ class NodeRun:
         # A new run writes its stdout.txt/stderr.txt afresh (what Batch AI did on a retry is not
         # documented; the launcher copes with either).
         with open(stdouterr / "stdout.txt", "wb") as out, open(stdouterr / "stderr.txt", "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, expand(script), *shlex.split(expand(args))],
-                env=node_env, cwd=root, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        if preempt:
-            threading.Thread(target=self._preempt_after_first_checkpoint, daemon=True).start()
-
-    def _preempt_after_first_checkpoint(self) -> None:
-        folder = self.run_dir / "checkpoints"
-        while self.proc.poll() is None:
-            done = sorted(p.name for p in folder.glob("checkpoint-*.h5") if CHECKPOINT.match(p.name)) if folder.is_dir() else []
-            if done:
-                self.checkpoints_at_kill = done
-                self.preempted = True
-                self.kill()
-                return
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
-    def exit_code(self) -> Optional[int]:
-        return self.proc.poll()
+            super().__init__([sys.executable, expand(script), *shlex.split(expand(args))], env=node_env, cwd=root,
+                             stdout=out, stderr=err, run_dir=run_dir, preempt=preempt)

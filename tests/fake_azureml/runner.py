@@ -4,27 +4,25 @@ output as a local folder that persists across requeues (a read-write mount),
 ``${{outputs.*}}`` and ``${{inputs.*}}`` replaced by local paths, the job's
 environment variables set, the output captured as the rank-0 user log.
 
-Preemption: the process group is killed (SIGKILL) as soon as the run dir holds
-a finished checkpoint; the job then goes back to the queue and runs again.
+Preemption (``fake_azure.node_process``): the process group is killed (SIGKILL)
+as soon as the run dir holds a finished checkpoint; the job then goes back to
+the queue and runs again.
 """
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from typing import List, Optional
 
-CHECKPOINT = re.compile(r"^checkpoint-\d{3,}\.h5$")
+from fake_azure.node_process import NodeProcess
+
 _DATASTORE_PATH = re.compile(r"^azureml://(?:.*/)?datastores/(?P<ds>[^/]+)/paths/(?P<path>.+)$")
 _JOB_OUTPUT = re.compile(r"^azureml://jobs/(?P<job>[^/]+)/outputs/(?P<output>[^/]+)(?:/paths/(?P<path>.*))?$")
 
 
-class NodeRun:
+class NodeRun(NodeProcess):
     """One attempt of one job (a requeued job gets a new one)."""
 
     def __init__(self, state, job, preempt: bool):
@@ -32,8 +30,6 @@ class NodeRun:
         processes = props["resources"]["instanceCount"] * (props.get("distribution") or {}).get("processCountPerInstance", 1)
         assert processes == 1, "the fake runs one process per job: launcher.instance_count=1, process_count_per_instance=1"
         self.attempt = job.attempt
-        self.preempted = False
-        self.checkpoints_at_kill: List[str] = []
         folder = state.node_root / job.name
         self.code = _materialize_code(state, props["codeId"], folder / "code")
         self.outputs = folder / "outputs" / "run_dir"
@@ -52,34 +48,8 @@ class NodeRun:
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         env.pop("PYTHONPATH", None)  # the code asset, not the source tree, is what runs
         with open(log_file, "wb") as out:
-            self.proc = subprocess.Popen(
-                ["bash", "-c", command], env=env, cwd=self.code, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        if preempt:
-            threading.Thread(target=self._preempt_after_first_checkpoint, daemon=True).start()
-
-    def _preempt_after_first_checkpoint(self) -> None:
-        folder = self.outputs / "checkpoints"
-        while self.proc.poll() is None:
-            done = sorted(p.name for p in folder.glob("checkpoint-*.h5") if CHECKPOINT.match(p.name)) if folder.is_dir() else []
-            if done:
-                self.checkpoints_at_kill = done
-                self.preempted = True
-                self.kill()
-                return
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-
-    def exit_code(self) -> Optional[int]:
-        return self.proc.poll()
+            super().__init__(["bash", "-c", command], env=env, cwd=self.code, stdout=out, stderr=subprocess.STDOUT,
+                             run_dir=self.outputs, preempt=preempt)
 
 
 def _materialize_code(state, code_id: str, folder: Path) -> Path:
