@@ -52,11 +52,11 @@ def test_a_response_that_never_comes_is_retried_after_the_read_timeout(fake_azur
     real_dispatch = fake_azure.dispatch
     stalled = []
 
-    def dispatch(method, raw_path, headers, body):
+    def dispatch(method, host, raw_path, headers, body):
         if method == "GET" and _arm_job(raw_path.split("?")[0]) and not stalled:
             stalled.append(time.monotonic())
             time.sleep(4)  # longer than launcher.read_timeout_s: the client gives up on this one
-        return real_dispatch(method, raw_path, headers, body)
+        return real_dispatch(method, host, raw_path, headers, body)
 
     fake_azure.dispatch = dispatch
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.read_timeout_s": "1"})
@@ -127,10 +127,9 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     import secrets
 
     from fake_azureml.fixtures import aml_env, aml_overrides
-    from fake_azureml.server import Fault as AmlFault
 
     fake_aml.token = "planted-" + secrets.token_urlsafe(24)
-    fake_aml.faults.append(AmlFault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
+    fake_aml.faults.append(Fault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
     run_dir = tmp_path / "run"
     args = aml_overrides(fake_aml, run_dir, snapshot_cache, **{
         "hydra.verbose": "true", "data": "cifar10", "data.path": str(tmp_path / "missing"), "data.download": "false"})
