@@ -80,6 +80,28 @@ def _cmdlines() -> bytes:
     return b"\n".join(found)
 
 
+def _communicate_sampling_ps(proc, timeout: float):
+    """``proc.communicate(timeout)`` while sampling every process's arguments (as `ps -ef`
+    would show them) every 50 ms; (stdout, stderr, the samples). Kills ``proc`` if it overruns."""
+    seen, stop = [], threading.Event()
+
+    def sample_ps():
+        while not stop.is_set():
+            seen.append(_cmdlines())
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample_ps, daemon=True)
+    sampler.start()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop.set()
+        sampler.join()
+        if proc.poll() is None:
+            proc.kill()
+    return out, err, seen
+
+
 def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_failure(
         fake_azure, storage_key, wheel_cache, tmp_path):
     run_dir = tmp_path / "run"
@@ -89,22 +111,7 @@ def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
         "hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail"})
     proc = start_cli(args, cli_env(fake_azure, storage_key), tmp_path)
-    seen, stop = [], threading.Event()
-
-    def sample_ps():  # every process's arguments, as `ps -ef` would show them, while the launch runs
-        while not stop.is_set():
-            seen.append(_cmdlines())
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample_ps, daemon=True)
-    sampler.start()
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        stop.set()
-        sampler.join()
-        if proc.poll() is None:
-            proc.kill()
+    out, err, seen = _communicate_sampling_ps(proc, timeout=120)
     assert proc.returncode == 3, err[-3000:]
     assert "planted training failure" in err
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()  # debug logging really was on
@@ -134,22 +141,7 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     args = aml_overrides(fake_aml, run_dir, snapshot_cache, **{
         "hydra.verbose": "true", "data": "cifar10", "data.path": str(tmp_path / "missing"), "data.download": "false"})
     proc = start_cli(args, aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), tmp_path)
-    seen, stop = [], threading.Event()
-
-    def sample_ps():
-        while not stop.is_set():
-            seen.append(_cmdlines())
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample_ps, daemon=True)
-    sampler.start()
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        stop.set()
-        sampler.join()
-        if proc.poll() is None:
-            proc.kill()
+    out, err, seen = _communicate_sampling_ps(proc, timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()
