@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli
+from terminal_signals import sigint_as_in_a_terminal
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -66,7 +67,8 @@ def wait_for(condition, timeout, proc=None, what=""):
 
 def start_cli(*overrides, cwd=REPO):
     return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=cwd, env=cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)
 
 
 def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):

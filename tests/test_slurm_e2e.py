@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli
 from slurm_cluster import missing_packages, start_cluster
+from terminal_signals import sigint_as_in_a_terminal
 
 pytestmark = [
     pytest.mark.mpi,
@@ -62,7 +63,8 @@ def env_for(cluster) -> dict:
 
 def start_cli(cluster, *overrides):
     return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=REPO, env=env_for(cluster),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)
 
 
 def wait_for(condition, timeout, proc=None, what=""):

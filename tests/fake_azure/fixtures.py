@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+
+from terminal_signals import sigint_as_in_a_terminal
 
 from .server import FakeAzure
 
@@ -85,16 +86,9 @@ def run_cli(args: List[str], env: Dict[str, str], cwd: Path, timeout: float = 60
     )
 
 
-def _sigint_as_in_a_terminal() -> None:
-    # A test run started in the background (`cmd &` in a script, nohup) inherits
-    # SIGINT ignored, and Python then never turns it into KeyboardInterrupt; a
-    # user's Ctrl-C reaches a foreground process with the default action.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start_cli(args: List[str], env: Dict[str, str], cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "cifar_dist", *args],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=_sigint_as_in_a_terminal,
+        preexec_fn=sigint_as_in_a_terminal,
     )
