@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from cifar_fixtures import BATCH_DIR, batch_files, sample_batches, write_folder
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
 
@@ -35,6 +37,7 @@ def test_a_requeue_and_a_failure_are_reported_with_the_service_reasons(fake_azur
     assert "Epoch 1/6" in after and "Epoch 6/6" in after
 
 
+@pytest.mark.slow  # 1.3 min; cloud preemption stays in the default suite (test_azureml_preemption)
 def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(fake_azure, storage_key, wheel_cache, tmp_path):
     """The node entry really runs (a local process, a local folder as the mounted share):
     killed once its first checkpoint is on the share, requeued, run again; the second run

@@ -10,6 +10,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO, cli_env, read_metrics, run_cli
 
 # The 1-point sweep: in-process launcher, one short epoch on the packaged sample.
@@ -57,6 +59,7 @@ def test_wheel_carries_configs_launchers_and_sample_and_sweeps_from_anywhere(tmp
     _one_point_sweep(sys.executable, elsewhere, env)
 
 
+@pytest.mark.slow  # 1 min; the suite itself runs on the editable install, and the wheel test stays
 def test_editable_install_sweeps_from_anywhere(tmp_path):
     """A fresh venv that sees this one's dependencies (a .pth line), with this repository
     installed editable into it by setuptools' own editable mode."""

@@ -16,6 +16,7 @@ COMMON = ("data=sample", "trainer.batch_size=128", "trainer.epochs=2", "trainer.
           "trainer.plot=false", "trainer.tensorboard=false", "trainer.save_model=false", "trainer.verbose=0")
 
 
+@pytest.mark.slow  # 1.5 min; resume stays in the default suite (test_train_e2e, test_slurm_e2e's requeue)
 @pytest.mark.timeout(600)
 def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"

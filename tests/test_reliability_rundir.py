@@ -105,6 +105,7 @@ DISK_FULL = textwrap.dedent(r'''
 ''')
 
 
+@pytest.mark.slow  # 1.2 min; the run-dir guards' other tests stay in the default suite
 @needs_tmpfs
 @pytest.mark.timeout(900)
 def test_disk_full_while_saving_keeps_earlier_checkpoints_and_the_rerun_resumes(tmp_path):

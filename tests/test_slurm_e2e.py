@@ -293,6 +293,7 @@ def test_a_failing_rank_is_named_with_the_tail_of_its_log(cluster, tiny_data, tm
     assert f"re-run with hydra.run.dir={run_dir}" in out
 
 
+@pytest.mark.slow  # 1.4 min; requeue + resume on the real Slurm stays in the default suite
 def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_rank_run, tiny_data, tmp_path):
     trained, _ = two_rank_run
     run_dir = tmp_path / "run"

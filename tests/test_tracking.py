@@ -201,6 +201,7 @@ def test_sweep_dir_is_the_run_dir_minus_the_resolved_subdir(tmp_path):
 # --- real training runs, SQLite store ----------------------------------------------------------
 
 
+@pytest.mark.slow  # 1.1 min; real MLflow runs stay in the default suite (the sweep and failure tests here)
 def test_run_resume_and_artifacts_recorded_in_one_mlflow_run(tmp_path):
     db, run_dir = tmp_path / "mlflow.db", tmp_path / "run"
     common = (*QUICK, "trainer.epochs=2", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}")
