@@ -105,7 +105,7 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
 
 _REQUEUE_IF_UNFINISHED = """\
 # After the stop signal: requeue this job if training is not finished (it resumes from its checkpoint).
-if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -c {check} {metrics}; then
+if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -m cifar_dist.results unfinished {run_dir}; then
     if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_resubmits} ]; then
         echo "cifar_dist: requeueing job $SLURM_JOB_ID (restart $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of {max_resubmits}): it resumes from its last checkpoint"
         scontrol requeue "$SLURM_JOB_ID"
@@ -115,7 +115,6 @@ if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -c {check} {metric
     exit 3
 fi
 """
-_UNFINISHED_CHECK = "import json,sys; sys.exit(1 if json.load(open(sys.argv[1])).get(\"complete\") else 0)"
 
 
 def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = None) -> str:
@@ -157,7 +156,7 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     ]
     if conf.signal_grace_s:
         lines.append(_REQUEUE_IF_UNFINISHED.format(
-            python=q(python), check=q(_UNFINISHED_CHECK), metrics=q(str(job.output_dir / "metrics.json")),
+            python=q(python), run_dir=q(str(job.output_dir)),
             max_resubmits=int(conf.max_resubmits),
         ))
     lines.append('exit "$status"')
