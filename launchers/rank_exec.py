@@ -27,13 +27,12 @@ orted on another host, horovodrun's shell or the ssh session) goes away: the
 kernel sends it SIGTERM then (PR_SET_PDEATHSIG), which is passed on, and a
 watch on its parent pid catches the parent dying before that was set up.
 So whatever kills the launcher, no rank keeps training into the run dir.
-Only the standard library is imported: this runs once per rank, per launch.
+Only light modules are imported (no TensorFlow, no Horovod): this runs once per rank, per launch.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -44,6 +43,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cifar_dist.durable import write_json
 from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, heartbeat_path
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
@@ -203,9 +203,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
         ended.update(exit_code=returncode, signal=None, signal_name=None)
     if mpi_group is not None:
         ended["group"] = mpi_group
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ended))
-    os.replace(tmp, record)
+    write_json(record, ended)  # atomic: the launcher never reads half a record
     return 0 if mpi_group is not None else ended["exit_code"]
 
 

@@ -126,7 +126,7 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
 
     decision = (0, None)
     if world.is_chief:
-        from cifar_dist.training.artifacts import remove_partials
+        from cifar_dist.durable import remove_partials
 
         # Temp files of writes a kill -9 interrupted (never under a real name).
         remove_partials(checkpoint_dir.parent, checkpoint_dir, checkpoint_dir.parent / "saved_models")
@@ -509,7 +509,8 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
 def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done: int, previous_wall: float) -> None:
     """Rank 0: the final model, the learning curves and metrics.json."""
     from cifar_dist.training import checkpoints
-    from cifar_dist.training.artifacts import plot_learning_curves, write_json
+    from cifar_dist.durable import write_json
+    from cifar_dist.training.artifacts import plot_learning_curves
 
     t = run.trainer
     rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
