@@ -20,16 +20,15 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from cifar_dist.launchers.base import RANK_GUARD_ENV, JobSpec
+from cifar_dist.launchers.base import JobSpec
 from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers import rank_env
+from cifar_dist.launchers.rank_env import STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
 
 SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
 SCRIPT_NAME = "job.sbatch"
 STOP_SIGNAL = "USR1"
-# Read by cifar_dist.training.preemption on every rank (same name there; not imported:
-# it pulls in TensorFlow): stop after the epoch on this signal.
-STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
 
 
 def output_pattern(run_dir: Path) -> Path:
@@ -72,15 +71,9 @@ def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
 
 
 def rank_environment(conf: SlurmLauncherConf) -> Dict[str, str]:
-    """What every rank needs (the same as under launcher=mpirun), then the user's env."""
-    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": "1"}
-    if conf.stall_shutdown_s:
-        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, conf.stall_shutdown_s // 2))
-        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(conf.stall_shutdown_s)
-    if conf.signal_grace_s:
-        env[STOP_SIGNAL_ENV] = STOP_SIGNAL
-    env.update(conf.env)
-    return env
+    """What every rank needs (rank_env: the same as under every launcher), the stop signal, then the user's env."""
+    extra = {STOP_SIGNAL_ENV: STOP_SIGNAL} if conf.signal_grace_s else {}
+    return rank_env.rank_environment(conf.env, extra, stall_shutdown_s=conf.stall_shutdown_s or 0)
 
 
 def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str]:
