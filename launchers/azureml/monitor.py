@@ -17,7 +17,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
