@@ -2,15 +2,20 @@
 
 A training run's rank 0 writes ``metrics.json`` (every epoch, then the test
 scores); a ``task=evaluate`` run writes ``evaluation.json``. Launchers (to
-report a result), the sweep launcher (to hand Hydra each point's accuracy)
-and the sweep summary all read them through here.
+report a result), the sweep launcher (to hand Hydra each point's accuracy),
+the sweep summary, tracking, the benchmarks and the Slurm batch script
+(``python -m cifar_dist.results unfinished <run dir>``) all read them through
+here, with one rule: a run dir holding both reports evaluation.json (a
+``task=evaluate`` written into a training run dir scored it after training).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -18,10 +23,15 @@ METRICS_FILE = "metrics.json"
 EVALUATION_FILE = "evaluation.json"
 
 
+def load_json(path: Path) -> Any:
+    """The file's JSON; OSError or ValueError when it cannot be read or parsed (for a caller that reports why)."""
+    return json.loads(Path(path).read_text("utf-8"))
+
+
 def read_json(path: Path) -> Optional[Dict[str, Any]]:
     """The file's JSON object, or None when it is missing or not (yet) valid JSON."""
     try:
-        doc = json.loads(Path(path).read_text("utf-8"))
+        doc = load_json(path)
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
@@ -50,8 +60,37 @@ def read_results(run_dir: Path) -> Optional[Dict[str, Any]]:
     return read_metrics(run_dir)
 
 
+def read_results_or_warn(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """read_results, with a warning when the run dir holds neither result (a job that ended early)."""
+    results = read_results(run_dir)
+    if results is None:
+        log.warning("the job wrote no readable %s or %s in %s", METRICS_FILE, EVALUATION_FILE, run_dir)
+    return results
+
+
+def training_complete(run_dir: Path) -> bool:
+    """Whether the run's metrics.json says training finished (False while it is missing or unfinished)."""
+    return bool((read_metrics(run_dir) or {}).get("complete", False))
+
+
 def final_accuracy(metrics: Optional[Dict[str, Any]]) -> Optional[float]:
     """The number a sweep optimises: the final test accuracy (evaluation accuracy for task=evaluate)."""
     test = (metrics or {}).get("test") or {}
     accuracy = test.get("accuracy")
     return None if accuracy is None else float(accuracy)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m cifar_dist.results unfinished RUN_DIR``: exit 0 when training in RUN_DIR is not finished.
+
+    The Slurm batch script asks this after the stop signal, to decide whether to requeue its job.
+    """
+    parser = argparse.ArgumentParser(prog="python -m cifar_dist.results", description=main.__doc__.splitlines()[0])
+    parser.add_argument("question", choices=["unfinished"])
+    parser.add_argument("run_dir", type=Path)
+    args = parser.parse_args(argv)
+    return 1 if training_complete(args.run_dir) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cifar_dist.durable import save_figure
 from cifar_dist.results import read_evaluation, read_metrics
-
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 
 log = logging.getLogger(__name__)
@@ -169,10 +169,7 @@ def plot(points: List[Point], path: Path) -> None:
     if right.lines:
         right.legend(fontsize="small")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 def summarize(sweep_dir: Path, out=None) -> List[Point]:

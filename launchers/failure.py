@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
@@ -63,6 +64,7 @@ def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
 
 
 def tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` non-empty lines of a log, read from its last 32 KiB, as the console last showed them."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -73,6 +75,16 @@ def tail(path: Path, lines: int = 15) -> str:
     # Keras progress bars redraw with \r and \b: keep only what was last shown.
     shown = [line.rsplit("\r", 1)[-1].replace("\b", "") for line in text.splitlines()]
     return "\n".join([line for line in shown if line.strip()][-lines:])
+
+
+def print_tail(path: Path, lines: int, what: str) -> None:
+    """Write the tail of a job's log to stderr under a heading naming ``what`` (nothing when empty)."""
+    text = tail(path, lines) if lines > 0 else ""
+    if not text:
+        return
+    shown = text.splitlines()
+    sys.stderr.write(f"--- last {len(shown)} lines of {what} ---\n{text}\n")
+    sys.stderr.flush()
 
 
 def _describe(code: int, sig: Optional[int]) -> str:

@@ -30,6 +30,7 @@ from cifar_dist.launchers.base import (
 )
 from cifar_dist.launchers import hosts as hostlib
 from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
+from cifar_dist.launchers.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ LOG_DIR = "logs"  # per-rank logs, exit records and the runner's output, under t
 RUNNER_LOG = "launcher.log"
 
 # Variables every rank needs, forwarded by name (never by value on the command line).
-ALWAYS_FORWARDED = ("TF_USE_LEGACY_KERAS", RANK_GUARD_ENV, "PYTHONUNBUFFERED")
+ALWAYS_FORWARDED = (LEGACY_KERAS_ENV, RANK_GUARD_ENV, "PYTHONUNBUFFERED")
 FORWARDED_IF_SET = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "HYDRA_FULL_ERROR", "TF_ENABLE_ONEDNN_OPTS",
                     "CIFAR_DIST_TF_LOGS",
                     # tracking=mlflow: rank 0 logs to the same tracker as a local run would
@@ -218,14 +219,8 @@ class MultiRankLauncher(Launcher):
 
     def rank_environment(self) -> Dict[str, str]:
         """Variables set for the ranks (on top of this process's environment)."""
-        env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": os.environ.get("TF_USE_LEGACY_KERAS", "1")}
-        if self.conf.stall_shutdown_s > 0:
-            env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, self.conf.stall_shutdown_s // 2))
-            env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(self.conf.stall_shutdown_s)
-        if self.conf.cycle_time_ms > 0:
-            env["HOROVOD_CYCLE_TIME"] = f"{self.conf.cycle_time_ms:g}"
-        env.update(self.conf.env)
-        return env
+        extra = {"HOROVOD_CYCLE_TIME": f"{self.conf.cycle_time_ms:g}"} if self.conf.cycle_time_ms > 0 else {}
+        return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s)
 
     def forwarded_names(self, env: Dict[str, str]) -> List[str]:
         names = list(ALWAYS_FORWARDED) + [k for k in self.rank_environment() if k not in ALWAYS_FORWARDED]

@@ -27,13 +27,12 @@ orted on another host, horovodrun's shell or the ssh session) goes away: the
 kernel sends it SIGTERM then (PR_SET_PDEATHSIG), which is passed on, and a
 watch on its parent pid catches the parent dying before that was set up.
 So whatever kills the launcher, no rank keeps training into the run dir.
-Only the standard library is imported: this runs once per rank, per launch.
+Only light modules are imported (no TensorFlow, no Horovod): this runs once per rank, per launch.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -44,6 +43,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cifar_dist.durable import write_json
 from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, heartbeat_path
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
@@ -165,13 +165,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     alive = heartbeat_path(log_dir, rank)
     alive.unlink(missing_ok=True)
     child_env = {**(child_env or os.environ), HEARTBEAT_ENV: str(alive)}
-    log = open(log_path(log_dir, rank), "ab")
-    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    log.write(
-        f"==== rank {rank} (local {local_rank}/{local_size}) on {socket.gethostname()}, "
-        f"cores {affinity}, started {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode()
-    )
-    log.flush()
+    log = open_rank_log(log_dir, rank, local_rank, local_size)
 
     chief = rank == 0 and not mpi_group  # streams to the console
     child = subprocess.Popen(
@@ -196,17 +190,33 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     returncode = child.wait()
     log.close()
 
-    ended = {"rank": rank, "host": socket.gethostname(), "pid": child.pid, "time": time.time()}
+    exit_code = write_exit_record(record, rank, child.pid, returncode, mpi_group)
+    return 0 if mpi_group is not None else exit_code
+
+
+def open_rank_log(log_dir: Path, rank: int, local_rank: int, local_size: int):
+    """The rank's log file, opened for appending, with a header naming the rank, its host and cores."""
+    log = open(log_path(log_dir, rank), "ab")
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    log.write(
+        f"==== rank {rank} (local {local_rank}/{local_size}) on {socket.gethostname()}, "
+        f"cores {affinity}, started {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode()
+    )
+    log.flush()
+    return log
+
+
+def write_exit_record(record: Path, rank: int, pid: int, returncode: int, mpi_group: Optional[int]) -> int:
+    """How the rank ended (exit code or signal), atomically: the launcher never reads half a record."""
+    ended = {"rank": rank, "host": socket.gethostname(), "pid": pid, "time": time.time()}
     if returncode < 0:
         ended.update(exit_code=128 - returncode, signal=-returncode, signal_name=signal.Signals(-returncode).name)
     else:
         ended.update(exit_code=returncode, signal=None, signal_name=None)
     if mpi_group is not None:
         ended["group"] = mpi_group
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ended))
-    os.replace(tmp, record)
-    return 0 if mpi_group is not None else ended["exit_code"]
+    write_json(record, ended)
+    return ended["exit_code"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -53,7 +53,11 @@ def run(overrides, run_dir: Path, env) -> dict:
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         sys.exit(f"run failed ({' '.join(cmd)}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    from cifar_dist.results import read_metrics
+
+    metrics = read_metrics(run_dir)
+    if metrics is None:
+        sys.exit(f"run left no readable metrics in {run_dir} ({' '.join(cmd)})")
     rates = [round(e["images_per_sec"], 1) for e in metrics["epochs"]]
     return {"images_per_sec": metrics["images_per_sec"], "epoch_rates": rates,
             "threads": [metrics["run"]["threads_intra_op"], metrics["run"]["threads_inter_op"]],
@@ -61,6 +65,7 @@ def run(overrides, run_dir: Path, env) -> dict:
 
 
 def main() -> None:
+    sys.path.insert(0, str(REPO))  # cifar_dist.results, run from a checkout
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3, help="epochs each rank trains (first one is warm-up)")

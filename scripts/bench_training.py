@@ -153,17 +153,23 @@ def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     return cmd + v.overrides
 
 
+def read_result(v: Variant, run_dir: Path) -> Optional[dict]:
+    """The variant's result JSON (the script's result.json, cifar_dist's metrics.json); None when unreadable."""
+    from cifar_dist.results import read_json, read_metrics
+
+    return read_json(run_dir / "result.json") if v.kind == "script" else read_metrics(run_dir)
+
+
 def normalise(v: Variant, run_dir: Path, wall: float, proc: subprocess.CompletedProcess) -> dict:
     """The variant's result in one shape, whatever wrote it."""
     out = {"variant": v.name, "label": v.label, "ranks": v.ranks, "ok": proc.returncode == 0,
            "process_wall_s": wall, "returncode": proc.returncode}
-    path = run_dir / ("result.json" if v.kind == "script" else "metrics.json")
-    if proc.returncode != 0 or not path.exists():
+    raw = read_result(v, run_dir)
+    if proc.returncode != 0 or raw is None:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()
         errors = [line for line in tail if "error" in line.lower()]
         out["error"] = (errors or tail or ["no output"])[-1][:300]
         return out
-    raw = json.loads(path.read_text())
     out.update(
         epochs=[{k: e.get(k) for k in ("epoch", "images_per_sec", "epoch_seconds", "val_accuracy", "accuracy", "loss")}
                 for e in raw.get("epochs", [])],
@@ -211,8 +217,8 @@ def collect(work: Path, table: Dict[str, Variant]) -> tuple:
         if name not in table:
             continue
         v = table[name]
-        path = run_dir / ("result.json" if v.kind == "script" else "metrics.json")
-        done = path.exists() and (v.kind == "script" or json.loads(path.read_text()).get("complete"))
+        raw = read_result(v, run_dir)
+        done = raw is not None and (v.kind == "script" or raw.get("complete"))
         stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
         r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
         results.append({**r, "rep": int(rep), "command": None, **logged.get(run_dir.name, {})})

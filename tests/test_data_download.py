@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from cifar_dist.data import DataError, load_dataset
 from cifar_dist.data.download import download
+from cifar_dist.durable import TEMP_SUFFIX
 from cifar_fixtures import Route, batch_files, download_cfg, load_in_child, md5_of, random_batches, serve, tar_bytes, unused_port
 
 TRAIN, TEST = random_batches(n_train_batches=2, per_batch=16, n_test=12, seed=2)
@@ -18,7 +19,8 @@ HINT = "point data.path at a copy of cifar-10-python.tar.gz or use data=sample"
 
 
 def _leftovers(cache: Path) -> list[str]:
-    return sorted(p.name for p in cache.iterdir() if p.name.startswith((".download-", ".extract-")))
+    return sorted(p.name for p in cache.iterdir()
+                  if p.name.startswith((".download-", ".extract-")) or p.name.endswith(TEMP_SUFFIX))
 
 
 def test_good_download_is_cached_extracted_and_not_fetched_again(tmp_path):

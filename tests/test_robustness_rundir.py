@@ -22,7 +22,7 @@ import pytest
 
 from conftest import REPO, cli_env, run_cli
 from cifar_dist.rundir_lock import LOCK_NAME, RunDirInUse, RunDirLock
-from cifar_dist.training.artifacts import TEMP_SUFFIX, atomic_path, remove_partials
+from cifar_dist.durable import TEMP_SUFFIX, atomic_path, remove_partials
 
 BASE = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
 

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_module
 
 from conftest import cli_env, run_cli
 from cifar_dist.config import register_configs
-from cifar_dist.training.artifacts import disk_full, write_json
+from cifar_dist.durable import disk_full, write_json
 from cifar_dist.validation import ConfigError, validate
 
 register_configs()

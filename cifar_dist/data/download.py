@@ -10,14 +10,12 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
-import os
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from cifar_dist.data.batches import DataError, reason
-from cifar_dist.durable import fsync_dir
+from cifar_dist.durable import atomic_path
 
 log = logging.getLogger("cifar_dist.data")
 
@@ -39,21 +37,13 @@ def download(url: str, dest: Path, md5: str, size_bytes: int, timeout_s: float) 
     ``timeout_s`` bounds connecting and every read, so a stalled server
     fails instead of hanging; a slow but progressing one is allowed.
     """
-    fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as out:
+    with atomic_path(dest) as tmp:  # published only when every check below passed
+        with open(tmp, "wb") as out:
             got, digest = _stream(url, out, size_bytes, timeout_s)
-            out.flush()
-            os.fsync(out.fileno())
         if got != size_bytes:
             raise DataError(f"download of {url} was cut short ({got} of {size_bytes} bytes); retry, or {OFFLINE_HINT}")
         if digest != md5.lower():
             raise DataError(f"download of {url} has md5 {digest}, expected {md5}; the file or data.md5 is wrong: {OFFLINE_HINT}")
-        os.replace(tmp, dest)
-        fsync_dir(dest.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
     log.info("downloaded %s (%d bytes, md5 ok) to %s", url, size_bytes, dest)
     return dest
 

@@ -42,7 +42,7 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
     from cifar_dist.evaluation.inputs import load_images, load_model, resolve_model_path
-    from cifar_dist.training.artifacts import write_json
+    from cifar_dist.durable import write_json
     from cifar_dist.training.horovod_env import init_world
 
     start = time.time()

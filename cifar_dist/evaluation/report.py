@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
-from cifar_dist.training.artifacts import atomic_path, atomic_write_text
+from cifar_dist.durable import atomic_write_text, save_figure
 
 
 def summarize(labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, class_names: Sequence[str]) -> Dict[str, Any]:
@@ -76,8 +76,4 @@ def plot_confusion(matrix, class_names, path: Path, title: str) -> None:
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=100, format="png")
-    finally:
-        plt.close(fig)
+    save_figure(fig, path)

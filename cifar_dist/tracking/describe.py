@@ -7,7 +7,6 @@ run, a resumed one and an import of a downloaded run dir record the same.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 import subprocess
 from dataclasses import dataclass
@@ -16,7 +15,8 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-RESULT_FILES = ("metrics.json", "evaluation.json")  # train, evaluate
+from cifar_dist.results import read_results
+
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 # Config keys never sent as params, whatever they hold.
 SECRET_KEY = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$", re.IGNORECASE)
@@ -30,13 +30,8 @@ class JobRecord:
 
     @property
     def results(self) -> Dict[str, Any]:
-        """metrics.json (train) or evaluation.json (evaluate), {} before either exists."""
-        for name in RESULT_FILES:
-            try:
-                return json.loads((self.run_dir / name).read_text("utf-8"))
-            except (OSError, ValueError):
-                continue
-        return {}
+        """The run's results as ``results.read_results`` reads them, {} before either file exists."""
+        return read_results(self.run_dir) or {}
 
 
 def load_job(run_dir: Path, cfg: Optional[DictConfig] = None) -> JobRecord:

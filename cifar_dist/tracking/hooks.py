@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
 
+from cifar_dist.results import EVALUATION_FILE
 from cifar_dist.tracking import describe
 from cifar_dist.tracking.guard import Guard
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
@@ -77,7 +78,7 @@ def after_job(cfg: DictConfig, run_dir: Path, ok: bool) -> None:
     if conf is None:
         return
     run_dir = Path(run_dir)
-    if ok and ((run_dir / RUN_FILE).exists() or not (run_dir / "evaluation.json").exists()):
+    if ok and ((run_dir / RUN_FILE).exists() or not (run_dir / EVALUATION_FILE).exists()):
         return
     guard = Guard(redact(resolve_uri(conf.uri)), run_dir)
     guard.call("recording the job's end", import_run_dir, run_dir, cfg=cfg, failed=not ok)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
+from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.tracking import describe
 from cifar_dist.tracking.client import client_for, run_exists
 from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref
@@ -18,7 +19,7 @@ from cifar_dist.tracking.settings import artifact_location, redact
 # MLflow's log_batch limits per request.
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
 # Top-level run-dir files kept as artifacts (what exists of them).
-ARTIFACT_FILES = ("metrics.json", "evaluation.json", "training_log.csv", "learning_curves.png",
+ARTIFACT_FILES = (METRICS_FILE, EVALUATION_FILE, "training_log.csv", "learning_curves.png",
                   "confusion_matrix.png", "predictions.csv")
 ARTIFACT_DIRS = (".hydra",)
 MODEL_DIR = "saved_models"

@@ -3,6 +3,10 @@
 Follows Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py: init
 Horovod, pin one GPU per local rank with memory growth, then size the CPU
 thread pools for this rank (threads.py).
+
+TensorFlow and Horovod are imported inside the functions, in this order:
+TensorFlow reads the CPU-kernel choice (``use_onednn``) once, when it loads,
+and Horovod's Keras layer is patched only after tf.keras is known to be Keras 2.
 """
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ import logging
 from dataclasses import dataclass
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.training.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.mpi_groups import join_sweep_group
+from cifar_dist.training.tf_console import filtered_native_stderr
 from cifar_dist.training.threads import ThreadPlan, plan_threads
 
 log = logging.getLogger(__name__)
@@ -18,6 +25,10 @@ log = logging.getLogger(__name__)
 
 class KerasVersionError(CifarDistError, RuntimeError):
     pass
+
+
+class GpuCountError(CifarDistError, RuntimeError):
+    """More ranks on a host than it has GPUs."""
 
 
 def keras_backing_tf_keras() -> tuple:
@@ -86,18 +97,13 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
-    from cifar_dist.training.hardware import onednn_enabled, use_onednn
-
-    from cifar_dist.training.tf_console import filtered_native_stderr
-
     use_onednn(onednn)  # must precede TensorFlow's import (ensure_keras2 imports it)
     with filtered_native_stderr():  # TensorFlow's CUDA start-up noise on CPU machines
         ensure_keras2()
         bind_horovod_to_tf_keras()
-    import horovod.tensorflow.keras as hvd
+    # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
+    import horovod.tensorflow as hvd
     import tensorflow as tf
-
-    from cifar_dist.training.mpi_groups import join_sweep_group
 
     group = join_sweep_group()
     if group is None:
@@ -112,7 +118,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
         gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if hvd.local_rank() >= len(gpus):
-            raise RuntimeError(
+            raise GpuCountError(
                 f"{hvd.local_size()} ranks on this host but {len(gpus)} GPU(s): "
                 f"start at most {len(gpus)} ranks per host (launcher.np / hosts slots)"
             )

@@ -16,9 +16,10 @@ from typing import Mapping, Optional
 
 import tensorflow as tf
 
+from cifar_dist.launchers.rank_env import STOP_SIGNAL_ENV  # light: the launchers set it, defined once there
+
 log = logging.getLogger(__name__)
 
-STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
 
 
 class StopOnSignal(tf.keras.callbacks.Callback):

@@ -6,21 +6,41 @@ build the model, restore or start, make the data streams, start the record,
 fit with the callbacks, finish (score, save, write). Each Horovod-specific
 step is marked HOROVOD: with why, as in Horovod's
 examples/tensorflow2/tensorflow2_keras_mnist.py.
+
+Imports: this module is imported in a rank only, but before ``train`` has
+read its config, and TensorFlow reads some of that config once, when it is
+first imported (``trainer.onednn``: horovod_env.init_world sets it, then
+imports TensorFlow and checks tf.keras is Keras 2 before Horovod's Keras layer
+loads). So TensorFlow, Horovod (one alias, ``hvd`` = horovod.tensorflow, its
+Keras layer as ``hvd.keras``) and the project modules that import them at
+module level are imported inside the steps that run after ``start_run``;
+everything else is imported here.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+import os
+import resource
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict
 
+import hydra.utils
 from omegaconf import DictConfig
 
+from cifar_dist.config import typed
+from cifar_dist.data import load_dataset
+from cifar_dist.durable import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.results import METRICS_FILE
+from cifar_dist.training import checkpoints, recipe
+from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
+from cifar_dist.training.hardware import cpu_supports_bfloat16
+from cifar_dist.training.horovod_env import init_world
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -51,8 +71,6 @@ def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
     the seed CNN ~8x slower than the default oneDNN kernels; see
     docs/benchmarks.md.)
     """
-    import os
-
     environ = os.environ if environ is None else environ
     if not jit_compile:
         return
@@ -104,9 +122,7 @@ def precision_policy(precision: str, on_gpu: bool, cpu_bfloat16: bool) -> str:
 
 
 def _set_precision(precision: str, on_gpu: bool) -> str:
-    import tensorflow as tf
-
-    from cifar_dist.training.hardware import cpu_supports_bfloat16
+    import tensorflow as tf  # after init_world (module docstring)
 
     policy = precision_policy(precision, on_gpu, cpu_supports_bfloat16())
     # Always set: in an in-process sweep an earlier point's policy would linger.
@@ -122,12 +138,8 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
     optimizer state to every rank before the first step, and the epoch to
     start from is broadcast here so all ranks agree.
     """
-    from cifar_dist.training import checkpoints
-
     decision = (0, None)
     if world.is_chief:
-        from cifar_dist.training.artifacts import remove_partials
-
         # Temp files of writes a kill -9 interrupted (never under a real name).
         remove_partials(checkpoint_dir.parent, checkpoint_dir, checkpoint_dir.parent / "saved_models")
         existing = checkpoints.list_checkpoints(checkpoint_dir)
@@ -177,8 +189,6 @@ def _evaluate_exact(model, stream, hvd) -> Dict[str, float]:
 
 def weights_digest(model) -> str:
     """A fingerprint of the model's weights, to check that ranks agree."""
-    import hashlib
-
     h = hashlib.sha256()
     for w in model.get_weights():
         h.update(w.tobytes())
@@ -187,8 +197,6 @@ def weights_digest(model) -> str:
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB)."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -242,16 +250,11 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 def start_run(cfg: DictConfig, output_dir: Path):
     """Validate the config, start Horovod and fix what TensorFlow must know before any op."""
     wall_start = time.time()
-    from cifar_dist.config import typed
-
     cfg = typed(cfg)
     validate(cfg)
     t = cfg.trainer
-
-    from cifar_dist.training.horovod_env import init_world
-
     world = init_world(t.intra_op_threads, t.inter_op_threads, t.onednn)
-    import tensorflow as tf
+    import tensorflow as tf  # only now: init_world chose TensorFlow's CPU kernels before it loads
 
     if t.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -268,8 +271,6 @@ def start_run(cfg: DictConfig, output_dir: Path):
 
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
-    from cifar_dist.data import load_dataset
-
     data = load_dataset(run.cfg.data)
     if run.world.is_chief:
         log.info("data: %s", data.source)
@@ -283,11 +284,10 @@ def build_model(run: Run, data):
 
     Returns the model and the compile arguments the final (TTA) test reuses.
     """
-    import horovod.tensorflow.keras as hvd
-    import hydra.utils
+    import horovod.tensorflow as hvd  # after init_world (module docstring)
+    import horovod.tensorflow.keras  # noqa: F401  (hvd.keras: Horovod's Keras optimizer and callbacks)
 
-    from cifar_dist.data.pipeline import steps_per_epoch
-    from cifar_dist.training import recipe
+    from cifar_dist.data.pipeline import steps_per_epoch  # imports TensorFlow
 
     t, world = run.trainer, run.world
     model = hydra.utils.instantiate(run.cfg.model)
@@ -300,28 +300,40 @@ def build_model(run: Run, data):
     optimizer = hydra.utils.instantiate(run.cfg.optimizer, _partial_=True)(lr=lr_or_schedule)
     # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
     compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, compression=compression)
+    optimizer = hvd.keras.DistributedOptimizer(optimizer, compression=compression)
     model.compile(
         optimizer=optimizer,
         **compile_kwargs,
         jit_compile=bool(t.jit_compile),
         steps_per_execution=t.steps_per_execution,
     )
-    # HOROVOD: the broadcast in restore_or_start matches variables across
-    # ranks by name, and legacy optimizers name their slots after the scope
-    # they are created in. Create them here, the same way on every rank, so
-    # that rank 0 restoring a checkpoint and ranks starting fresh name them alike.
-    model.optimizer._create_all_weights(model.trainable_variables)
+    create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
+
+
+def create_optimizer_slots(optimizer, variables) -> None:
+    """Create the optimizer's step counter, hyperparameters and slots now, before any step.
+
+    HOROVOD: the broadcast in restore_or_start matches variables across
+    ranks by name, and legacy optimizers name their slots after the scope
+    they are created in. Creating them here, the same way on every rank,
+    makes rank 0 restoring a checkpoint and ranks starting fresh name them
+    alike. Keras' new optimizers do this with the public ``build``; Keras 2's
+    legacy optimizers, which this project uses (training/optimizers.py), and
+    their LossScaleOptimizer have no public equivalent: tf-keras' own HDF5
+    loader calls ``_create_all_weights`` for the same purpose, and so do we.
+    """
+    if hasattr(optimizer, "build"):
+        optimizer.build(variables)
+    else:
+        optimizer._create_all_weights(variables)
 
 
 def restore_or_start(run: Run, model) -> int:
     """The epoch to start after: rank 0 restores a checkpoint, every rank gets its weights."""
-    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow as hvd  # after init_world (module docstring)
 
-    from cifar_dist.training import checkpoints
-
-    initial_epoch = _decide_resume(run.world, hvd_tf, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
+    initial_epoch = _decide_resume(run.world, hvd, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
     if run.world.is_chief and initial_epoch:
         log.info("resuming after epoch %d from %s", initial_epoch,
                  checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch))
@@ -331,14 +343,14 @@ def restore_or_start(run: Run, model) -> int:
     # because the optimizer's slots do not exist before it; here they do (see
     # build_model), so no rank ever steps from weights of its own, not even for
     # the first steps_per_execution steps (the callback's "first batch").
-    hvd_tf.broadcast_variables(model.variables, root_rank=0)
-    hvd_tf.broadcast_variables(model.optimizer.variables(), root_rank=0)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(model.optimizer.variables(), root_rank=0)
     return initial_epoch
 
 
 def make_streams(run: Run, data, initial_epoch: int):
     """This rank's training stream (from ``initial_epoch`` on) and its validation slice."""
-    from cifar_dist.data.pipeline import eval_stream, train_stream
+    from cifar_dist.data.pipeline import eval_stream, train_stream  # imports TensorFlow
 
     cfg, t, world = run.cfg, run.trainer, run.world
     train_data = train_stream(
@@ -357,10 +369,7 @@ def make_streams(run: Run, data, initial_epoch: int):
 def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     """metrics.json's content so far (rank 0; records after the restored epoch dropped) and its wall time."""
     import horovod
-    import tensorflow as tf
-
-    from cifar_dist.training import recipe
-    from cifar_dist.training.artifacts import read_metrics_to_resume, trim_csv_log
+    import tensorflow as tf  # after init_world (module docstring)
 
     cfg, t, world = run.cfg, run.trainer, run.world
     metrics: Dict[str, Any] = {}
@@ -368,7 +377,6 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
         metrics = read_metrics_to_resume(run.metrics_path)  # {} when missing or damaged
         # Epochs logged after the restored checkpoint are redone: drop their records.
         metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
-    if world.is_chief and initial_epoch:
         trim_csv_log(run.output_dir / "training_log.csv", initial_epoch)
     previous_wall = float(metrics.get("wall_time_s", 0.0)) if initial_epoch else 0.0
     metrics.update(
@@ -409,7 +417,7 @@ def open_tracker(run: Run):
     """TRACKING (cifar_dist/tracking): rank 0 opens, or when resuming reopens, its MLflow run; None otherwise."""
     if not run.world.is_chief:
         return None
-    from cifar_dist.tracking import open_for_training
+    from cifar_dist.tracking import open_for_training  # tracking is an optional extra: only when configured
 
     return open_for_training(run.cfg, run.output_dir, run.world.size)
 
@@ -417,19 +425,19 @@ def open_tracker(run: Run):
 def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
                    tracker=None):
     """Keras callbacks in the order they must run: Horovod's averaging first, writers (rank 0) last."""
-    import horovod.tensorflow.keras as hvd
+    import horovod.tensorflow as hvd  # after init_world (module docstring)
+    import horovod.tensorflow.keras  # noqa: F401  (hvd.keras: Horovod's Keras callbacks)
     import tensorflow as tf
 
-    from cifar_dist.training.callbacks import (
+    from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
         AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
-    from cifar_dist.training import recipe
-    from cifar_dist.training.preemption import stop_on_signal_from_env
+    from cifar_dist.training.preemption import stop_on_signal_from_env  # a Keras callback too
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     callbacks = [
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
-        hvd.callbacks.MetricAverageCallback(),
+        hvd.keras.callbacks.MetricAverageCallback(),
         StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
         # lookahead; BatchNorm statistics averaged across ranks, before any writer
         *recipe.callbacks(model, t, steps * run.epochs),
@@ -437,11 +445,11 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
         # (Goyal et al.), so the large effective batch does not diverge early.
-        callbacks.append(hvd.callbacks.LearningRateWarmupCallback(
+        callbacks.append(hvd.keras.callbacks.LearningRateWarmupCallback(
             initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if world.is_chief else 0))
     decays = sorted(t.lr_decay_epochs)
     for i, start in enumerate(decays):
-        callbacks.append(hvd.callbacks.LearningRateScheduleCallback(
+        callbacks.append(hvd.keras.callbacks.LearningRateScheduleCallback(
             initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start,
             end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
     if t.deterministic:
@@ -471,17 +479,16 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
 def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None,
            compile_kwargs=None):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
-    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow as hvd  # after init_world (module docstring)
 
-    from cifar_dist.data.pipeline import eval_stream
-    from cifar_dist.training import recipe
+    from cifar_dist.data.pipeline import eval_stream  # imports TensorFlow
 
     world, t = run.world, run.trainer
     recipe.sync_model(model)  # BatchNorm moving statistics: one set for the job
     # HOROVOD: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
-    digests = hvd_tf.allgather_object(weights_digest(model))
-    peak_rss = hvd_tf.allgather_object(peak_rss_mb())
+    digests = hvd.allgather_object(weights_digest(model))
+    peak_rss = hvd.allgather_object(peak_rss_mb())
     if world.is_chief:
         metrics["peak_rss_mb_per_rank"] = peak_rss
         metrics["rank_weight_digests"] = digests
@@ -491,26 +498,23 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
 
     done = max([e["epoch"] for e in metrics.get("epochs", [])] + [initial_epoch]) if world.is_chief else 0
     # HOROVOD: rank 0 alone kept the record; every rank must agree whether to score.
-    finished = hvd_tf.broadcast_object(done, root_rank=0) >= run.epochs
+    finished = hvd.broadcast_object(done, root_rank=0) >= run.epochs
     if finished:
         test_stream = eval_stream(
             data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
             equal_shards=False, num_classes=run.cfg.model.num_classes,
         )
         metrics.update(recipe.final_test(
-            model, lambda m: _evaluate_exact(m, test_stream, hvd_tf), t.tta.value, compile_kwargs))
+            model, lambda m: _evaluate_exact(m, test_stream, hvd), t.tta.value, compile_kwargs))
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
             tracker.finish(metrics)
-    return hvd_tf.broadcast_object(metrics if world.is_chief else None, root_rank=0)
+    return hvd.broadcast_object(metrics if world.is_chief else None, root_rank=0)
 
 
 def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done: int, previous_wall: float) -> None:
     """Rank 0: the final model, the learning curves and metrics.json."""
-    from cifar_dist.training import checkpoints
-    from cifar_dist.training.artifacts import plot_learning_curves, write_json
-
     t = run.trainer
     rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
     steady = rates[1:] or rates  # the first epoch includes tracing

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
-from cifar_dist.launchers.base import RANK_GUARD_ENV, JobSpec, LaunchError
+from cifar_dist.launchers.base import JobSpec, LaunchError
+from cifar_dist.launchers.rank_env import rank_environment
 from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -128,7 +129,7 @@ def job_document(
     check_name("job name", name)
     check_name("launcher.compute", settings.compute)
     check_name("launcher.experiment", conf.experiment)
-    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": "1", **conf.env}
+    env = rank_environment(conf.env)
     model_override = f"evaluate.model=${{{{inputs.{MODEL_INPUT}}}}}" if model_input else None
     doc: Dict[str, Any] = {
         "$schema": JOB_SCHEMA,

@@ -11,18 +11,19 @@ local run dir, so the result looks like a local run's.
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster import ClusterJob, detached, rerun_or
+from cifar_dist.launchers.failure import print_tail
+from cifar_dist.results import read_results_or_warn
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +147,12 @@ class AzureMLJob(ClusterJob):
     def _finish(self, status: str) -> LaunchResult:
         fetched = self._download()
         log.info("downloaded %d output file(s) of job %s into %s", fetched, self.name, self.output_dir)
-        metrics = read_metrics(self.output_dir, self.task)
+        metrics = read_results_or_warn(self.output_dir)
         requeued = f" after {self.requeues} requeue(s)" if self.requeues else ""
         if status == "Completed":
             log.info("Azure ML job %s completed%s", self.name, requeued)
             return LaunchResult(exit_code=0, metrics=metrics, message=f"job {self.name} completed{requeued}")
-        self._print_log_tail()
+        print_tail(self.output_dir / LOCAL_SUBDIR / LOG_FILE, self.log_tail_lines, f"job {self.name}'s log")
         details = self.workspace.run_details(self.name)
         error = getattr(getattr(details, "error", None), "error", None)
         why = f" ({error.code}: {' '.join(str(error.message).split())[:300]})" if error is not None else ""
@@ -177,14 +178,6 @@ class AzureMLJob(ClusterJob):
                 count += 1
         return count
 
-    def _print_log_tail(self) -> None:
-        path = self.output_dir / LOCAL_SUBDIR / LOG_FILE
-        if not path.is_file() or self.log_tail_lines <= 0:
-            return
-        lines = path.read_text("utf-8", "replace").splitlines()[-self.log_tail_lines:]
-        sys.stderr.write(f"--- last {len(lines)} lines of job {self.name}'s log ---\n" + "\n".join(lines) + "\n")
-        sys.stderr.flush()
-
     # --- Ctrl-C ---------------------------------------------------------------------
 
     def interrupt(self) -> LaunchResult:
@@ -208,18 +201,3 @@ def job_status(job) -> str:
     status = job.status
     return str(getattr(status, "value", status))
 
-
-def read_metrics(output_dir: Path, task: str) -> Optional[Dict[str, Any]]:
-    """metrics.json of a training run; evaluation.json of a scoring run, with its accuracy as ``test``."""
-    path = output_dir / ("evaluation.json" if task == "evaluate" else "metrics.json")
-    if not path.is_file():
-        log.warning("the job wrote no %s", path.name)
-        return None
-    try:
-        metrics = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        log.warning("%s is not valid JSON", path)
-        return None
-    if task == "evaluate":
-        metrics["test"] = {"loss": metrics.get("loss"), "accuracy": metrics.get("accuracy")}
-    return metrics

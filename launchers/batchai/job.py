@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cifar_dist.launchers.base import RANK_GUARD_ENV, LaunchError
+from cifar_dist.launchers.base import LaunchError
+from cifar_dist.launchers.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
@@ -154,7 +155,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool)
     setup = [conf.setup_command.strip()] if conf.setup_command.strip() else []
     setup.append(f"{conf.pip_install.strip()} {layout.on_node(layout.wheel)}")
 
-    env = {RANK_GUARD_ENV: "1", **conf.env}
+    env = rank_environment(conf.env)
     return {
         "schedulingPriority": SchedulingPriority(conf.scheduling_priority).value,
         "cluster": {"id": settings.cluster_id},

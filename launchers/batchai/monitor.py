@@ -13,7 +13,8 @@ from typing import Any, Dict, Optional
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.cluster import detached, rerun_or
-from cifar_dist.results import EVALUATION_FILE, METRICS_FILE, as_metrics, read_json
+from cifar_dist.launchers.failure import print_tail
+from cifar_dist.results import read_results_or_warn
 
 log = logging.getLogger(__name__)
 
@@ -190,11 +191,7 @@ class JobFollower:
         from cifar_dist.tracking import after_download
 
         after_download(self.output_dir, succeeded=str(job.execution_state) == "succeeded")
-        if self.task == "evaluate":
-            evaluation = _read_result(self.output_dir / EVALUATION_FILE)
-            metrics = None if evaluation is None else as_metrics(evaluation)
-        else:
-            metrics = _read_result(self.output_dir / METRICS_FILE)
+        metrics = read_results_or_warn(self.output_dir)
         self._maybe_scale_down()
         requeued = f" after {self.requeues} requeue(s)" if self.requeues else ""
         if str(job.execution_state) == "succeeded":
@@ -203,7 +200,7 @@ class JobFollower:
         info = job.execution_info
         exit_code = info.exit_code if info is not None and info.exit_code else 1
         errors = errors_text(info)
-        self._print_stderr_tail()
+        print_tail(self.output_dir / LOCAL_SUBDIR / "stderr.txt", self.stderr_tail_lines, f"{self.name} stderr.txt")
         reason = f"Batch AI job {self.name} failed{requeued} with exit code {exit_code}"
         if errors:
             reason += f" ({errors})"
@@ -212,14 +209,6 @@ class JobFollower:
             metrics=metrics,
             message=reason + f"; stderr is in {self.output_dir / LOCAL_SUBDIR / 'stderr.txt'}",
         )
-
-    def _print_stderr_tail(self) -> None:
-        path = self.output_dir / LOCAL_SUBDIR / "stderr.txt"
-        if not path.is_file() or self.stderr_tail_lines <= 0:
-            return
-        lines = path.read_text("utf-8", "replace").splitlines()[-self.stderr_tail_lines:]
-        sys.stderr.write(f"--- last {len(lines)} lines of {self.name} stderr.txt ---\n" + "\n".join(lines) + "\n")
-        sys.stderr.flush()
 
     def _maybe_scale_down(self) -> None:
         if not self.scale_down:
@@ -258,12 +247,3 @@ def _node_counts(cluster) -> str:
         )
     )
 
-
-def _read_result(path: Path) -> Optional[Dict[str, Any]]:
-    if not path.is_file():
-        log.warning("the job wrote no %s", path.name)
-        return None
-    doc = read_json(path)
-    if doc is None:
-        log.warning("%s is not valid JSON", path)
-    return doc

@@ -44,8 +44,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args(argv)
 
-    # A launched process always trains in-process (see launchers/base.py).
-    os.environ["CIFAR_DIST_CHILD"] = "1"
+    # A launched process always trains in-process (see launchers/base.py). The job's
+    # environmentVariables carry rank_environment() from the launching side; what they
+    # lack (a job sent by an older launcher) is filled in here, the guard always.
+    from cifar_dist.launchers.base import RANK_GUARD_ENV
+    from cifar_dist.launchers.rank_env import rank_environment
+
+    os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
     sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank())]
     from cifar_dist.app import main as app_main
 

@@ -12,7 +12,6 @@ job its time limit ended (TIMEOUT) is submitted again, up to
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -26,6 +25,7 @@ from cifar_dist.launchers.multirank import LOG_DIR
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
+from cifar_dist.results import read_results, training_complete
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class SlurmJob(ClusterJob):
     def _may_resubmit(self) -> bool:
         if self.task != "train" or self.resubmits >= self.conf.max_resubmits:
             return False
-        return not _read_json(self.output_dir / "metrics.json", {}).get("complete", False)
+        return not training_complete(self.output_dir)
 
     def _resubmit(self) -> None:
         old = self.name
@@ -159,12 +159,7 @@ class SlurmJob(ClusterJob):
     # --- the end --------------------------------------------------------------------
 
     def _metrics(self) -> Optional[Dict[str, Any]]:
-        if self.task == "evaluate":
-            metrics = _read_json(self.output_dir / "evaluation.json", None)
-            if metrics is not None:  # as the evaluate task returns them: the app reports test accuracy
-                metrics["test"] = {"loss": metrics.get("loss"), "accuracy": metrics.get("accuracy")}
-            return metrics
-        return _read_json(self.output_dir / "metrics.json", None)
+        return read_results(self.output_dir)
 
     def _history(self) -> str:
         parts = [f"{n} requeue(s)" for n in [self.requeues] if n] + [f"{n} resubmission(s)" for n in [self.resubmits] if n]
@@ -219,9 +214,3 @@ class SlurmJob(ClusterJob):
                     "from its last checkpoint",
         )
 
-
-def _read_json(path: Path, default):
-    try:
-        return json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
-        return default

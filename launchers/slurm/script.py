@@ -20,16 +20,15 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from cifar_dist.launchers.base import RANK_GUARD_ENV, JobSpec
+from cifar_dist.launchers.base import JobSpec
 from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers import rank_env
+from cifar_dist.launchers.rank_env import STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
 
 SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
 SCRIPT_NAME = "job.sbatch"
 STOP_SIGNAL = "USR1"
-# Read by cifar_dist.training.preemption on every rank (same name there; not imported:
-# it pulls in TensorFlow): stop after the epoch on this signal.
-STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
 
 
 def output_pattern(run_dir: Path) -> Path:
@@ -72,15 +71,9 @@ def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
 
 
 def rank_environment(conf: SlurmLauncherConf) -> Dict[str, str]:
-    """What every rank needs (the same as under launcher=mpirun), then the user's env."""
-    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", "TF_USE_LEGACY_KERAS": "1"}
-    if conf.stall_shutdown_s:
-        env["HOROVOD_STALL_CHECK_TIME_SECONDS"] = str(max(1, conf.stall_shutdown_s // 2))
-        env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = str(conf.stall_shutdown_s)
-    if conf.signal_grace_s:
-        env[STOP_SIGNAL_ENV] = STOP_SIGNAL
-    env.update(conf.env)
-    return env
+    """What every rank needs (rank_env: the same as under every launcher), the stop signal, then the user's env."""
+    extra = {STOP_SIGNAL_ENV: STOP_SIGNAL} if conf.signal_grace_s else {}
+    return rank_env.rank_environment(conf.env, extra, stall_shutdown_s=conf.stall_shutdown_s or 0)
 
 
 def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str]:
@@ -105,7 +98,7 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
 
 _REQUEUE_IF_UNFINISHED = """\
 # After the stop signal: requeue this job if training is not finished (it resumes from its checkpoint).
-if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -c {check} {metrics}; then
+if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -m cifar_dist.results unfinished {run_dir}; then
     if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_resubmits} ]; then
         echo "cifar_dist: requeueing job $SLURM_JOB_ID (restart $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of {max_resubmits}): it resumes from its last checkpoint"
         scontrol requeue "$SLURM_JOB_ID"
@@ -115,7 +108,6 @@ if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -c {check} {metric
     exit 3
 fi
 """
-_UNFINISHED_CHECK = "import json,sys; sys.exit(1 if json.load(open(sys.argv[1])).get(\"complete\") else 0)"
 
 
 def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = None) -> str:
@@ -157,7 +149,7 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     ]
     if conf.signal_grace_s:
         lines.append(_REQUEUE_IF_UNFINISHED.format(
-            python=q(python), check=q(_UNFINISHED_CHECK), metrics=q(str(job.output_dir / "metrics.json")),
+            python=q(python), run_dir=q(str(job.output_dir)),
             max_resubmits=int(conf.max_resubmits),
         ))
     lines.append('exit "$status"')

@@ -1,0 +1,63 @@
+"""The environment every rank gets, whichever launcher starts it: the one builder.
+
+Every launcher that starts ranks (mpirun, Gloo, Slurm's batch script, an
+Azure ML job, a Batch AI job) sets these for them:
+
+* ``CIFAR_DIST_CHILD=1`` (``base.RANK_GUARD_ENV``): the rank runs the job
+  in-process whatever launcher its config names, so nothing recurses;
+* ``PYTHONUNBUFFERED=1``: rank output reaches the logs as it is written;
+* ``TF_USE_LEGACY_KERAS``: the launching user's own value when they set one
+  (``cifar_dist/__init__.py`` promises that an explicit ``0`` is kept: the
+  rank then refuses Keras 3 in one line at start), else ``1``;
+* Horovod's stall check, when the launcher asks for one;
+* the launcher's extras (the stop signal for Slurm), then the user's
+  ``launcher.env``, which wins.
+
+Light on purpose (no TensorFlow): the trainer's stop-signal callback reads
+``STOP_SIGNAL_ENV`` from here.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Mapping, Optional
+
+from cifar_dist.launchers.base import RANK_GUARD_ENV
+
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+# Set by a cluster launcher (Slurm: USR1 before the time limit); read by
+# cifar_dist.training.preemption on every rank: stop after the epoch on this signal.
+STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
+
+
+def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> str:
+    """TF_USE_LEGACY_KERAS for the ranks: the user's explicit value, else "1"."""
+    value = (os.environ if environ is None else environ).get(LEGACY_KERAS_ENV, "")
+    return value if value.strip() else "1"
+
+
+def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:
+    """Horovod's stall check: warn at half the time, shut the job down at ``stall_shutdown_s`` (0: off)."""
+    if stall_shutdown_s <= 0:
+        return {}
+    return {
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": str(max(1, stall_shutdown_s // 2)),
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(stall_shutdown_s),
+    }
+
+
+def rank_environment(
+    user_env: Optional[Mapping[str, str]] = None,
+    extra: Optional[Mapping[str, str]] = None,
+    stall_shutdown_s: int = 0,
+    environ: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
+    """Every variable a rank needs, in that order: the fixed ones, the stall check, ``extra``, then ``user_env``.
+
+    ``environ`` is the launching process's environment (default: os.environ),
+    where the user's own TF_USE_LEGACY_KERAS is looked up.
+    """
+    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", LEGACY_KERAS_ENV: legacy_keras(environ)}
+    env.update(stall_check_env(stall_shutdown_s))
+    env.update(extra or {})
+    env.update({str(k): str(v) for k, v in (user_env or {}).items()})
+    return env
