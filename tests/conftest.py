@@ -1,16 +1,35 @@
-"""Shared fixtures: running the CLI in a subprocess, and one trained run reused by several tests."""
+"""Shared test helpers, one home each: the CLI in a subprocess (run to the end or started in the
+background), waiting for a condition, composing the config, the shared reference data beside the
+repo, and one trained run reused by several tests.
+
+Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
+"""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from terminal_signals import sigint_as_in_a_terminal
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# Real reference data (CIFAR-10 subset, Batch AI schemas) kept beside the repo, never downloaded by a test;
+# CIFAR_DIST_SHARED points elsewhere (e.g. from a git worktree that does not sit beside it).
+SHARED = Path(os.environ.get("CIFAR_DIST_SHARED") or REPO.parent / "shared")
+
+
+def shared_path(*parts: str, folder: bool = False) -> Path:
+    """A file (or folder) of the shared reference data; the test is skipped, saying what is missing, if absent."""
+    path = SHARED.joinpath(*parts)
+    if not (path.is_dir() if folder else path.is_file()):
+        pytest.skip(f"shared reference data missing: {path} is not there (the shared/ folder beside the repo, "
+                    "or set CIFAR_DIST_SHARED to where it is)")
+    return path
 
 
 def cli_env(**extra: str) -> dict:
@@ -32,6 +51,38 @@ def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, t
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def start_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, stderr=subprocess.STDOUT):
+    """``python -m cifar_dist <overrides>`` started in the background, with the SIGINT a terminal gives it.
+
+    stdout is a text pipe; stderr goes into it unless ``stderr=subprocess.PIPE``.
+    """
+    return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=cwd or REPO, env=env or cli_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)
+
+
+def wait_for(condition, timeout: float, proc=None, what: str = "", interval: float = 0.2) -> None:
+    """Poll ``condition`` until true; fail the test on timeout or if ``proc`` ends first (with its output's tail)."""
+    deadline = time.time() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process ended before {what}: {proc.stdout.read()[-4000:] if proc.stdout else ''}")
+        if time.time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def compose_cfg(*overrides: str, **kwargs):
+    """The app's config with ``overrides``, composed as ``python -m cifar_dist`` composes it (version_base 1.3)."""
+    from hydra import compose, initialize_config_module
+
+    from cifar_dist.config import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
+        return compose("config", overrides=list(overrides), **kwargs)
 
 
 def read_metrics(run_dir: Path) -> dict:

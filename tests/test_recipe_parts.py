@@ -3,22 +3,16 @@ import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import numpy as np
 import pytest
 import tensorflow as tf
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from cifar_dist.config import AugmentConfig, register_configs
+from conftest import compose_cfg
+from cifar_dist.config import AugmentConfig
 from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
 from cifar_dist.evaluation.tta import views, with_tta
 from cifar_dist.training.lookahead import Lookahead, decay_at
 from cifar_dist.training.schedules import Triangular, build_schedule, current_lr
 from cifar_dist.training.sgdw import SGDW
 from cifar_dist.validation import problems
-
-
-def compose_cfg(*overrides):
-    register_configs()
-    with initialize_config_module(config_module="cifar_dist.conf", version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def test_triangular_schedule_values_at_chosen_steps():

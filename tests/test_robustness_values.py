@@ -9,21 +9,12 @@ import json
 import math
 
 import pytest
-from hydra import compose, initialize_config_module
 
-from conftest import cli_env, run_cli
-from cifar_dist.config import register_configs
+from conftest import cli_env, compose_cfg, run_cli
 from cifar_dist.training.artifacts import disk_full, write_json
 from cifar_dist.validation import ConfigError, validate
 
-register_configs()
-
 TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "This TensorFlow binary is optimized")
-
-
-def compose_cfg(*overrides):
-    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def test_every_bad_value_is_listed_in_one_line():
