@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -85,6 +86,32 @@ def compose_cfg(*overrides: str, **kwargs):
         return compose("config", overrides=list(overrides), **kwargs)
 
 
+def error_lines(proc) -> list:
+    """The CLI's one-line errors (``cifar_dist: error: ...``) in a finished process's stderr."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+
+
+def one_error_line(proc) -> str:
+    """The one error line of a CLI run that stopped with exit 2 and no traceback."""
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = error_lines(proc)
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def can_mount_tmpfs() -> bool:
+    """Whether a small tmpfs can be mounted in a private user+mount namespace (``unshare -rm``)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a tmpfs in a user+mount namespace here")
+
+
 def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
@@ -96,3 +123,17 @@ def trained_run(tmp_path_factory):
     proc = run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return run_dir, proc
+
+
+QUIET_SAMPLE_RUN = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
+
+
+@pytest.fixture(scope="session")
+def half_run(tmp_path_factory):
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it)."""
+    run_dir = tmp_path_factory.mktemp("rundir") / "run"
+    proc = run_cli(*QUIET_SAMPLE_RUN, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
+                   f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
+    return run_dir

@@ -1,20 +1,12 @@
-"""Every bad value is one line before anything starts; a diverging run stops with one line; JSON stays JSON.
+"""Validation of the config: every bad value is one line before anything starts.
 
-Also the console: TensorFlow's C++ start-up noise on a CPU machine ("Could
-not find cuda drivers", E-level "Unable to register cuDNN factory", "failed
-call to cuInit") is quiet by default (``TF_CPP_MIN_LOG_LEVEL`` set before
-TensorFlow loads unless the user set it).
+A diverging run: test_training_divergence.py. Strict JSON and the disk-full
+message: test_artifacts.py.
 """
-import json
-import math
-
 import pytest
 
-from conftest import cli_env, compose_cfg, run_cli
-from cifar_dist.training.artifacts import disk_full, write_json
+from conftest import compose_cfg, run_cli
 from cifar_dist.validation import ConfigError, validate
-
-TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "This TensorFlow binary is optimized")
 
 
 def test_every_bad_value_is_listed_in_one_line():
@@ -57,33 +49,3 @@ def test_a_batch_larger_than_the_data_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "cifar_dist: error: trainer.batch_size=100000 is larger than the" in proc.stderr
-
-
-def test_a_diverging_run_stops_with_one_line_and_the_console_has_no_tensorflow_noise(tmp_path):
-    run_dir = tmp_path / "run"
-    env = cli_env()
-    env.pop("TF_CPP_MIN_LOG_LEVEL")  # what a user's shell has: cifar_dist must quiet TensorFlow itself
-    proc = run_cli("data=sample", "optimizer=sgd", "optimizer.lr=1e30", "trainer.epochs=3", "trainer.verbose=0",
-                   f"hydra.run.dir={run_dir}", env=env, timeout=300)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
-    assert len(errors) == 1 and "training diverged: the loss became nan" in errors[0], proc.stderr[-3000:]
-    assert not list((run_dir / "saved_models").glob("*.h5"))
-    if (run_dir / "metrics.json").exists():  # epochs before the diverged one, if any
-        metrics = json.loads((run_dir / "metrics.json").read_text(), parse_constant=pytest.fail)
-        assert metrics["complete"] is False
-        assert all(math.isfinite(e["loss"]) for e in metrics["epochs"])
-    console = proc.stdout + proc.stderr
-    assert not [n for n in TF_NOISE if n in console], console[:3000]
-
-
-def test_metrics_json_is_strict_json(tmp_path):
-    path = tmp_path / "metrics.json"
-    write_json(path, {"loss": float("nan"), "epochs": [{"val_loss": float("inf")}], "ok": 1.5})
-    assert json.loads(path.read_text(), parse_constant=pytest.fail) == {"loss": None, "epochs": [{"val_loss": None}], "ok": 1.5}
-
-
-def test_the_disk_full_message_gives_advice_that_helps(tmp_path):
-    message = str(disk_full(OSError(28, "No space left on device"), tmp_path / "checkpoint-003.h5"))
-    assert "keep_checkpoints" not in message  # pruning happens after the new checkpoint is written
-    assert "resume" in message and "checkpoint" in message
