@@ -87,7 +87,7 @@ def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
     assert not processes_of(sweep_dir)
 
 
-@pytest.mark.slow  # 2 min; a stopped rank ending the job stays in the default suite (test_reliability_hang)
+@pytest.mark.slow  # 2 min; a stopped rank ending the job stays in the default suite (test_heartbeat)
 def test_a_killed_rank_stops_the_job_and_a_rerun_resumes(tmp_path):
     run_dir = tmp_path / "run"
     overrides = ("launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=3", f"hydra.run.dir={run_dir}")
