@@ -81,13 +81,16 @@ OPTIONS = config_options()
 @pytest.fixture(scope="module")
 def composed() -> dict:
     """Each option composed once: {(group, option): (choices, config without hydra)}, plus the defaults."""
+    from hydra import compose, initialize_config_module
+
     out = {}
-    for key in [(None, None)] + [(g, o) for g, options in OPTIONS.items() for o in options]:
-        cfg = compose_cfg(*([f"{key[0]}={key[1]}"] if key[0] else []), return_hydra_config=True)
-        choices = dict(cfg.hydra.runtime.choices)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        out[key] = choices, cfg
+    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):  # once: 24 composes
+        for key in [(None, None)] + [(g, o) for g, options in OPTIONS.items() for o in options]:
+            cfg = compose("config", overrides=[f"{key[0]}={key[1]}"] if key[0] else [], return_hydra_config=True)
+            choices = dict(cfg.hydra.runtime.choices)
+            with open_dict(cfg):
+                del cfg["hydra"]
+            out[key] = choices, cfg
     return out
 
 
