@@ -1,6 +1,6 @@
 """Shared test helpers, one home each: the CLI in a subprocess (run to the end or started in the
-background), waiting for a condition, composing the config, the shared reference data beside the
-repo, and one trained run reused by several tests.
+background) and its one-line errors, waiting for a condition, composing the config, the shared
+reference data beside the repo, a private tmpfs, and the trained runs several test files reuse.
 
 Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
 """
