@@ -1,16 +1,36 @@
-"""Shared fixtures: running the CLI in a subprocess, and one trained run reused by several tests."""
+"""Shared test helpers, one home each: the CLI in a subprocess (run to the end or started in the
+background) and its one-line errors, waiting for a condition, composing the config, the shared
+reference data beside the repo, a private tmpfs, and the trained runs several test files reuse.
+
+Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
+"""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from terminal_signals import sigint_as_in_a_terminal
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# Real reference data (CIFAR-10 subset, Batch AI schemas) kept beside the repo, never downloaded by a test;
+# CIFAR_DIST_SHARED points elsewhere (e.g. from a git worktree that does not sit beside it).
+SHARED = Path(os.environ.get("CIFAR_DIST_SHARED") or REPO.parent / "shared")
+
+
+def shared_path(*parts: str, folder: bool = False) -> Path:
+    """A file (or folder) of the shared reference data; the test is skipped, saying what is missing, if absent."""
+    path = SHARED.joinpath(*parts)
+    if not (path.is_dir() if folder else path.is_file()):
+        pytest.skip(f"shared reference data missing: {path} is not there (the shared/ folder beside the repo, "
+                    "or set CIFAR_DIST_SHARED to where it is)")
+    return path
 
 
 def cli_env(**extra: str) -> dict:
@@ -34,6 +54,64 @@ def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, t
     )
 
 
+def start_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, stderr=subprocess.STDOUT):
+    """``python -m cifar_dist <overrides>`` started in the background, with the SIGINT a terminal gives it.
+
+    stdout is a text pipe; stderr goes into it unless ``stderr=subprocess.PIPE``.
+    """
+    return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=cwd or REPO, env=env or cli_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)
+
+
+def wait_for(condition, timeout: float, proc=None, what: str = "", interval: float = 0.2) -> None:
+    """Poll ``condition`` until true; fail the test on timeout or if ``proc`` ends first (with its output's tail)."""
+    deadline = time.time() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the process ended before {what}: {proc.stdout.read()[-4000:] if proc.stdout else ''}")
+        if time.time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def compose_cfg(*overrides: str, **kwargs):
+    """The app's config with ``overrides``, composed as ``python -m cifar_dist`` composes it (version_base 1.3)."""
+    from hydra import compose, initialize_config_module
+
+    from cifar_dist.config import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
+        return compose("config", overrides=list(overrides), **kwargs)
+
+
+def error_lines(proc) -> list:
+    """The CLI's one-line errors (``cifar_dist: error: ...``) in a finished process's stderr."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+
+
+def one_error_line(proc) -> str:
+    """The one error line of a CLI run that stopped with exit 2 and no traceback."""
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = error_lines(proc)
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def can_mount_tmpfs() -> bool:
+    """Whether a small tmpfs can be mounted in a private user+mount namespace (``unshare -rm``)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+needs_tmpfs = pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a tmpfs in a user+mount namespace here")
+
+
 def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
@@ -45,3 +123,17 @@ def trained_run(tmp_path_factory):
     proc = run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return run_dir, proc
+
+
+QUIET_SAMPLE_RUN = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
+
+
+@pytest.fixture(scope="session")
+def half_run(tmp_path_factory):
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it)."""
+    run_dir = tmp_path_factory.mktemp("rundir") / "run"
+    proc = run_cli(*QUIET_SAMPLE_RUN, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
+                   f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
+    return run_dir

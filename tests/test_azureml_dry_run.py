@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fake_azure.fixtures import run_cli
+from conftest import run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 
 from cifar_dist.launchers.azureml.config import AzureMLLauncherConf, resolve_settings
@@ -22,7 +22,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.instance_count": "4", "launcher.process_count_per_instance": "2",
              "launcher.vm_priority": "low_priority", "optimizer.lr": "0.002", "+launcher.env.FOO": "bar"}
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert fake_aml.requests == [] and fake_aml.proxy.tunnelled == []
 
@@ -77,7 +77,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
 def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.environment": "cifar-tf218-hvd:3", "launcher.create_compute": "false"}
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
     assert doc["environment"] == "azureml:cifar-tf218-hvd:3"
@@ -86,8 +86,8 @@ def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_c
 
 
 def test_missing_settings_are_named_in_one_line(tmp_path):
-    proc = run_cli(["launcher=azureml", "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
-                   aml_env_without_fake(), tmp_path)
+    proc = run_cli(*["launcher=azureml", "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"], env=aml_env_without_fake(),
+                   cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
     for name in ("launcher.subscription_id", "launcher.resource_group", "launcher.workspace", "launcher.compute"):
@@ -120,6 +120,6 @@ def test_bad_sizes_and_custom_clouds_are_refused():
 
 def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cache, tmp_path):
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "low_priority", "trainer.resume": "false"}
-    proc = run_cli(aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr

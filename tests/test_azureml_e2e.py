@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from cifar_fixtures import BATCH_DIR, batch_files, random_batches, write_folder
-from fake_azure.fixtures import run_cli, start_cli
+from conftest import run_cli, start_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from fake_azureml.server import Fault
 
@@ -25,8 +26,8 @@ def small_data(tmp_path: Path) -> dict:
 
 def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), aml_env(fake_aml),
-                   tmp_path, timeout=300)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), env=aml_env(fake_aml),
+                   cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     # The compute was created (0..N nodes), the code uploaded once, the job submitted once.
@@ -56,8 +57,8 @@ def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cach
     assert "Test accuracy" in (run_dir / "azureml" / "std_log.txt").read_text()
 
     # A second launch of the same run dir follows the job it already submitted.
-    again = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), aml_env(fake_aml),
-                    tmp_path, timeout=300)
+    again = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), env=aml_env(fake_aml),
+                    cwd=tmp_path, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(fake_aml.job_creates()) == 1 and "already exists" in again.stdout
 
@@ -65,7 +66,7 @@ def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cach
 def test_a_failed_job_exits_non_zero_with_the_tail_of_its_log(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
     extra = {**small_data(tmp_path), "data.path": str(tmp_path / "no-such-data"), "launcher.log_tail_lines": "1"}
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path, timeout=300)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     (job,) = fake_aml.jobs()
     assert job.status == "Failed"
@@ -80,8 +81,8 @@ def test_a_failed_job_exits_non_zero_with_the_tail_of_its_log(fake_aml, snapshot
 
 def test_an_auth_failure_is_one_clear_line(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache), aml_env(fake_aml, FAKE_AZURE_TOKEN="expired"),
-                   tmp_path, timeout=120)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml, FAKE_AZURE_TOKEN="expired"),
+                   cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
     assert "az login" in line and "Traceback" not in proc.stderr
@@ -93,7 +94,7 @@ def test_throttling_is_retried_by_azure_core(fake_aml, snapshot_cache, tmp_path)
     fake_aml.faults.append(Fault(lambda m, p: m == "PUT" and "/jobs/" in p, 429, times=2, retry_after="1"))
     fake_aml.faults.append(Fault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
     run_dir = tmp_path / "run"
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache), aml_env(fake_aml), tmp_path, timeout=300)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (run_dir / "metrics.json").is_file()  # the simulated job's
     puts = fake_aml.calls("PUT", "/jobs/")
@@ -108,7 +109,7 @@ def test_ctrl_c_cancels_or_detaches(fake_aml, snapshot_cache, tmp_path, mode):
     fake_aml.state.hold_running = True
     run_dir = tmp_path / "run"
     extra = {"launcher.on_interrupt": mode}
-    proc = start_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    proc = start_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not any(j.status == "Running" for j in fake_aml.jobs()):
@@ -132,8 +133,8 @@ def test_ctrl_c_cancels_or_detaches(fake_aml, snapshot_cache, tmp_path, mode):
 
 def test_wait_false_returns_once_submitted(fake_aml, snapshot_cache, tmp_path):
     fake_aml.state.node_root = None
-    proc = run_cli(aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **{"launcher.wait": "false"}),
-                   aml_env(fake_aml), tmp_path, timeout=300)
+    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **{"launcher.wait": "false"}), env=aml_env(fake_aml),
+                   cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job,) = fake_aml.jobs()
     assert job.status not in ("Completed", "Failed", "Canceled")
@@ -149,12 +150,12 @@ def test_an_existing_compute_is_used_and_checked_not_created(fake_aml, snapshot_
         "computeType": "AmlCompute", "provisioningState": "Succeeded",
         "properties": {"vmSize": "STANDARD_NC6S_V3", "scaleSettings": {"maxNodeCount": 2, "minNodeCount": 0}}}}
     overrides = {"launcher.create_compute": "false", "launcher.instance_count": "4"}
-    proc = run_cli(aml_overrides(fake_aml, tmp_path / "big", snapshot_cache, **overrides), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "big", snapshot_cache, **overrides), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
     assert "compute gpu-cluster scales to at most 2 nodes but the job needs 4" in line
     missing = {"launcher.create_compute": "false", "launcher.compute": "nope"}
-    proc = run_cli(aml_overrides(fake_aml, tmp_path / "none", snapshot_cache, **missing), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "none", snapshot_cache, **missing), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
     assert "compute nope does not exist" in line and "launcher.create_compute=true" in line

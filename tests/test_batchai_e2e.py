@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, start_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli, start_cli
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
 
 from cifar_dist.launchers.batchai.schema import schema_errors
@@ -39,7 +41,7 @@ def assert_key_only_in_the_mount_credentials(fake, run_dir, outputs, key):
 def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fake_azure, storage_key, wheel_cache, tmp_path):
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.scale_down": "true"})
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # Everything the tutorial created by hand now exists, once.
@@ -80,7 +82,7 @@ def test_failed_job_exits_non_zero_and_prints_the_stderr_tail(fake_azure, storag
         fake_azure, tmp_path / "run", wheel_cache,
         **{"+launcher.env.FAKE_OUTCOME": "fail", "launcher.stream_output": "false"},
     )
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "RuntimeError: planted training failure" in proc.stderr
     assert "last 40 lines of" in proc.stderr and "noise line 9" not in proc.stderr  # a tail, not the whole file
@@ -91,7 +93,7 @@ def test_failed_job_exits_non_zero_and_prints_the_stderr_tail(fake_azure, storag
 
 def test_auth_failure_is_one_clear_line(fake_azure, storage_key, wheel_cache, tmp_path):
     env = cli_env(fake_azure, storage_key, FAKE_AZURE_TOKEN="expired-token")
-    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env, tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "Azure rejected the credentials" in line]
     assert len(errors) == 1 and "az login" in errors[0]
@@ -104,7 +106,7 @@ def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storag
     is_job_create = lambda method, path: method == "PUT" and arm_job(path)  # noqa: E731
     is_job_get = lambda method, path: method == "GET" and arm_job(path)  # noqa: E731
     fake_azure.faults += [Fault(is_job_create, 429, times=2, retry_after="1"), Fault(is_job_get, 503, times=2, retry_after="0")]
-    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     creates = fake_azure.job_creates()
     assert [r.status for r in creates] == [429, 429, 202]
@@ -115,9 +117,9 @@ def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storag
 def test_rerunning_the_same_launch_neither_resubmits_nor_reuploads(fake_azure, storage_key, wheel_cache, tmp_path):
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache)
     env = cli_env(fake_azure, storage_key)
-    assert run_cli(args, env, tmp_path).returncode == 0
+    assert run_cli(*args, env=env, cwd=tmp_path, timeout=60).returncode == 0
     uploads_before = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]
-    proc = run_cli(args, env, tmp_path)
+    proc = run_cli(*args, env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(fake_azure.job_creates()) == 1
     assert "already exists (succeeded): following it" in proc.stdout
@@ -130,7 +132,7 @@ def test_rerunning_the_same_launch_neither_resubmits_nor_reuploads(fake_azure, s
 def test_ctrl_c_while_waiting(fake_azure, storage_key, wheel_cache, tmp_path, mode):
     fake_azure.batchai.running_s = 30.0  # long enough to interrupt
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.on_interrupt": mode})
-    proc = start_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = start_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while not any(j.state == "running" for j in fake_azure.jobs()):

@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf, resolve_settings
@@ -25,7 +25,6 @@ from cifar_dist.launchers.batchai.job import (
 )
 from cifar_dist.launchers.batchai.schema import schema_errors
 
-SHARED_EXAMPLE = Path(__file__).resolve().parents[2] / "shared" / "batchai" / "example-horovod-job.json"
 
 
 def _settings(**conf):
@@ -40,7 +39,7 @@ LAYOUT = ShareLayout(share="cifardist", base="cifar", job="cifar_dist-abc-0", wh
 def test_dry_run_writes_a_valid_job_json_prints_az_and_touches_nothing(fake_azure, storage_key, wheel_cache, tmp_path):
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.dry_run": "true"})
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert fake_azure.requests == []
     doc = json.loads((run_dir / "job.json").read_text())
@@ -62,7 +61,7 @@ def test_dry_run_uses_the_key_vault_reference_when_configured(fake_azure, wheel_
         "launcher.key_vault_id": vault,
         "launcher.key_vault_secret_url": "https://kv.vault.azure.net/secrets/storage-key",
     }
-    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), cli_env(None, None), tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(None, None), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "run" / "job.json").read_text())
     assert schema_errors(doc) == []
@@ -75,7 +74,7 @@ def test_dry_run_uses_the_key_vault_reference_when_configured(fake_azure, wheel_
 
 def test_missing_settings_are_listed_in_one_error(tmp_path):
     env = cli_env(None, None)
-    proc = run_cli(["launcher=batchai", f"hydra.run.dir={tmp_path / 'run'}"], env, tmp_path)
+    proc = run_cli(*["launcher=batchai", f"hydra.run.dir={tmp_path / 'run'}"], env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [l for l in proc.stderr.splitlines() if "missing settings" in l]
     for needed in ("subscription_id", "resource_group", "location", "workspace", "cluster", "storage_account", "AZURE_BATCHAI_STORAGE_KEY"):
@@ -108,9 +107,7 @@ def test_the_job_body_matches_the_schema_and_round_trips_through_the_sdk_models(
 
 
 def test_the_public_recipe_fails_the_schema_as_written():
-    if not SHARED_EXAMPLE.is_file():
-        pytest.skip(f"{SHARED_EXAMPLE} is not here (the shared reference data sits beside the repo)")
-    errors = schema_errors(json.loads(SHARED_EXAMPLE.read_text()))
+    errors = schema_errors(json.loads(shared_path("batchai", "example-horovod-job.json").read_text()))
     assert any("azureFileShares" in e for e in errors) and any("cluster" in e for e in errors)
 
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from cifar_fixtures import BATCH_DIR, batch_files, sample_batches, write_folder
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
 def test_a_requeue_and_a_failure_are_reported_with_the_service_reasons(fake_azure, storage_key, wheel_cache, tmp_path):
@@ -20,7 +21,7 @@ def test_a_requeue_and_a_failure_are_reported_with_the_service_reasons(fake_azur
     fake_azure.batchai.preemptions = 1
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"+launcher.env.FAKE_OUTCOME": "fail"})
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 3, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
     (job,) = fake_azure.jobs()
@@ -62,8 +63,8 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(fake_
         "launcher.poll_interval_s": "0.1",
     }
     start = time.monotonic()
-    proc = run_cli(launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), cli_env(fake_azure, storage_key),
-                   tmp_path, timeout=240)
+    proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key),
+                   cwd=tmp_path, timeout=240)
     elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf, conf_from_kwargs, resolve_settings
@@ -28,15 +29,12 @@ from cifar_dist.launchers.batchai.schema import (
     validate_cluster_file,
 )
 
-SHARED_SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "batchai" / "schemas" / "2018-05-01"
 LAYOUT = ShareLayout(share="cifardist", base="cifar", job="cifar_dist-abc-0", wheel="cifar/packages/h/w.whl")
 PUBLIC_KEY = (Path(__file__).parent / "fake_azure" / "id_test.pub").read_text().strip()
 
 
 def shared_schema(name: str) -> dict:
-    if not (SHARED_SCHEMAS / name).is_file():
-        pytest.skip(f"{SHARED_SCHEMAS / name} is not here")
-    return json.loads((SHARED_SCHEMAS / name).read_text())
+    return json.loads(shared_path("batchai", "schemas", "2018-05-01", name).read_text())
 
 
 def _settings(**conf):
@@ -115,7 +113,7 @@ def test_a_cluster_needs_a_node_and_the_admin_key():
 def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(fake_azure, storage_key, wheel_cache, tmp_path):
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "lowpriority", "launcher.scheduling_priority": "high"}
-    proc = run_cli(launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert fake_azure.requests == []
     cluster = json.loads((run_dir / "cluster.json").read_text())

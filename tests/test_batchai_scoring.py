@@ -14,20 +14,18 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.schema import errors_against
 from cifar_dist.launchers.batchai.scoring import plan_scoring
 
-SHARED_SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "batchai" / "schemas" / "2018-05-01"
 
 
 def shared_schema(name: str) -> dict:
-    if not (SHARED_SCHEMAS / name).is_file():
-        pytest.skip(f"{SHARED_SCHEMAS / name} is not here")
-    return json.loads((SHARED_SCHEMAS / name).read_text())
+    return json.loads(shared_path("batchai", "schemas", "2018-05-01", name).read_text())
 
 
 def _body(record) -> dict:
@@ -43,7 +41,7 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
     scoring job runs on a new low-priority cluster at low scheduling priority."""
     env = cli_env(fake_azure, storage_key)
     train_dir, score_dir = tmp_path / "train", tmp_path / "score"
-    assert run_cli(launcher_overrides(fake_azure, train_dir, wheel_cache), env, tmp_path).returncode == 0
+    assert run_cli(*launcher_overrides(fake_azure, train_dir, wheel_cache), env=env, cwd=tmp_path, timeout=60).returncode == 0
     (train_job,) = fake_azure.jobs()
 
     extra = {
@@ -54,7 +52,7 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
         "launcher.scheduling_priority": "low",
         "launcher.node_count": "1",
     }
-    proc = run_cli(launcher_overrides(fake_azure, score_dir, wheel_cache, **extra), env, tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, score_dir, wheel_cache, **extra), env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # The requests: a low-priority cluster, and a scoring job at low priority, both valid
@@ -112,7 +110,7 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
             f"hydra.sweep.dir={sweep_dir}"]
     extra = {"task": "evaluate", "evaluate.input": str(images), "launcher.node_count": "1"}
     args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache, **extra) if not a.startswith("hydra.run.dir")]
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path, timeout=90)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     jobs = fake_azure.jobs()
@@ -137,7 +135,7 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
 
 def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(fake_azure, storage_key, wheel_cache, tmp_path):
     extra = {"task": "evaluate", "evaluate.model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs"}
-    proc = run_cli(launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [l for l in proc.stderr.splitlines() if "cifar_dist: error" in l]
     assert "evaluate.model: $AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs" in line

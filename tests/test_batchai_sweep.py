@@ -7,7 +7,8 @@ import json
 
 from omegaconf import OmegaConf
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
 def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, wheel_cache, tmp_path):
@@ -16,7 +17,7 @@ def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, whee
     # No Hydra callback at all: nothing depends on one to run the points or write the summary.
     args = ["-m", "optimizer.lr=0.1,0.01,0.001", f"hydra.sweep.dir={sweep_dir}", "~hydra.callbacks.run_dir_check"]
     args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")]
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path, timeout=90)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     creates = [r for r in fake_azure.job_creates() if r.status == 202]

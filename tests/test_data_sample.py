@@ -6,13 +6,17 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import REPO, shared_path
 from cifar_dist.config import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
 
-REPO = Path(__file__).resolve().parents[1]
-SUBSET = REPO.parent / "shared" / "data" / "cifar10-subset" / "cifar-10-batches-py"
 SAMPLE = REPO / "cifar_dist" / "data" / "sample" / "cifar-10-sample.tar.gz"
-needs_subset = pytest.mark.skipif(not SUBSET.is_dir(), reason=f"{SUBSET} is absent")
+
+
+@pytest.fixture
+def subset() -> Path:
+    """The real CIFAR-10 subset the sample was cut from (shared reference data; skipped, saying so, if absent)."""
+    return shared_path("data", "cifar10-subset", "cifar-10-batches-py", folder=True)
 
 
 @pytest.fixture(scope="module")
@@ -45,21 +49,19 @@ def _trusted_batch(path: Path):
     return batch[b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), np.asarray(batch[b"labels"])
 
 
-@needs_subset
-def test_sample_pixels_and_labels_equal_the_shared_subset(sample):
-    train = [_trusted_batch(SUBSET / f"data_batch_{i}") for i in range(1, 5)]
-    x_test, y_test = _trusted_batch(SUBSET / "test_batch")
+def test_sample_pixels_and_labels_equal_the_shared_subset(sample, subset):
+    train = [_trusted_batch(subset / f"data_batch_{i}") for i in range(1, 5)]
+    x_test, y_test = _trusted_batch(subset / "test_batch")
     assert np.array_equal(sample.x_train, np.concatenate([x for x, _ in train]))
     assert np.array_equal(sample.y_train, np.concatenate([y for _, y in train]))
     assert np.array_equal(sample.x_test, x_test) and np.array_equal(sample.y_test, y_test)
 
 
-@needs_subset
-def test_make_sample_rebuilds_the_committed_tarball_byte_for_byte(tmp_path):
+def test_make_sample_rebuilds_the_committed_tarball_byte_for_byte(tmp_path, subset):
     import runpy
 
     out = tmp_path / "rebuilt.tar.gz"
     main = runpy.run_path(str(REPO / "scripts" / "make_sample.py"))["main"]
-    assert main(["--source", str(SUBSET), "--out", str(out)]) == 0
+    assert main(["--source", str(subset), "--out", str(out)]) == 0
     assert out.read_bytes() == SAMPLE.read_bytes()
     assert SAMPLE.stat().st_size <= 16 * 2**20

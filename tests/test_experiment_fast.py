@@ -1,15 +1,6 @@
 """experiment=fast: a documented recipe on top of the seed's defaults, not a replacement of them."""
-from hydra import compose, initialize_config_module
-
-from cifar_dist.config import register_configs
+from conftest import compose_cfg
 from cifar_dist.validation import validate
-
-register_configs()
-
-
-def compose_cfg(*overrides):
-    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def test_fast_changes_the_schedule_but_not_the_model_data_or_augmentation():

@@ -9,15 +9,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
-from terminal_signals import sigint_as_in_a_terminal
+from conftest import read_metrics, run_cli, start_cli, wait_for
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -55,22 +53,6 @@ def rank_pid(run_dir: Path, rank: int) -> int:
     raise LookupError(f"rank {rank} of {run_dir} not running")
 
 
-def wait_for(condition, timeout, proc=None, what=""):
-    deadline = time.time() + timeout
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"job ended before {what}: {proc.stdout.read()[-3000:] if proc.stdout else ''}")
-        if time.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def start_cli(*overrides, cwd=REPO):
-    return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=cwd, env=cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_in_a_terminal)
-
-
 def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=1",
@@ -105,7 +87,7 @@ def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
     assert not processes_of(sweep_dir)
 
 
-@pytest.mark.slow  # 2 min; a stopped rank ending the job stays in the default suite (test_reliability_hang)
+@pytest.mark.slow  # 2 min; a stopped rank ending the job stays in the default suite (test_heartbeat)
 def test_a_killed_rank_stops_the_job_and_a_rerun_resumes(tmp_path):
     run_dir = tmp_path / "run"
     overrides = ("launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=3", f"hydra.run.dir={run_dir}")

@@ -3,22 +3,16 @@ import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import numpy as np
 import pytest
 import tensorflow as tf
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from cifar_dist.config import AugmentConfig, register_configs
+from conftest import compose_cfg
+from cifar_dist.config import AugmentConfig
 from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
 from cifar_dist.evaluation.tta import views, with_tta
 from cifar_dist.training.lookahead import Lookahead, decay_at
 from cifar_dist.training.schedules import Triangular, build_schedule, current_lr
 from cifar_dist.training.sgdw import SGDW
 from cifar_dist.validation import problems
-
-
-def compose_cfg(*overrides):
-    register_configs()
-    with initialize_config_module(config_module="cifar_dist.conf", version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def test_triangular_schedule_values_at_chosen_steps():
@@ -167,6 +161,46 @@ def test_the_seeds_augmentation_draws_exactly_what_it_drew_before():
     batch_seed = tf.stack([seed_t ^ 0x5EED, tf.constant(0, tf.int64)])
     expected = augment_batch(to_float(tf.gather(x, order[:32])), batch_seed, 0.1, 0.1, True).numpy()
     np.testing.assert_array_equal(default, expected)
+
+    # What it drew, against values recorded from this code on 2026-11-25 (decode_draws on the first
+    # batch of the same stream over ramp images; re-record only for a deliberate change of the seed's
+    # stream, which changes every default run): per image, the source image, flipped or not, dx, dy.
+    first = next(iter(train_stream(ramp_images(64), y, augment=OmegaConf.structured(AugmentConfig()), **kw).dataset))[0]
+    drawn = decode_draws(first.numpy())
+    assert [d[:2] for d in drawn] == [d[:2] for d in SEED_STREAM_DRAWS]  # order and flips
+    np.testing.assert_allclose([d[2:] for d in drawn], [d[2:] for d in SEED_STREAM_DRAWS], atol=2e-3)  # shifts
+
+
+# First batch of train_stream(seed=5, batch 32, 64 ramp images, AugmentConfig()): (source image, flipped, dx, dy).
+SEED_STREAM_DRAWS = [
+    (21, False, -2.811, -2.009), (0, False, 3.173, 0.821), (32, True, 2.435, 3.106), (62, False, -0.807, -0.222),
+    (19, True, -1.806, 2.26), (60, False, 2.349, -2.144), (16, False, 1.349, -2.42), (47, False, 0.596, 2.302),
+    (17, True, 1.251, 0.385), (13, True, 0.011, 2.826), (25, True, -2.069, -1.265), (30, False, -0.552, -1.603),
+    (22, False, 0.151, 0.954), (57, True, -0.673, 2.21), (27, True, 1.468, -0.194), (63, True, -1.356, -2.412),
+    (23, True, -0.716, 2.953), (42, False, -0.893, 2.57), (24, False, 0.364, 0.607), (29, False, -2.463, -3.063),
+    (3, True, -3.143, 0.994), (5, True, -2.909, -1.023), (31, True, -0.14, 0.871), (46, False, 3.092, -3.18),
+    (48, True, -2.887, -0.4), (45, False, -0.719, -2.152), (37, True, -0.333, -1.046), (55, True, -1.011, 1.313),
+    (6, True, -0.118, 1.164), (58, False, 0.862, 0.372), (4, True, -1.794, 2.258), (9, True, 0.58, 2.849),
+]
+
+
+def ramp_images(n: int) -> np.ndarray:
+    """uint8 images whose pixels say where they come from: red 8 x column, green 8 x row, blue the image's index."""
+    rows, cols = np.meshgrid(np.arange(32), np.arange(32), indexing="ij")
+    return np.stack([np.stack([8 * cols, 8 * rows, np.full((32, 32), i)], -1) for i in range(n)]).astype(np.uint8)
+
+
+def decode_draws(batch: np.ndarray) -> list:
+    """(source image, flipped, dx, dy) of each augmented ramp image, read at its centre (shifts stay under
+    3.2 pixels, so the centre is interpolated, never filled): a flip reverses the red ramp, a shift moves both."""
+    draws = []
+    for image in batch * 255:
+        assert np.ptp(image[..., 2]) < 1e-3  # one source image per output image
+        flipped = bool(image[16, 17, 0] < image[16, 16, 0])
+        column, row = image[16, 16, 0] / 8, image[16, 16, 1] / 8  # the source pixel the centre sampled
+        draws.append((int(round(image[0, 0, 2])), flipped, round(float(column - 15 if flipped else 16 - column), 3),
+                      round(float(16 - row), 3)))
+    return draws
 
 
 def test_label_smoothing_is_the_documented_target_mix():

@@ -8,16 +8,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, cli_env, read_metrics, run_cli, start_cli, wait_for
 from slurm_cluster import missing_packages, start_cluster
-from terminal_signals import sigint_as_in_a_terminal
 
 pytestmark = [
     pytest.mark.mpi,
@@ -59,22 +56,6 @@ def small(tiny_data: Path, *more: str):
 
 def env_for(cluster) -> dict:
     return cli_env(SLURM_CONF=cluster.env["SLURM_CONF"], TF_CPP_MIN_LOG_LEVEL="2")
-
-
-def start_cli(cluster, *overrides):
-    return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=REPO, env=env_for(cluster),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=sigint_as_in_a_terminal)
-
-
-def wait_for(condition, timeout, proc=None, what=""):
-    deadline = time.time() + timeout
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the launcher ended before {what}: {proc.stdout.read()[-4000:]}")
-        if time.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def job_id(run_dir: Path) -> str:
@@ -212,7 +193,7 @@ def test_a_multirun_sweep_on_slurm_returns_each_points_result(cluster, tiny_data
 def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     epochs = 6
-    proc = start_cli(cluster, *small(tiny_data, f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"))
+    proc = start_cli(*small(tiny_data, f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"), env=env_for(cluster))
     wait_for(lambda: checkpoints(run_dir), 600, proc, "the first checkpoint")
     jid = job_id(run_dir)
     cluster.run("scontrol", "requeue", jid)  # as a preemption does: killed, back in the queue
@@ -236,7 +217,7 @@ def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(cluster, tiny_da
 
 def test_ctrl_c_cancels_the_job(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_cli(cluster, *small(tiny_data, "trainer.epochs=50", f"hydra.run.dir={run_dir}"))
+    proc = start_cli(*small(tiny_data, "trainer.epochs=50", f"hydra.run.dir={run_dir}"), env=env_for(cluster))
     wait_for(lambda: running(cluster, run_dir), 300, proc, "the job to run")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
@@ -249,7 +230,7 @@ def test_ctrl_c_cancels_the_job(cluster, tiny_data, tmp_path):
 def test_detach_leaves_the_job_and_a_rerun_follows_it_to_the_end(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     overrides = small(tiny_data, "trainer.epochs=2", "launcher.on_interrupt=detach", f"hydra.run.dir={run_dir}")
-    proc = start_cli(cluster, *overrides)
+    proc = start_cli(*overrides, env=env_for(cluster))
     wait_for(lambda: running(cluster, run_dir), 300, proc, "the job to run")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
@@ -278,8 +259,8 @@ def test_wait_false_submits_and_says_how_to_follow(cluster, tiny_data, tmp_path)
 
 def test_a_failing_rank_is_named_with_the_tail_of_its_log(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_cli(cluster, *small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=50",
-                                     f"hydra.run.dir={run_dir}"))
+    proc = start_cli(*small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=50",
+                                     f"hydra.run.dir={run_dir}"), env=env_for(cluster))
     rank_1_log = run_dir / "logs" / "rank.1.log"
     # Horovod is up on both ranks once rank 1 has logged its place in the world.
     wait_for(lambda: rank_1_log.exists() and "rank 1/2" in rank_1_log.read_text(), 600, proc, "Horovod on rank 1")
@@ -303,9 +284,9 @@ def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_ra
     marker = tmp_path / "first-job"
     # The first job sleeps past its 1-minute limit (Slurm ends it TIMEOUT within ~90 s);
     # the resubmitted one finds the marker and trains.
-    proc = start_cli(cluster, *small(tiny_data, "trainer.epochs=2", "launcher.time_min=1", "launcher.signal_grace_s=0",
+    proc = start_cli(*small(tiny_data, "trainer.epochs=2", "launcher.time_min=1", "launcher.signal_grace_s=0",
                                      f"launcher.setup=['[ -e {marker} ] || {{ touch {marker}; sleep 600; }}']",
-                                     f"hydra.run.dir={run_dir}"))
+                                     f"hydra.run.dir={run_dir}"), env=env_for(cluster))
     wait_for(lambda: job_id(run_dir), 120, proc, "the submission")
     first_id = job_id(run_dir)
     wait_for(lambda: job_id(run_dir) not in ("", first_id), 300, proc, "the resubmission")

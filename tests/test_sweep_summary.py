@@ -3,6 +3,7 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from cifar_dist.sweep import collect, summarize, table
@@ -26,7 +27,56 @@ def metrics(acc, loss, complete=True, epochs=2):
     }
 
 
-def test_summary_table_csv_and_plot(tmp_path, capsys):
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib figure saved during the test, as it was when saved (to read its plotted data back)."""
+    from matplotlib.figure import Figure
+
+    saved, save = [], Figure.savefig
+
+    def recording_savefig(fig, *args, **kwargs):
+        saved.append(fig)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    return saved
+
+
+def read_png(path: Path):
+    import matplotlib.image
+
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return matplotlib.image.imread(path)
+
+
+def curves(ax) -> dict:
+    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+
+
+# The tables below are today's output of sweep.table for these points, checked by hand
+# (two spaces between columns, each as wide as its widest cell, "-" for what a point lacks).
+LR_TABLE = """\
+#   overrides          status      test_acc  test_loss  img/s  wall_s  ranks  epochs
+--  -----------------  ----------  --------  ---------  -----  ------  -----  ------
+0   optimizer.lr=1e-4  ok          0.2500    2.0000     400.2  30.5    2      2
+1   optimizer.lr=2e-4  ok          0.3100    1.9000     400.3  30.5    2      2
+2   optimizer.lr=4e-4  incomplete  -         -          400.0  30.5    2      1
+10  optimizer.lr=8e-4  failed      -         -          -      -       -      0"""
+
+TWO_KEYS_TABLE = """\
+#  overrides                             status  test_acc  test_loss  img/s  wall_s  ranks  epochs
+-  ------------------------------------  ------  --------  ---------  -----  ------  -----  ------
+0  optimizer=adam trainer.batch_size=32  ok      0.2000    2.1000     400.2  30.5    2      2
+1  optimizer=sgd trainer.batch_size=64   ok      0.3000    2.0000     400.3  30.5    2      2"""
+
+EVALUATE_TABLE = """\
+#  overrides            status  test_acc  test_loss  img/s  wall_s  ranks  epochs
+-  -------------------  ------  --------  ---------  -----  ------  -----  ------
+0  evaluate.model=run0  ok      0.6100    1.1000     -      3.0     2      0
+1  evaluate.model=run1  ok      0.5800    1.1000     -      3.0     2      0"""
+
+
+def test_summary_table_csv_and_plot(tmp_path, capsys, saved_figures):
     common = ["data=sample", "launcher=mpirun", "launcher.np=2"]
     make_point(tmp_path, 0, ["optimizer.lr=1e-4", *common], metrics(0.25, 2.0))
     make_point(tmp_path, 1, ["optimizer.lr=2e-4", *common], metrics(0.31, 1.9))
@@ -54,14 +104,35 @@ def test_summary_table_csv_and_plot(tmp_path, capsys):
     assert Path(rows[0]["output_dir"]) == tmp_path / "0"
     png = (tmp_path / "sweep_summary.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert f"\n{LR_TABLE}\n" in out
+
+    # The figure: accuracy against the one varied number (points without a test result left out),
+    # and one learning curve per point that has one, labelled with its number and overrides.
+    assert read_png(tmp_path / "sweep_summary.png").shape[:2] == (450, 1200)  # 12 x 4.5 in at 100 dpi
+    (fig,) = saved_figures
+    left, right = fig.axes
+    (acc,) = left.get_lines()
+    assert list(acc.get_xdata()) == [1e-4, 2e-4] and list(acc.get_ydata()) == [0.25, 0.31]
+    assert left.get_xlabel() == "optimizer.lr" and left.get_xscale() == "linear"  # 2x range: not log
+    assert curves(right) == {"#0 optimizer.lr=1e-4": ([1, 2], [0.125, 0.25]),
+                             "#1 optimizer.lr=2e-4": ([1, 2], [0.155, 0.31]),
+                             "#2 optimizer.lr=4e-4": ([1], [0.0])}
+    assert [t.get_text() for t in right.get_legend().get_texts()] == list(curves(right))
 
 
-def test_points_with_several_varied_keys_get_a_bar_chart(tmp_path):
+def test_points_with_several_varied_keys_get_a_bar_chart(tmp_path, saved_figures):
     make_point(tmp_path, 0, ["optimizer=adam", "trainer.batch_size=32"], metrics(0.2, 2.1))
     make_point(tmp_path, 1, ["optimizer=sgd", "trainer.batch_size=64"], metrics(0.3, 2.0))
     summarize(tmp_path)
     assert (tmp_path / "sweep_summary.png").stat().st_size > 10_000
     assert "optimizer=sgd trainer.batch_size=64" in table(collect(tmp_path))
+    assert table(collect(tmp_path)) == TWO_KEYS_TABLE
+    assert read_png(tmp_path / "sweep_summary.png").shape[:2] == (450, 1200)
+    (fig,) = saved_figures
+    left, right = fig.axes
+    assert [bar.get_height() for bar in left.patches] == [0.2, 0.3]
+    assert [t.get_text() for t in left.get_xticklabels()] == ["#0", "#1"] and left.get_lines() == []
+    assert list(curves(right)) == ["#0 optimizer=adam trainer.batch_size=32", "#1 optimizer=sgd trainer.batch_size=64"]
 
 
 def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
@@ -72,3 +143,4 @@ def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
     points = collect(tmp_path)
     assert [(p.status, p.test_accuracy, p.ranks) for p in points] == [("ok", 0.61, 2), ("ok", 0.58, 2)]
     assert "0.6100" in table(points) or "0.610" in table(points)
+    assert table(points) == EVALUATE_TABLE

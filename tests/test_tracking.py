@@ -5,10 +5,9 @@ import logging
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from conftest import read_metrics, run_cli
+from conftest import compose_cfg, read_metrics, run_cli
 
 mlflow = pytest.importorskip("mlflow", reason="tracking extra not installed (pip install -e '.[tracking]')")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -22,11 +21,6 @@ from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri 
 
 register_configs()
 QUICK = ("data=sample", "trainer.verbose=0", "trainer.tensorboard=false", "tracking=mlflow")
-
-
-def compose_cfg(*overrides):
-    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def steps(client, run_id, key):

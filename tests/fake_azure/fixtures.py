@@ -1,18 +1,15 @@
 """pytest fixtures and helpers for the Batch AI launcher tests: a running
-FakeAzure, a planted storage key, and ``python -m cifar_dist launcher=batchai``
-pointed at the fake with small polling intervals."""
+FakeAzure, a planted storage key, and the overrides and environment that point
+``python -m cifar_dist launcher=batchai`` at the fake with small polling
+intervals (start it with conftest's run_cli/start_cli)."""
 from __future__ import annotations
 
 import base64
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
-
-from terminal_signals import sigint_as_in_a_terminal
 
 from .server import FakeAzure
 
@@ -77,18 +74,3 @@ def cli_env(fake: Optional[FakeAzure], storage_key: Optional[str], **extra: str)
         env["AZURE_BATCHAI_STORAGE_KEY"] = storage_key
     env.update(extra)
     return env
-
-
-def run_cli(args: List[str], env: Dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cifar_dist", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def start_cli(args: List[str], env: Dict[str, str], cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *args],
-        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=sigint_as_in_a_terminal,
-    )

@@ -1,13 +1,12 @@
-"""One writer per run dir, and a re-run only ever continues the same experiment.
+"""The run-dir lock: one writer per run dir.
 
 * A second run into a busy run dir is refused at once, in one line naming
   the holder (pid, host); a lock left by a killed run does not block.
-* A re-run with another optimizer, lr, batch size or augmentation is refused
-  in one line listing the differences, and ``.hydra/`` keeps describing the
-  run that wrote the files (Hydra used to overwrite it before refusing).
-* A finished run whose checkpoints are gone is not trained again over its
+* Each test also checks what the resume policy does once the lock is taken:
+  a finished run whose checkpoints are gone is not trained again over its
   saved model; a damaged metrics.json does not block a resume.
-* Only this program's own temp files are deleted from the run dir.
+
+A re-run with other settings: test_resume_policy.py. Temp files: test_durable.py.
 """
 import json
 import shutil
@@ -16,51 +15,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, run_cli
+from conftest import QUIET_SAMPLE_RUN, REPO, cli_env, error_lines, run_cli, start_cli
 from cifar_dist.rundir_lock import LOCK_NAME, RunDirInUse, RunDirLock
-from cifar_dist.durable import TEMP_SUFFIX, atomic_path, remove_partials
+from cifar_dist.durable import TEMP_SUFFIX
 
-BASE = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
-
-
-def error_lines(proc) -> list:
-    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
-
-
-def snapshot(run_dir: Path) -> dict:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*")
-            if p.is_file() and p.name != LOCK_NAME}
-
-
-@pytest.fixture(scope="module")
-def half_run(tmp_path_factory):
-    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from."""
-    run_dir = tmp_path_factory.mktemp("rundir") / "run"
-    proc = run_cli(*BASE, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
-                   f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
-    return run_dir
-
-
-def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_run(half_run):
-    before = snapshot(half_run)
-    proc = run_cli(*BASE, "trainer.epochs=2", "optimizer=sgd", "trainer.batch_size=32",
-                   "data.augment.enabled=false", f"hydra.run.dir={half_run}", timeout=120)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    (line,) = error_lines(proc)
-    for changed in ("optimizer._target_", "optimizer.lr", "trainer.batch_size (was 64, now 32)",
-                    "data.augment.enabled (was True, now False)"):
-        assert changed in line
-    assert snapshot(half_run) == before  # .hydra/config.yaml, overrides.yaml, the log: untouched
-
-    lr_only = run_cli(*BASE, "trainer.batch_size=64", "optimizer.lr=0.001", f"hydra.run.dir={half_run}", timeout=120)
-    assert lr_only.returncode == 2 and "optimizer.lr (was 0.0001, now 0.001)" in error_lines(lr_only)[0]
-    assert snapshot(half_run) == before
+BASE = QUIET_SAMPLE_RUN
 
 
 def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_damaged_record(half_run, tmp_path):
@@ -73,9 +35,7 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
     ours.write_text("half")
 
     again = (*BASE, "trainer.batch_size=64", "trainer.epochs=2", f"hydra.run.dir={run_dir}")
-    first = subprocess.Popen([sys.executable, "-m", "cifar_dist", *again],
-                             cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    first = start_cli(*again, stderr=subprocess.PIPE)
     try:
         lock = run_dir / LOCK_NAME
         deadline = time.time() + 120
@@ -121,20 +81,3 @@ def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_re
     (line,) = error_lines(proc)
     assert "holds a finished run" in line and "no checkpoints" in line  # refused for that, not for the dead lock
     assert model.read_bytes() == before
-
-
-def test_only_this_programs_temp_files_are_removed(tmp_path):
-    class Interrupted(Exception):
-        pass
-
-    with pytest.raises(Interrupted):
-        with atomic_path(tmp_path / "metrics.json") as tmp:
-            Path(tmp).write_text("half")
-            leftover = Path(tmp).with_name(Path(tmp).name.replace(".metrics.json.", ".training_log.csv."))
-            Path(tmp).rename(leftover)  # as if the process had been killed here
-            raise Interrupted
-    users = [tmp_path / ".notes.partial", tmp_path / ".draft.png", tmp_path / ".x.12345678.partial"]
-    for path in users:
-        path.write_text("mine")
-    assert remove_partials(tmp_path) == [leftover]
-    assert all(p.read_text() == "mine" for p in users)

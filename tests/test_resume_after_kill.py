@@ -132,7 +132,7 @@ def temp_files(run_dir: Path) -> list:
                   if d.is_dir() for p in d.iterdir() if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME)
 
 
-@pytest.mark.slow  # 2.5 min; kills and reruns in default-suite tests: test_reliability_hang, test_robustness_launcher_kill, test_train_e2e's resume
+@pytest.mark.slow  # 2.5 min; kills and reruns in default-suite tests: test_heartbeat, test_rank_exec, test_train_e2e's resume
 @pytest.mark.timeout(1200)
 def test_kill_9_anywhere_loses_nothing_and_reruns_finish(tmp_path):
     import cifar_dist  # noqa: F401  (Keras 2 for the load checks)

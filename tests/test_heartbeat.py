@@ -15,7 +15,8 @@ import time
 import pytest
 
 from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, HeartbeatWatch, heartbeat_path, start_from_env
-from test_launcher_mpirun import QUICK, processes_of, rank_pid, start_cli, wait_for
+from conftest import start_cli, wait_for
+from test_launcher_mpirun import QUICK, processes_of, rank_pid
 
 
 class Clock:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env
-from test_launcher_mpirun import QUICK, processes_of, start_cli, wait_for
+from conftest import REPO, cli_env, start_cli, wait_for
+from test_launcher_mpirun import QUICK, processes_of
 
 
 def files_state(run_dir: Path) -> dict:

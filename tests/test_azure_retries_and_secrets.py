@@ -13,11 +13,13 @@ belong; (launcher=batchai) a service that never recovers (bounded total retry ti
 that never comes (read timeout, retried), and the planted key with debug
 logging on, on a failure path, and in the arguments of every process.
 """
+import subprocess
 import threading
 import time
 from pathlib import Path
 
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, run_cli, start_cli, storage_key, wheel_cache  # noqa: F401
+from conftest import run_cli, start_cli
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
 from fake_azureml.fixtures import fake_aml, snapshot_cache  # noqa: F401
 
@@ -34,7 +36,7 @@ def test_a_service_that_never_recovers_gives_up_within_the_retry_timeout(fake_az
     fake_azure.faults.append(Fault(lambda m, p: m == "PUT" and _arm_job(p), 503, times=10**6, retry_after="1"))
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.retry_timeout_s": "3"})
     started = time.monotonic()
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path, timeout=120)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=120)
     took = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = _error_lines(proc)
@@ -60,7 +62,7 @@ def test_a_response_that_never_comes_is_retried_after_the_read_timeout(fake_azur
 
     fake_azure.dispatch = dispatch
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.read_timeout_s": "1"})
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path, timeout=120)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert stalled, "no job GET was stalled"
     gets = [r for r in fake_azure.arm_requests("GET", "/jobs/") if r.at >= stalled[0]]
@@ -110,7 +112,7 @@ def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_
     fake_azure.faults.append(Fault(lambda m, p: m == "GET" and _arm_job(p), 503, times=1, retry_after="0"))
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
         "hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail"})
-    proc = start_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = start_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, stderr=subprocess.PIPE)
     out, err, seen = _communicate_sampling_ps(proc, timeout=120)
     assert proc.returncode == 3, err[-3000:]
     assert "planted training failure" in err
@@ -140,7 +142,7 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     run_dir = tmp_path / "run"
     args = aml_overrides(fake_aml, run_dir, snapshot_cache, **{
         "hydra.verbose": "true", "data": "cifar10", "data.path": str(tmp_path / "missing"), "data.download": "false"})
-    proc = start_cli(args, aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), tmp_path)
+    proc = start_cli(*args, env=aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), cwd=tmp_path, stderr=subprocess.PIPE)
     out, err, seen = _communicate_sampling_ps(proc, timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)
