@@ -11,6 +11,7 @@ Launchers keep their options next to their code (``launchers/*.py``,
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
@@ -420,8 +421,6 @@ def typed(cfg):
 def register_configs() -> None:
     """Store every built-in option (this module's and every launcher's) and the sweep
     launcher in Hydra's ConfigStore; called before Hydra composes. Idempotent."""
-    import sys
-
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
     from cifar_dist.options import store_options
