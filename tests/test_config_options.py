@@ -92,9 +92,18 @@ def test_no_yaml_file_repeats_an_option():
 
 # --- a launcher from a test module: the one documented way, no other edit ---
 
-def test_a_launcher_defined_in_a_test_module_composes_typed(compose_job):
-    import own_launcher  # noqa: F401  (registers launcher=echo)
+@pytest.fixture
+def echo_launcher():
+    """tests/own_launcher.py imported (which registers launcher=echo), and forgotten afterwards,
+    so that later tests in the session see only the built-in launchers."""
+    import own_launcher  # noqa: F401
 
+    yield
+    ConfigStore.instance().repo["launcher"].pop("echo.yaml", None)
+    sys.modules.pop("own_launcher", None)
+
+
+def test_a_launcher_defined_in_a_test_module_composes_typed(compose_job, echo_launcher):
     cfg = compose_job("launcher=echo", "launcher.note=hi")
     assert cfg["launcher"] == {"_target_": "own_launcher.EchoLauncher", "note": "hi"}
     from cifar_dist.override_check import command_line_problem
