@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from cifar_dist.config import register_configs
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
+from cifar_dist.override_check import command_line_problem
 from cifar_dist.preflight import check_run_dir
 from cifar_dist.results import final_accuracy
 from cifar_dist.training.tf_console import quiet_by_default
@@ -46,8 +47,19 @@ def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
         after_job(cfg, job.output_dir, ok)
 
 
+def main() -> None:
+    """``python -m cifar_dist [overrides]``: a misspelt option or key is refused in one line
+    before Hydra composes or writes anything (override_check.py), then Hydra runs the job.
+    A launched rank skips the check: its launcher checked the same overrides."""
+    if not in_child_process():
+        problem = command_line_problem(sys.argv[1:])
+        if problem:
+            fail(problem, 2)
+    run_job()
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> Optional[float]:
+def run_job(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
     quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)

@@ -1,22 +1,25 @@
-"""Typed configuration schema.
+"""The config options of data, model, optimizer, trainer, task and tracking.
 
-Every config group in ``conf/`` is backed by a dataclass registered
-here in Hydra's ConfigStore, so that a misspelt key or a value of the wrong
-type fails at start-up with Hydra's own error message instead of deep inside
-training. The YAML files pick their schema through their defaults list
-(``defaults: [<group>_schema]``).
+Each option is one dataclass marked ``@config_option(group, name)``
+(``options.py``): its fields are the schema, so that a misspelt key or a
+value of the wrong type fails at start-up instead of deep inside training,
+and its defaults are the option's values (no YAML file repeats them). A
+variant of an option is a subclass that changes defaults (``data=sample``).
 
-Launchers keep their own schema next to their code (``launchers/*.py``), and
-register it from there; ``register_configs`` imports them.
+Launchers keep their options next to their code (``launchers/*.py``,
+``launchers/*/config.py``); ``register_configs`` imports them.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from cifar_dist.options import config_option
 
 
 class EpochPolicy(str, Enum):
@@ -84,8 +87,14 @@ class AugmentConfig:
     cutout: int = 0
 
 
+@config_option("data", "cifar10")
 @dataclass
 class DataConfig:
+    """``data=cifar10``: the real CIFAR-10 python archive (50,000 train / 10,000 test
+    images). Looked for in data.path (the .tar.gz, or a folder holding
+    cifar-10-batches-py), then in data.cache_dir; otherwise downloaded from
+    data.url, md5-checked."""
+
     # "cifar10": the real archive (data.path, then the cache, then a download);
     # "sample": the real-image sample that ships inside the package.
     name: str = "cifar10"
@@ -101,14 +110,28 @@ class DataConfig:
     prefetch: int = -1  # -1: tf.data.AUTOTUNE
 
 
+@config_option("data", "sample")
+@dataclass
+class SampleDataConfig(DataConfig):
+    """``data=sample``: real CIFAR-10 images that ship inside the package (4,068 train /
+    1,017 test): the first 1,017 images of each of data_batch_1..4 and test_batch.
+    Needs no network; accuracy on it is far below full-data accuracy."""
+
+    name: str = "sample"
+
+
 @dataclass
 class ModelConfig:
     _target_: str = MISSING
     num_classes: int = 10
 
 
+@config_option("model", "seed_cnn")
 @dataclass
 class SeedCnnConfig(ModelConfig):
+    """The seed tutorial's CNN (Keras' cifar10_cnn.py): Conv32-Conv32-Pool-Drop,
+    Conv64-Conv64-Pool-Drop, Dense512-Drop, Dense10 softmax. 1,250,858 parameters."""
+
     _target_: str = "cifar_dist.models.seed_cnn.build"
     input_shape: List[int] = field(default_factory=lambda: [32, 32, 3])
     conv_dropout: float = 0.25
@@ -116,19 +139,27 @@ class SeedCnnConfig(ModelConfig):
     dense_dropout: float = 0.5
 
 
+@config_option("model", "resnet9")
 @dataclass
 class ResNet9Config(ModelConfig):
-    # David Page's ResNet-9 (DAWNBench 2018); width 64 is his, smaller widths fit a CPU.
+    """David Page's ResNet-9 (DAWNBench, 94 % on CIFAR-10 in 24 epochs): prep conv,
+    conv-pool + residual, conv-pool, conv-pool + residual, global max pool,
+    linear x 0.125. Channels width, 2w, 4w, 8w; width 64 is Page's (6.57 M
+    parameters), model.width=16 fits a 2-core CPU."""
+
     _target_: str = "cifar_dist.models.resnet9.build"
     width: int = 64
     batchnorm_momentum: float = 0.9
     output_scale: float = 0.125
 
 
+@config_option("model", "airbench")
 @dataclass
 class AirbenchConfig(ModelConfig):
-    # Keller Jordan's airbench94 net: frozen 2x2 patch-whitening conv, three
-    # conv-pool-BN blocks, identity-initialised convs. widths=[64, 256, 256] is airbench94's.
+    """airbench94's net (Keller Jordan, 2024): a frozen 2x2 patch-whitening conv fitted
+    to the training images, three conv-pool-BN-GELU blocks with identity-initialised
+    convs, global max pool, linear x 1/9. model.widths=[64,256,256] is airbench94's."""
+
     _target_: str = "cifar_dist.models.airbench.build"
     widths: List[int] = field(default_factory=lambda: [64, 256, 256])
     whitening_kernel: int = 2
@@ -144,14 +175,18 @@ class OptimizerConfig:
     lr: float = 1e-4
 
 
+@config_option("optimizer", "rmsprop")
 @dataclass
 class RmspropConfig(OptimizerConfig):
+    """The seed's optimizer: RMSprop(lr=1e-4, decay=1e-6)."""
+
     _target_: str = "cifar_dist.training.optimizers.rmsprop"
     decay: float = 1e-6
     rho: float = 0.9
     epsilon: float = 1e-7
 
 
+@config_option("optimizer", "sgd")
 @dataclass
 class SgdConfig(OptimizerConfig):
     _target_: str = "cifar_dist.training.optimizers.sgd"
@@ -161,6 +196,7 @@ class SgdConfig(OptimizerConfig):
     decay: float = 0.0
 
 
+@config_option("optimizer", "sgdw")
 @dataclass
 class SgdwConfig(OptimizerConfig):
     # Nesterov SGD with decoupled weight decay (w -= lr * weight_decay * w
@@ -177,6 +213,7 @@ class SgdwConfig(OptimizerConfig):
     lr_multipliers: Dict[str, float] = field(default_factory=dict)
 
 
+@config_option("optimizer", "adam")
 @dataclass
 class AdamConfig(OptimizerConfig):
     _target_: str = "cifar_dist.training.optimizers.adam"
@@ -187,8 +224,11 @@ class AdamConfig(OptimizerConfig):
     epsilon: float = 1e-7
 
 
+@config_option("trainer", "default")
 @dataclass
 class TrainerConfig:
+    """The seed's schedule: 100 epochs divided over the ranks (ceil(100 / size)), batch 32 per rank."""
+
     epochs: int = 100
     batch_size: int = 32  # per rank, as in the seed
     epoch_policy: EpochPolicy = EpochPolicy.divide
@@ -253,8 +293,11 @@ class TaskConfig:
     name: str = MISSING
 
 
+@config_option("task", "train")
 @dataclass
 class TrainTaskConfig(TaskConfig):
+    """``task=train`` (the default): train (or resume) the model."""
+
     _target_: str = "cifar_dist.training.trainer.train"
     name: str = "train"
 
@@ -282,13 +325,32 @@ class EvaluateConfig:
     tta: Tta = Tta.none  # test-time augmentation (trainer.tta's options)
 
 
+@config_option("task", "evaluate", package="_global_")
+@dataclass
+class EvaluateTask:
+    """``task=evaluate``: score a trained model on a test set, sharded over the ranks::
+
+        python -m cifar_dist task=evaluate evaluate.model=<run dir or .h5> [data=sample]
+        ... evaluate.input=<CIFAR batch file(s) or a folder of 32x32 images>
+
+    Writes evaluation.json, confusion_matrix.png and predictions.csv to the run dir.
+    It sets two top-level nodes, ``task`` and ``evaluate``."""
+
+    task: EvaluateTaskConfig = field(default_factory=EvaluateTaskConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+
+
 class TrackingBackend(str, Enum):
     none = "none"
     mlflow = "mlflow"
 
 
+@config_option("tracking", "none")
 @dataclass
 class TrackingConfig:
+    """``tracking=none`` (the default): no experiment tracker; the run dir
+    (metrics.json, plots, .hydra/) is the record."""
+
     # none: no tracker. mlflow: rank 0 records every job as an MLflow run
     # (cifar_dist/tracking/, docs/tracking.md).
     backend: TrackingBackend = TrackingBackend.none
@@ -309,6 +371,18 @@ class TrackingConfig:
     http_timeout_s: int = 10
     http_max_retries: int = 2
     http_backoff_factor: int = 1
+
+
+@config_option("tracking", "mlflow")
+@dataclass
+class MlflowTrackingConfig(TrackingConfig):
+    """``tracking=mlflow``: record every job as an MLflow run, from rank 0 only
+    (docs/tracking.md): params = the composed config, tags = launcher/ranks/host/
+    versions/git commit, per-epoch metrics as they happen, test metrics, and the
+    run's artifacts. Default store: sqlite:///outputs/mlflow.db (no server); see it with
+    ``mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db``."""
+
+    backend: TrackingBackend = TrackingBackend.mlflow
 
 
 @dataclass
@@ -345,25 +419,13 @@ def typed(cfg):
 
 
 def register_configs() -> None:
-    """Register every schema; called once before Hydra composes."""
-    cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
-    cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="model", name="seed_cnn_schema", node=SeedCnnConfig)
-    cs.store(group="model", name="resnet9_schema", node=ResNet9Config)
-    cs.store(group="model", name="airbench_schema", node=AirbenchConfig)
-    cs.store(group="optimizer", name="rmsprop_schema", node=RmspropConfig)
-    cs.store(group="optimizer", name="sgd_schema", node=SgdConfig)
-    cs.store(group="optimizer", name="adam_schema", node=AdamConfig)
-    cs.store(group="optimizer", name="sgdw_schema", node=SgdwConfig)
-    cs.store(group="trainer", name="trainer_schema", node=TrainerConfig)
-    cs.store(group="task", name="train_schema", node=TrainTaskConfig)
-    cs.store(group="task", name="evaluate_schema", node=EvaluateTaskConfig)
-    cs.store(group="evaluate", name="evaluate_schema", node=EvaluateConfig)
-    cs.store(group="tracking", name="tracking_schema", node=TrackingConfig)
-
+    """Store every built-in option (this module's and every launcher's) and the sweep
+    launcher in Hydra's ConfigStore; called before Hydra composes. Idempotent."""
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
+    from cifar_dist.options import store_options
 
-    register_built_in()  # each launcher module stores its own schema
+    ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml
+    store_options(sys.modules[__name__])
+    register_built_in()  # every launcher module stores its own options
     register_sweep_launcher()

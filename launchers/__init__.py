@@ -1,25 +1,41 @@
-"""Launchers: how a composed job gets run (in-process, under mpirun, on Batch AI).
+"""Launchers: how a composed job gets run (in-process, under mpirun or Gloo, on Slurm, Azure ML, Batch AI).
 
 A launcher is one module: its class (``launch(job)``, and ``launch_all(jobs)``
-for the points of a sweep) and its config dataclass, which the module
-registers in Hydra's ConfigStore as ``launcher/<name>_schema`` and the class
-receives as is; plus one YAML file in ``conf/launcher/`` that uses the schema.
+for the points of a sweep) and its config dataclass marked
+``@config_option("launcher", "<name>")`` (``cifar_dist/options.py``), which
+*is* the option ``launcher=<name>`` and which the class receives as is. The
+module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
+launcher that is a package; ``register_built_in`` finds it (no list to edit).
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import pkgutil
+from typing import Iterator
 
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult, Launcher
 
-__all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "BUILT_IN", "register_built_in"]
+__all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "register_built_in"]
 
-# Modules that register a launcher schema when imported. They keep their heavy
-# imports (MPI, Azure SDKs) inside their methods, so importing them is cheap.
-BUILT_IN = ("local", "mpirun", "gloo", "batchai.config", "slurm.config", "azureml.config")
+
+def option_modules() -> Iterator[str]:
+    """Every module that may define a launcher option: ``launchers/<name>.py`` and
+    ``launchers/<name>/config.py``. They keep their heavy imports (MPI, Azure SDKs)
+    inside functions, so importing them all is cheap."""
+    for module in pkgutil.iter_modules(__path__):
+        name = f"{__name__}.{module.name}"
+        if module.ispkg:
+            name += ".config"
+            if importlib.util.find_spec(name) is None:
+                continue
+        yield name
 
 
 def register_built_in() -> None:
-    """Import every built-in launcher module, which stores its schema in the ConfigStore."""
-    for name in BUILT_IN:
-        importlib.import_module(f"{__name__}.{name}")
+    """Import every launcher module; each stores its own option in Hydra's ConfigStore."""
+    from cifar_dist.options import store_options
+
+    for name in option_modules():
+        store_options(importlib.import_module(name))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hydra.core.config_store import ConfigStore
 from typing import Dict, List
 
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.options import config_option
 
 # What horovodrun and the ranks need from this environment besides the
 # variables a rank is always given (MultiRankLauncher.forwarded_names).
@@ -26,15 +26,20 @@ _BASIC_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 _RANK_PREFIX = re.compile(rb"^\[\d+\]<std(?:out|err)>:")
 
 
+@config_option("launcher", "gloo")
 @dataclass
 class GlooLauncherConf(MultiRankConf):
+    """``launcher=gloo``: run the job on launcher.np Horovod ranks with Gloo (horovodrun
+    --gloo), for machines without MPI. Same keys as launcher=mpirun except
+    rsh_agent/mpirun; remote hosts are reached over ssh::
+
+        python -m cifar_dist launcher=gloo launcher.np=2
+    """
+
     _target_: str = "cifar_dist.launchers.gloo.GlooLauncher"
     horovodrun: str = "horovodrun"  # the executable (a name on PATH or a path)
     # Seconds horovodrun waits for every host to start (its --start-timeout).
     start_timeout_s: int = 30
-
-
-ConfigStore.instance().store(group="launcher", name="gloo_schema", node=GlooLauncherConf)
 
 
 class GlooLauncher(MultiRankLauncher):

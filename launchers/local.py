@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hydra.core.config_store import ConfigStore
-
 from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
+from cifar_dist.options import config_option
 
 
+@config_option("launcher", "local")
 @dataclass
 class LocalLauncherConf:
+    """``launcher=local`` (the default): train in this process (a single Horovod rank)."""
+
     _target_: str = "cifar_dist.launchers.local.LocalLauncher"
-
-
-ConfigStore.instance().store(group="launcher", name="local_schema", node=LocalLauncherConf)
 
 
 class LocalLauncher(Launcher):

@@ -13,15 +13,25 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hydra.core.config_store import ConfigStore
 from typing import List, Optional, Sequence, Tuple
 
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.options import config_option
 
 
+@config_option("launcher", "mpirun")
 @dataclass
 class MpirunLauncherConf(MultiRankConf):
+    """``launcher=mpirun``: run the job on launcher.np Horovod ranks under OpenMPI's mpirun::
+
+        python -m cifar_dist launcher=mpirun launcher.np=2
+        python -m cifar_dist launcher=mpirun launcher.np=8 'launcher.hosts=[h1:4,h2:4]'
+        python -m cifar_dist launcher=mpirun launcher.dry_run=true   # print the command only
+
+    Every rank logs to <run dir>/logs/rank.N.log; rank 0 also streams to this
+    console. The keys shared with launcher=gloo: MultiRankConf; docs/launchers.md."""
+
     _target_: str = "cifar_dist.launchers.mpirun.MpirunLauncher"
     mpirun: str = "mpirun"  # the executable (a name on PATH or a path)
     # Replaces ssh for starting OpenMPI's daemons on other hosts
@@ -31,9 +41,6 @@ class MpirunLauncherConf(MultiRankConf):
     # instead of busy-polling it, which matters when each rank has one core
     # and the Horovod thread shares it with TensorFlow (docs/scaling.md).
     yield_when_idle: bool = True
-
-
-ConfigStore.instance().store(group="launcher", name="mpirun_schema", node=MpirunLauncherConf)
 
 
 class MpirunLauncher(MultiRankLauncher):

@@ -42,12 +42,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
+from cifar_dist.options import config_option
 
 log = logging.getLogger(__name__)
 
 PLUGIN_CLASS = "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher.CifarDistLauncher"
 
 
+@config_option("hydra/launcher", "cifar_dist")
 @dataclass
 class SweepLauncherConf:
     _target_: str = PLUGIN_CLASS
@@ -55,15 +57,17 @@ class SweepLauncherConf:
 
 def register() -> None:
     """Make ``hydra/launcher=cifar_dist`` (the project's default) usable: its config in the
-    ConfigStore, its class in Hydra's plugin registry. Explicit, because Hydra's discovery
-    of ``hydra_plugins`` misses setuptools editable installs (Hydra issues #2359, #3252)."""
-    from hydra.core.config_store import ConfigStore
+    ConfigStore (again: idempotent), its class in Hydra's plugin registry. Explicit, because
+    Hydra's discovery of ``hydra_plugins`` misses setuptools editable installs (Hydra issues
+    #2359, #3252)."""
+    import sys
+
     from hydra.core.plugins import Plugins
 
+    from cifar_dist.options import store_options
     from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher
 
-    ConfigStore.instance().store(group="hydra/launcher", name="cifar_dist", node=SweepLauncherConf,
-                                 provider="cifar_dist")
+    store_options(sys.modules[__name__])
     Plugins.instance().register(CifarDistLauncher)
 
 

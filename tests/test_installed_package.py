@@ -41,7 +41,7 @@ def test_wheel_carries_configs_launchers_and_sample_and_sweeps_from_anywhere(tmp
                    check=True, capture_output=True, timeout=300)
     (wheel,) = wheels.glob("cifar_dist-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for name in ("cifar_dist/conf/config.yaml", "cifar_dist/conf/trainer/default.yaml",
+    for name in ("cifar_dist/conf/config.yaml", "cifar_dist/conf/experiment/fast.yaml", "cifar_dist/conf/hydra/default.yaml",
                  "cifar_dist/launchers/sweep_launcher.py", "cifar_dist/launchers/batchai/node_entry.py",
                  "hydra_plugins/cifar_dist_launcher/cifar_dist_launcher.py",
                  "cifar_dist/data/sample/cifar-10-sample.tar.gz"):

@@ -1,7 +1,7 @@
 """Models, one module each, built by ``hydra.utils.instantiate(cfg.model)``.
 
 A model builder takes its config fields as keyword arguments and returns an
-uncompiled ``tf.keras.Model``; the trainer compiles it. To add one, write
-``models/<name>.py`` with a ``build(...)`` and ``conf/model/<name>.yaml``
-with ``_target_: cifar_dist.models.<name>.build``.
+uncompiled ``tf.keras.Model``; the trainer compiles it. Each built-in model's
+option (``model=<name>``: its arguments, typed, with their defaults) is a
+dataclass in ``cifar_dist/config.py``; README "Adding a model".
 """

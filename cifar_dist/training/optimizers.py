@@ -1,4 +1,4 @@
-"""Optimizer factories named by ``conf/optimizer/*.yaml`` (``_target_``).
+"""Optimizer factories named by the ``optimizer`` options in ``cifar_dist/config.py`` (``_target_``).
 
 They build Keras 2's *legacy* optimizers: those keep the seed's ``decay``
 argument (lr / (1 + decay * iterations)), their ``lr`` is a variable that

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
-from hydra.core.config_store import ConfigStore
 
 from cifar_dist.launchers.base import LaunchError
+from cifar_dist.options import config_option
 
 # Settings that may come from the environment when the config leaves them null
 # (AZURE_SUBSCRIPTION_ID is the one the Batch AI launcher and the az CLI read too).
@@ -38,8 +38,20 @@ class VmPriority(str, Enum):
     low_priority = "low_priority"  # cheaper; Azure may preempt a node, the job is then requeued
 
 
+@config_option("launcher", "azureml")
 @dataclass
 class AzureMLLauncherConf:
+    """``launcher=azureml``: run the job on an Azure Machine Learning compute cluster as
+    an MPI command job (Batch AI's successor; docs/azureml.md)::
+
+        python -m cifar_dist launcher=azureml launcher.compute=gpu-cluster \\
+            launcher.instance_count=4 launcher.process_count_per_instance=1
+
+    Account names left null come from the environment (AZURE_SUBSCRIPTION_ID,
+    AZUREML_RESOURCE_GROUP, AZUREML_WORKSPACE, AZUREML_COMPUTE) or from your
+    git-ignored conf/local/default.yaml. Credentials come from azure-identity
+    (az login, a managed identity or AZURE_CLIENT_ID/...): never from a config file."""
+
     _target_: str = "cifar_dist.launchers.azureml.launcher.AzureMLLauncher"
 
     # --- where (null: taken from the environment variable in ENV_FALLBACKS) ---
@@ -109,9 +121,6 @@ class Settings:
     @property
     def max_nodes(self) -> int:
         return self.conf.max_nodes or self.conf.instance_count
-
-
-ConfigStore.instance().store(group="launcher", name="azureml_schema", node=AzureMLLauncherConf)
 
 
 def resolve_settings(conf: AzureMLLauncherConf, environ: Mapping[str, str]) -> Settings:

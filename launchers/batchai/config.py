@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
 from cifar_dist.launchers.base import LaunchError
+from cifar_dist.options import config_option
 
 # The az CLI's variable names for the storage account and its key.
 STORAGE_KEY_ENV = "AZURE_BATCHAI_STORAGE_KEY"
@@ -52,8 +52,20 @@ class SchedulingPriority(str, Enum):
     high = "high"
 
 
+@config_option("launcher", "batchai")
 @dataclass
 class BatchAILauncherConf:
+    """``launcher=batchai``: run the job on an Azure Batch AI cluster as a Horovod job
+    (docs/batchai.md)::
+
+        python -m cifar_dist launcher=batchai launcher.cluster=nc6cluster launcher.node_count=4
+
+    Account names left null come from the environment (AZURE_SUBSCRIPTION_ID,
+    AZURE_BATCHAI_RESOURCE_GROUP, AZURE_BATCHAI_LOCATION, AZURE_BATCHAI_WORKSPACE,
+    AZURE_BATCHAI_CLUSTER, AZURE_BATCHAI_STORAGE_ACCOUNT) or from your git-ignored
+    conf/local/default.yaml. The storage key is read from $AZURE_BATCHAI_STORAGE_KEY
+    only: never write it into a config file."""
+
     _target_: str = "cifar_dist.launchers.batchai.launcher.BatchAILauncher"
 
     # --- where (null: taken from the environment variable in ENV_FALLBACKS) ---
@@ -115,9 +127,6 @@ class BatchAILauncherConf:
     retry_timeout_s: float = 600.0  # total time one request may spend in retries
     connection_timeout_s: float = 30.0
     read_timeout_s: float = 120.0
-
-
-ConfigStore.instance().store(group="launcher", name="batchai_schema", node=BatchAILauncherConf)
 
 
 class Secret:

@@ -1,4 +1,4 @@
-"""The Slurm launcher's config schema (``conf/launcher/slurm.yaml``; docs/slurm.md lists every key).
+"""The Slurm launcher's config option ``launcher=slurm`` (docs/slurm.md lists every key).
 
 Imported at every start (``launchers.register_built_in()``, which stores the schema): light imports only.
 """
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
-from hydra.core.config_store import ConfigStore
 
 from cifar_dist.launchers.base import LaunchError
+from cifar_dist.options import config_option
 
 
 class OnInterrupt(str, Enum):
@@ -23,8 +23,17 @@ class RankStarter(str, Enum):
     mpirun = "mpirun"  # OpenMPI's mpirun inside the allocation (it reads the allocation from Slurm)
 
 
+@config_option("launcher", "slurm")
 @dataclass
 class SlurmLauncherConf:
+    """``launcher=slurm``: run the job as a Slurm batch job: sbatch, ranks started with
+    srun --mpi=pmix (docs/slurm.md)::
+
+        python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu launcher.time_min=120
+        python -m cifar_dist launcher=slurm launcher.dry_run=true   # write <run dir>/slurm/job.sbatch and print it
+        python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm   # every point its own job, all submitted at once
+    """
+
     _target_: str = "cifar_dist.launchers.slurm.launcher.SlurmLauncher"
 
     # --- the allocation: one #SBATCH line each (null/0/empty: not written, Slurm's default) ---
@@ -71,9 +80,6 @@ class SlurmLauncherConf:
     @property
     def world_size(self) -> int:
         return self.nodes * self.ntasks_per_node
-
-
-ConfigStore.instance().store(group="launcher", name="slurm_schema", node=SlurmLauncherConf)
 
 
 def conf_from_kwargs(kwargs: Mapping[str, object]) -> SlurmLauncherConf:

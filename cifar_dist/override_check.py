@@ -1,0 +1,148 @@
+"""Refuse a command line whose overrides name no option or no key, before Hydra composes.
+
+Hydra's own errors for ``launcher=mpiru`` or ``trainer.epocs=3`` are several
+lines (a list of every option, a hint to write ``+trainer.epocs=3``), and
+``+trainer.epocs=3`` itself is accepted: the key is added beside ``epochs``
+and ignored. This check runs first in ``app.main``, before Hydra creates a
+run dir, writes ``.hydra/`` or loads any data, and turns each into one line
+with the nearest known name::
+
+    cifar_dist: error: launcher=mpiru: launcher has no option `mpiru`; did you mean `mpirun`? ...
+    cifar_dist: error: +trainer.epocs=3: trainer has no key `epocs`; did you mean `epochs`? ...
+
+A key is checked where its node is typed (a dataclass: every built-in
+option, ``config_options``), with or without ``+``/``++``; an untyped node
+(a user's own ``model/<name>.yaml``, a ``Dict`` field such as
+``launcher.env``) takes any key here. The check composes the config with the
+command line's group choices (as Hydra will), so the typed nodes are those
+of the options chosen. Anything it cannot judge is left to Hydra, which
+composes again and reports as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from typing import Iterable, List, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+SEE_KEYS = "python -m cifar_dist --cfg job [group=option] lists every key"
+SEE_OPTIONS = "python -m cifar_dist --help lists every option"
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean `epochs`?"`` for the nearest known name (difflib), else ``""``."""
+    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean `{match[0]}`?" if match else ""
+
+
+def typed_keys(node: object) -> Optional[List[str]]:
+    """The keys a config node may hold: its dataclass's fields; None when it is untyped."""
+    if not isinstance(node, DictConfig):
+        return None
+    node_type = OmegaConf.get_type(node)
+    if node_type is None or not dataclasses.is_dataclass(node_type):
+        return None
+    return [f.name for f in dataclasses.fields(node_type)]
+
+
+def unknown_key(cfg: DictConfig, key: str) -> Optional[str]:
+    """Why ``key`` (dotted) names nothing in ``cfg``, when a typed node on its path lacks it."""
+    node: object = cfg
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, DictConfig):
+            return None  # a list, a value, None: Hydra judges
+        if part not in node.keys():
+            known = typed_keys(node)
+            if known is None:
+                return None
+            where = ".".join(parts[:depth]) or "the config"
+            return f"{where} has no key `{part}`{did_you_mean(part, known)} ({SEE_KEYS})"
+        if depth + 1 < len(parts):
+            if OmegaConf.is_missing(node, part) or OmegaConf.is_interpolation(node, part):
+                return None
+            node = node[part]
+    return None
+
+
+def option_problem(group: str, values: Sequence[Optional[str]], options: Sequence[str]) -> Optional[str]:
+    """Why a value of ``group=...`` names no option of the group (``null`` deselects: allowed)."""
+    for value in values:
+        if value is not None and value != "null" and value not in options:
+            return (f"{group} has no option `{value}`{did_you_mean(value, options)} "
+                    f"(options: {', '.join(sorted(options))})")
+    return None
+
+
+def _values(override) -> List[Optional[str]]:
+    if override.is_delete():
+        return []
+    if override.is_sweep_override():
+        try:
+            return list(override.sweep_string_iterator())
+        except Exception:  # interval/range sweeps of a sweeper plugin: nothing to compare
+            return []
+    return [override.get_value_element_as_str()] if override.value() is not None else [None]
+
+
+def _loader(args):
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_automatic_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+
+    search_path = create_automatic_config_search_path(None, "cifar_dist.app", args.config_path or "conf")
+    if args.config_dir is not None:
+        config_dir = os.path.abspath(args.config_dir)
+        if not os.path.isdir(config_dir):
+            return None  # Hydra says so itself
+        search_path.prepend(provider="command-line", path=f"file://{config_dir}",
+                            anchor=SearchPathQuery(provider="schema"))
+    return ConfigLoaderImpl(config_search_path=search_path)
+
+
+def overrides_problem(loader, config_name: str, overrides: List[str]) -> Optional[str]:
+    """The first override that names no option or no key, as ``<override>: <why>``."""
+    from hydra.types import RunMode
+
+    parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
+    groups = [o for o in parsed if not o.is_hydra_override() and repo.group_exists(o.key_or_group)]
+    for o in groups:
+        problem = option_problem(o.key_or_group, _values(o), repo.get_group_options(o.key_or_group))
+        if problem:
+            return f"{o.input_line}: {problem}"
+    swept = {o.key_or_group for o in groups if o.is_sweep_override()}
+    shape = [o.input_line for o in parsed if not o.is_sweep_override() and (o in groups or o.is_hydra_override())]
+    cfg = loader.load_configuration(config_name, shape, RunMode.RUN, validate_sweep_overrides=False)
+    for o in parsed:
+        if o in groups or o.is_hydra_override() or o.is_delete() or o.key_or_group.split(".")[0] in swept:
+            continue
+        problem = unknown_key(cfg, o.key_or_group)
+        if problem:
+            return f"{o.input_line}: {problem}"
+    return None
+
+
+def command_line_problem(argv: Sequence[str]) -> Optional[str]:
+    """One line naming the first misspelt option or key of ``python -m cifar_dist <argv>``, or None.
+
+    Parses ``argv`` with Hydra's own argument parser and search path, so that
+    ``--config-dir``, ``--config-name`` and ``hydra.searchpath`` count as for Hydra."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        args = get_args_parser().parse_args(list(argv))
+    except SystemExit:
+        return None  # Hydra's parser reports it again, as Hydra does
+    if args.shell_completion or not args.overrides:
+        return None
+    loader = _loader(args)
+    if loader is None:
+        return None
+    try:
+        return overrides_problem(loader, args.config_name or "config", list(args.overrides))
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return None  # not a name this check knows (Hydra's own ValueErrors included): Hydra reports it
