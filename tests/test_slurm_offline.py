@@ -136,16 +136,17 @@ def test_a_bad_setting_stops_the_cli_with_one_line_before_anything_is_written(tm
 
 
 class FlakyController:
-    """scontrol failing ``failures`` times (slurmctld restarting), then reporting the job COMPLETED."""
+    """squeue failing ``failures`` times (slurmctld restarting), then reporting the job COMPLETED."""
 
     def __init__(self, failures: int):
         self.failures = failures
 
-    def show(self, job_id):
+    def states(self, job_ids):
         if self.failures:
             self.failures -= 1
-            raise LaunchError(f"scontrol show job {job_id} failed: Unable to contact slurm controller")
-        return job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+            raise LaunchError("squeue failed: Unable to contact slurm controller")
+        return {job_id: job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+                for job_id in job_ids}
 
 
 def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):

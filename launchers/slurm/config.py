@@ -60,6 +60,8 @@ class SlurmLauncherConf:
     # ranks stop at the end of the epoch (a checkpoint) and the job requeues itself. 0: no signal.
     signal_grace_s: int = 180
     max_resubmits: int = 3  # times a job that ran out of time goes on (self-requeue or resubmission)
+    # A sweep's points are one job array (sbatch --array=0-(N-1)%k): at most k of them run at once; 0: no limit.
+    concurrent: int = 0
     # --- following it ---
     dry_run: bool = False  # write the batch script into the run dir and print it; submit nothing
     wait: bool = True  # false: submit, say how to follow the job, return
@@ -92,7 +94,7 @@ def check(conf: SlurmLauncherConf) -> None:
     for name in ("nodes", "ntasks_per_node", "time_min"):
         if int(getattr(conf, name)) < 1:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 1")
-    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s"):
+    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s", "concurrent"):
         if int(getattr(conf, name)) < 0:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 0")
     if conf.cpus_per_task is not None and conf.cpus_per_task < 1:
