@@ -10,6 +10,13 @@ the resume policy (``resume_policy.py``); either failing is one line and
 exit 2, with nothing in the run dir touched. The lock is held until the run
 ends (``on_run_end``, or the process's exit).
 
+A cluster job holds the lock itself while it runs (its batch script takes
+it, ``rundir_lock.py``). A launch of that job's launcher into its run dir may
+follow it: the configured launcher's ``follows_job_in`` says whether the
+holder is the job this launch follows (then it goes on without the lock) and
+refuses one that would follow it with other settings; everyone else is
+refused naming the holder (job id, host, pid).
+
 In a sweep (``-m``) every point's dir is locked and checked when its job
 starts (``on_job_start``: Hydra has written that point's ``.hydra/`` by then)
 and the locks are held until the whole sweep has ended, so points a
@@ -24,12 +31,27 @@ from typing import Any, Dict
 from hydra.experimental.callback import Callback
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.rundir_lock import RunDirLock
+from cifar_dist.rundir_lock import RunDirInUse, RunDirLock
 
 
 def _exit_with(error: CifarDistError) -> None:
     print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
     sys.exit(2)  # SystemExit passes through Hydra's error reporting: no traceback
+
+
+def _launcher_class(config: Any) -> type:
+    """The class of the configured launcher (``launcher._target_``), or the base class."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from cifar_dist.launchers.base import Launcher
+
+    target = OmegaConf.select(config, "launcher._target_", default=None)
+    try:
+        cls = get_class(str(target)) if target else Launcher
+    except Exception:  # noqa: BLE001 - a bad _target_ is reported where the launcher is made
+        return Launcher
+    return cls if isinstance(cls, type) and issubclass(cls, Launcher) else Launcher
 
 
 class RunDirGuard(Callback):
@@ -46,7 +68,15 @@ class RunDirGuard(Callback):
             return
         lock = RunDirLock(run_dir)
         try:
-            lock.acquire()
+            busy = None
+            try:
+                lock.acquire()
+            except RunDirInUse as in_use:
+                busy = in_use
+            if _launcher_class(config).follows_job_in(run_dir, config, busy.holder if busy else None):
+                return  # the job holds its run dir; this process only follows it
+            if busy is not None:
+                raise busy
             check_rerun(run_dir, config)
         except CifarDistError as error:
             lock.release()

@@ -124,6 +124,15 @@ class Launcher(abc.ABC):
     def launch(self, job: JobSpec) -> LaunchResult:
         """Run ``job`` to completion (or submit it) and report the outcome."""
 
+    @classmethod
+    def follows_job_in(cls, run_dir: Path, cfg: DictConfig, holder: Optional[str]) -> bool:
+        """Asked by the run-dir guard (``cifar_dist/rundir.py``) before Hydra writes into ``run_dir``;
+        ``holder`` is the lock record of another process that holds it (None: this process got the lock).
+        True: this launch follows the job that holds it (a cluster job its launcher watches again), so it
+        goes on without the lock. Raises a ``CifarDistError`` to refuse the launch. Most launchers
+        follow nothing: False."""
+        return False
+
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """Every point of a sweep batch that uses this launcher with these settings;
         results in the jobs' order. By default one after another; a point that

@@ -136,16 +136,17 @@ def test_a_bad_setting_stops_the_cli_with_one_line_before_anything_is_written(tm
 
 
 class FlakyController:
-    """scontrol failing ``failures`` times (slurmctld restarting), then reporting the job COMPLETED."""
+    """squeue failing ``failures`` times (slurmctld restarting), then reporting the job COMPLETED."""
 
     def __init__(self, failures: int):
         self.failures = failures
 
-    def show(self, job_id):
+    def states(self, job_ids):
         if self.failures:
             self.failures -= 1
-            raise LaunchError(f"scontrol show job {job_id} failed: Unable to contact slurm controller")
-        return job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+            raise LaunchError("squeue failed: Unable to contact slurm controller")
+        return {job_id: job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+                for job_id in job_ids}
 
 
 def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):
@@ -161,3 +162,111 @@ def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):
         assert hopeless.poll() is None
     with pytest.raises(LaunchError, match="Unable to contact slurm controller"):
         hopeless.poll()
+
+
+class CountingQueue:
+    """squeue as the watch loop sees it: counts calls; each job RUNNING for ``rounds[id]`` rounds, then COMPLETED."""
+
+    def __init__(self, rounds):
+        self.rounds = dict(rounds)
+        self.calls = []
+
+    def states(self, job_ids):
+        self.calls.append(list(job_ids))
+        out = {}
+        for job_id in job_ids:
+            self.rounds[job_id] -= 1
+            state = "RUNNING" if self.rounds[job_id] > 0 else "COMPLETED"
+            out[job_id] = job_info(parse_show_job(f"JobId={job_id} JobState={state} ExitCode=0:0 Restarts=0"))
+        return out
+
+    def show(self, job_id):
+        raise AssertionError("scontrol asked although squeue listed every job")
+
+
+def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
+    from cifar_dist.launchers.cluster import watch
+    from cifar_dist.launchers.slurm.job import SlurmJob
+    from cifar_dist.launchers.slurm.queue import JobStates
+
+    queue = CountingQueue({"9_0": 2, "9_1": 4, "9_2": 3})
+    states = JobStates(queue)
+    conf = SlurmLauncherConf(stream_output=False)
+    jobs = [SlurmJob(queue, conf, tmp_path / i, tmp_path / "job.sbatch", f"9_{i}", "train", states=states)
+            for i in "012"]
+    sleeps = []
+    results = watch(jobs, 1.0, sleep=sleeps.append)
+    assert [r.exit_code for r in results] == [0, 0, 0]
+    assert len(queue.calls) == len(sleeps) + 1 == 4  # one query a round, four rounds
+    assert queue.calls[0] == ["9_0", "9_1", "9_2"] and queue.calls[-1] == ["9_1"]  # ended jobs are not asked again
+
+
+def test_a_job_someone_cancelled_is_reported_as_cancelled_not_by_its_ranks_signal(tmp_path):
+    from cifar_dist.launchers.slurm.job import SlurmJob
+
+    class Cancelled(CountingQueue):
+        def states(self, job_ids):
+            return {j: job_info(parse_show_job(f"JobId={j} JobState=CANCELLED ExitCode=0:15")) for j in job_ids}
+
+        def cancelled_by(self, job_id):
+            return "alice"
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "rank.1.exit.json").write_text('{"rank": 1, "exit_code": -15, "signal": 15, "host": "n1", "time": 9e9}')
+    result = SlurmJob(Cancelled({}), SlurmLauncherConf(stream_output=False), tmp_path, tmp_path / "job.sbatch",
+                      "12", "train").poll()
+    assert result.exit_code == 1
+    assert result.message.startswith("Slurm job 12 was cancelled by alice; checkpoints in ")
+    assert "signal" not in result.message and f"re-run with hydra.run.dir={tmp_path}" in result.message
+
+
+def test_a_sweep_array_runs_each_points_own_script_k_at_a_time(tmp_path):
+    from cifar_dist.launchers.slurm.script import array_script
+
+    jobs = [JobSpec(cfg=OmegaConf.create({}), output_dir=tmp_path / "50% sweep" / str(n), job_num=n,
+                    original_cwd=tmp_path) for n in range(3)]
+    text = array_script(conf_from_kwargs(dict(concurrent=2)), jobs, tmp_path / "50% sweep")
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    lines = text.splitlines()
+    assert "#SBATCH --array=0-2%2" in lines
+    assert f'#SBATCH "--output={tmp_path}/50%% sweep/slurm/array-%A_%a.out"' in lines
+    assert f"    2) run_dir={shlex.quote(str(jobs[2].output_dir))} ;;  # point #2" in lines
+    assert lines[-1] == 'exec /bin/bash "$run_dir/slurm/job.sbatch"'
+    assert "%2" not in array_script(conf_from_kwargs({}), jobs, tmp_path / "50% sweep").split("--array=")[1][:6]
+
+
+def test_sbatch_values_are_quoted_and_a_percent_in_the_run_dir_is_escaped(tmp_path):
+    from cifar_dist.launchers.slurm.script import sbatch_line
+
+    spec = job(tmp_path)
+    spec.output_dir = tmp_path / "my \"run\" 50%"
+    text = batch_script(conf_from_kwargs(dict(job_name="a 'b' $HOME")), spec, python="python3")
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    assert "#SBATCH \"--job-name=a 'b' $HOME\"" in text.splitlines()
+    assert f'#SBATCH "--output={tmp_path}/my \\"run\\" 50%%/slurm/slurm-%j.out"' in text.splitlines()
+    assert sbatch_line("--nodes=2") == "#SBATCH --nodes=2" and sbatch_line("--x=a\\b") == '#SBATCH "--x=a\\\\b"'
+    for bad in ("a\nb", "a\\b"):
+        spec.output_dir = tmp_path / bad
+        with pytest.raises(LaunchError) as err:
+            batch_script(conf_from_kwargs({}), spec, python="python3")
+        assert "\n" not in str(err.value) and f"run dir {str(spec.output_dir)!r} holds" in str(err.value)
+
+
+def test_the_batch_scripts_lock_helper_refuses_a_foreign_holder_and_waits_for_its_launcher(tmp_path):
+    from cifar_dist.launchers.slurm.rundir_hold import HELD_BY_LAUNCHER, launcher_note, main
+    from cifar_dist.rundir_lock import LOCK_NAME, RunDirLock, holder_job, note_holder
+
+    held = RunDirLock(tmp_path).acquire()
+    try:
+        fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+        assert main(["--fd", str(fd), "--job", "7_1", str(tmp_path)]) == 2  # a local run holds it
+        assert note_holder(tmp_path, launcher_note("7_1"))  # this process is the launcher following 7_1
+        assert main(["--fd", str(fd), "--job", "7_1", str(tmp_path)]) == HELD_BY_LAUNCHER
+        assert main(["--fd", str(fd), "--job", "7_2", str(tmp_path)]) == 2  # not the job it follows
+    finally:
+        held.release()
+    assert main(["--fd", str(fd), "--job", "7_1", str(tmp_path)]) == 0
+    record = (tmp_path / LOCK_NAME).read_text()
+    assert holder_job(record) == "Slurm job 7_1" and f"pid {os.getppid()} on host " in record  # its batch script
+    os.close(fd)

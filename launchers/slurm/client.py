@@ -1,9 +1,13 @@
-"""Slurm's own commands, driven directly: ``sbatch``, ``scontrol show job``, ``scancel``.
+"""Slurm's own commands, driven directly: ``sbatch``, ``squeue``, ``scontrol show job``, ``scancel``.
 
-Job state comes from ``scontrol show job`` (the controller's memory: pending,
-running, and finished jobs for MinJobAge seconds), never from ``sacct``: many
-clusters run without accounting, and there ``sacct`` fails or says nothing.
-Every failure of a command is a ``LaunchError`` with Slurm's own message.
+Job state comes from the controller's memory (pending, running, and finished
+jobs for MinJobAge seconds): ``squeue -j a,b,c`` asks for every watched job
+in one call (``queue.py`` makes that one call per poll round, as submitit's
+watcher does with ``sacct``), ``scontrol show job`` only for a job squeue no
+longer lists. Not ``sacct``: many clusters run without accounting, and there
+it fails or says nothing; it is asked once, for who cancelled a job, and its
+silence is fine. Every failure of a command is a ``LaunchError`` with Slurm's
+own message.
 """
 from __future__ import annotations
 
@@ -23,6 +27,16 @@ FINISHED = frozenset({
 })
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s[A-Za-z][A-Za-z0-9_:/]*=|$)")
 _INVALID_JOB = "Invalid job id"
+# squeue --Format fields, "|"-separated: array tasks as <array id>_<task>, -r lists pending tasks one by one.
+_SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "NodeList", "RestartCnt", "exit_code")
+_SQUEUE_FORMAT = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+# What sbatch says when a setting does not fit the cluster, and the setting that says it.
+_REFUSAL_SETTINGS = (
+    ("partition", "launcher.partition"), ("account", "launcher.account"), ("qos", "launcher.qos"),
+    ("gres", "launcher.gres or launcher.gpus_per_node"), ("time limit", "launcher.time_min"),
+    ("node configuration", "launcher.nodes, ntasks_per_node, cpus_per_task, mem_gb or constraint"),
+    ("memory", "launcher.mem_gb"), ("constraint", "launcher.constraint"), ("feature", "launcher.constraint"),
+)
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,18 @@ class JobInfo:
 def parse_show_job(text: str) -> Dict[str, str]:
     """``scontrol -o show job`` output (one line of Key=Value) as a dict."""
     return {m.group(1): m.group(2).strip() for m in _FIELD.finditer(text.strip())}
+
+
+def squeue_info(line: str) -> Optional[JobInfo]:
+    """One line of ``squeue -O <_SQUEUE_FORMAT>``; its exit_code is a wait status (256: exit 1, 15: SIGTERM)."""
+    values = [v.strip() for v in line.split("|")]
+    if len(values) < len(_SQUEUE_FIELDS) or not values[0]:
+        return None
+    job_id, state, reason, nodes, restarts, status = values[:len(_SQUEUE_FIELDS)]
+    wait_status = int(status) if status.isdigit() else 0
+    return JobInfo(job_id=job_id, state=state.split("+")[0], reason=reason or "None", nodes=nodes,
+                   restarts=int(restarts) if restarts.isdigit() else 0,
+                   exit_code=wait_status >> 8, exit_signal=wait_status & 0x7F)
 
 
 def job_info(fields: Mapping[str, str]) -> JobInfo:
@@ -79,11 +105,35 @@ class SlurmClient:
             raise LaunchError(f"{what}: {argv[0]} did not answer in {self.timeout_s:g}s; is slurmctld up?") from None
 
     def submit(self, script: Path) -> str:
-        """``sbatch --parsable``: the new job's id."""
+        """``sbatch --parsable``: the new job's id (an array's id for an array script)."""
         done = self._run(["sbatch", "--parsable", str(script)], "submit")
         if done.returncode != 0:
-            raise LaunchError(f"sbatch refused {script}: {_first_line(done.stderr)}; fix the launcher.* setting it names")
+            raise LaunchError(refusal(script, done.stderr))
         return done.stdout.strip().split(";")[0]
+
+    def states(self, job_ids: Sequence[str]) -> Dict[str, JobInfo]:
+        """Every job of ``job_ids`` squeue still lists (``12`` or an array task ``12_3``), in one call."""
+        if not job_ids:
+            return {}
+        argv = ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(job_ids)}",
+                f"--Format={_SQUEUE_FORMAT}"]
+        done = self._run(argv, "squeue")
+        if done.returncode != 0:
+            if _INVALID_JOB in done.stderr:  # squeue says this only when it lists none of them
+                return {}
+            raise LaunchError(f"squeue failed: {_first_line(done.stderr)}")
+        infos = (squeue_info(line) for line in done.stdout.splitlines())
+        return {info.job_id: info for info in infos if info is not None}
+
+    def cancelled_by(self, job_id: str) -> Optional[str]:
+        """Who cancelled the job, where accounting records it (sacct: "CANCELLED by 1000"); else None."""
+        try:
+            done = self._run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
+                              "--format=State"], "sacct")
+        except LaunchError:
+            return None
+        match = re.search(r"CANCELLED by (\d+)", done.stdout if done.returncode == 0 else "")
+        return _user_name(int(match.group(1))) if match else None
 
     def show(self, job_id: str) -> Optional[JobInfo]:
         """The job, or None once the controller has forgotten it (after MinJobAge)."""
@@ -98,6 +148,23 @@ class SlurmClient:
         done = self._run(["scancel", job_id], f"cancel job {job_id}")
         if done.returncode != 0:
             raise LaunchError(f"scancel {job_id} failed: {_first_line(done.stderr)}")
+
+
+def refusal(script: Path, stderr: str) -> str:
+    """sbatch's refusal in one line, naming the setting only when Slurm's message is about one."""
+    reason = _first_line(stderr)
+    settings = [setting for word, setting in _REFUSAL_SETTINGS if word in reason.lower()]
+    hint = f"; fix {settings[0]}" if settings else "; see the batch script (launcher.dry_run=true prints it)"
+    return f"sbatch refused {script}: {reason}{hint}"
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _first_line(text: str) -> str:

@@ -31,7 +31,7 @@ class SlurmLauncherConf:
 
         python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu launcher.time_min=120
         python -m cifar_dist launcher=slurm launcher.dry_run=true   # write <run dir>/slurm/job.sbatch and print it
-        python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm   # every point its own job, all submitted at once
+        python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm launcher.concurrent=2   # one job array, 2 points at a time
     """
 
     _target_: str = "cifar_dist.launchers.slurm.launcher.SlurmLauncher"
@@ -69,6 +69,8 @@ class SlurmLauncherConf:
     # ranks stop at the end of the epoch (a checkpoint) and the job requeues itself. 0: no signal.
     signal_grace_s: int = 180
     max_resubmits: int = 3  # times a job that ran out of time goes on (self-requeue or resubmission)
+    # A sweep's points are one job array (sbatch --array=0-(N-1)%k): at most k of them run at once; 0: no limit.
+    concurrent: int = 0
     # --- following it ---
     dry_run: bool = False  # write the batch script into the run dir and print it; submit nothing
     wait: bool = True  # false: submit, say how to follow the job, return
@@ -98,7 +100,7 @@ def check(conf: SlurmLauncherConf) -> None:
     for name in ("nodes", "ntasks_per_node", "time_min"):
         if int(getattr(conf, name)) < 1:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 1")
-    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s"):
+    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s", "concurrent"):
         if int(getattr(conf, name)) < 0:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 0")
     if conf.cpus_per_task is not None and conf.cpus_per_task < 1:

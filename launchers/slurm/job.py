@@ -1,6 +1,7 @@
 """Following one submitted Slurm job: its state, its output, requeues and resubmissions, its outcome.
 
-Each ``poll()`` asks ``scontrol show job`` once, prints a state change
+Each ``poll()`` reads this round's state of the job (``queue.py``: one
+``squeue`` per round for every job of a sweep), prints a state change
 (PENDING with Slurm's reason, RUNNING on which nodes), reports a requeue
 (Slurm's ``Restarts`` went up: preemption, ``scontrol requeue``, or the job
 requeueing itself after its stop signal), echoes what is new in the job's
@@ -8,7 +9,9 @@ output file (the batch script's lines and rank 0's output), and once the job
 has finished returns its result: metrics on success; on failure the rank
 that failed first with the tail of its log, as with ``launcher=mpirun``. A
 job its time limit ended (TIMEOUT) is submitted again, up to
-``launcher.max_resubmits`` times; it resumes from its last checkpoint.
+``launcher.max_resubmits`` times; it resumes from its last checkpoint. A
+job someone cancelled (``scancel``) is reported as cancelled, by whom where
+Slurm's accounting says, not by the signal its ranks got.
 """
 from __future__ import annotations
 
@@ -24,13 +27,15 @@ from cifar_dist.launchers.failure import first_failure, read_exit_records, tail
 from cifar_dist.launchers.multirank import LOG_DIR
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
+from cifar_dist.launchers.slurm.queue import JobStates
+from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
 from cifar_dist.results import read_results, training_complete
 
 log = logging.getLogger(__name__)
 
 JOB_ID_FILE = "job_id"  # in <run dir>/slurm: the job this run dir submitted last
-MAX_FAILED_POLLS = 12  # scontrol failing this many rounds in a row ends the watch
+MAX_FAILED_POLLS = 12  # squeue/scontrol failing this many rounds in a row ends the watch
 
 
 class OutputStream:
@@ -63,6 +68,11 @@ def record_job_id(run_dir: Path, job_id: str) -> None:
     path = run_dir / SLURM_DIR / JOB_ID_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(job_id + "\n")
+    # The launcher holding the run dir's lock says it does so for this job: its batch script then
+    # waits for the lock instead of refusing the run dir (rundir_hold.py).
+    from cifar_dist.rundir_lock import note_holder
+
+    note_holder(run_dir, launcher_note(job_id))
 
 
 def recorded_job_id(run_dir: Path) -> Optional[str]:
@@ -74,8 +84,9 @@ def recorded_job_id(run_dir: Path) -> Optional[str]:
 
 class SlurmJob(ClusterJob):
     def __init__(self, client: SlurmClient, conf: SlurmLauncherConf, output_dir: Path, script: Path,
-                 job_id: str, task: str, follow_from_start: bool = True):
+                 job_id: str, task: str, follow_from_start: bool = True, states: Optional[JobStates] = None):
         self.client = client
+        self.states = states or JobStates(client)
         self.conf = conf
         self.output_dir = output_dir
         self.script = script
@@ -87,7 +98,10 @@ class SlurmJob(ClusterJob):
         self._switch_to(job_id, follow_from_start)
 
     def _switch_to(self, job_id: str, from_start: bool) -> None:
+        if getattr(self, "job_id", None):
+            self.states.forget(self.job_id)
         self.job_id = job_id
+        self.states.watch(job_id)
         self.name = f"Slurm job {job_id}"
         path = output_file(self.output_dir, job_id)
         offset = 0 if from_start or not path.exists() else path.stat().st_size
@@ -99,7 +113,7 @@ class SlurmJob(ClusterJob):
 
     def poll(self) -> Optional[LaunchResult]:
         try:
-            info = self.client.show(self.job_id)
+            info = self.states.info(self.job_id)
         except LaunchError as exc:
             # slurmctld restarting or briefly unreachable: ask again next round, give up after a while.
             self._failed_polls += 1
@@ -110,6 +124,7 @@ class SlurmJob(ClusterJob):
         self._failed_polls = 0
         if info is None:
             self.stream.pump(final=True)
+            self.states.forget(self.job_id)
             return self._forgotten()
         self._report(info)
         self.stream.pump()
@@ -119,6 +134,7 @@ class SlurmJob(ClusterJob):
             self._resubmit()
             return None
         self.stream.pump(final=True)
+        self.states.forget(self.job_id)
         return self._result(info)
 
     def _report(self, info: JobInfo) -> None:
@@ -169,10 +185,21 @@ class SlurmJob(ClusterJob):
         if info.state == "COMPLETED" and info.exit_code == 0:
             log.info("%s completed%s", self.name, self._history())
             return LaunchResult(exit_code=0, metrics=self._metrics(), message=f"{self.name} completed{self._history()}")
+        if info.state == "CANCELLED":
+            return self._cancelled()
         how = f"{self.name} ended {info.state}{self._history()} (exit code {info.exit_code}"
         how += f", signal {info.exit_signal})" if info.exit_signal else ")"
         code = min(max(info.exit_code or 1, 1), 255)
         return LaunchResult(exit_code=code, metrics=self._metrics(), message=how + ": " + self._why(info))
+
+    def _cancelled(self) -> LaunchResult:
+        """Cancelled by someone else (this launcher's own Ctrl-C is ``interrupt``): not a rank's failure."""
+        who = self.client.cancelled_by(self.job_id)
+        by = f" by {who}" if who else " (scancel, or an administrator)"
+        message = (f"{self.name} was cancelled{by}{self._history()}; checkpoints in {self.output_dir / 'checkpoints'} "
+                   f"are kept: re-run with hydra.run.dir={self.output_dir} to resume")
+        log.error("%s", message)
+        return LaunchResult(exit_code=1, metrics=self._metrics(), message=message)
 
     def _why(self, info: JobInfo) -> str:
         log_dir = self.output_dir / LOG_DIR
@@ -181,7 +208,6 @@ class SlurmJob(ClusterJob):
             return first_failure(log_dir, np, self.since, tail(self.stream.path, 60)).message(self.output_dir)
         lines = self.conf.log_tail_lines
         hint = {"TIMEOUT": "raise launcher.time_min or launcher.max_resubmits",
-                "CANCELLED": "it was cancelled (scancel, or by an administrator)",
                 "OUT_OF_MEMORY": "raise launcher.mem_gb"}.get(info.state, "see the job's output")
         return (f"{hint}. Last lines of {self.stream.path}:\n{tail(self.stream.path, lines)}\n"
                 f"Checkpoints in {self.output_dir / 'checkpoints'} are kept: re-run with "

@@ -1,22 +1,34 @@
-"""``launcher=slurm``: each run one ``sbatch`` job, every point of a sweep submitted at once.
+"""``launcher=slurm``: a run is one ``sbatch`` job, a sweep's points one job array.
 
-prepare: check the settings, write ``<run dir>/slurm/job.sbatch`` (script.py);
-a dry run prints it and stops. submit: ``sbatch`` it (or follow the job this
-run dir already has queued or running), record its id. The watch loop of
-``ClusterLauncher`` then polls every job (job.py) until all have ended.
+prepare: check the settings, write ``<run dir>/slurm/job.sbatch`` (script.py),
+unless Slurm still has the job this run dir submitted queued or running: that
+one is followed and its script left as it is (follow.py). A dry run prints
+the scripts and stops. submit: ``sbatch`` one run's script, or for a sweep
+one array script whose task i runs point i's script
+(``sbatch --array=0-(N-1)%k`` with ``launcher.concurrent=k``, as submitit
+submits a batch of jobs); record each point's id (``12`` or ``12_3``) in its
+run dir. Then every job is followed in one loop (``cluster.watch``), its
+state read from one ``squeue`` per round for all of them (queue.py);
+requeues, resubmissions and Ctrl-C act on each point's own array task.
 """
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
+from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
-from cifar_dist.launchers.cluster import ClusterLauncher
-from cifar_dist.launchers.slurm.client import SlurmClient
+from cifar_dist.launchers.cluster import ClusterLauncher, watch
+from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import check, conf_from_kwargs
+from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
 from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job_id
-from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, batch_script, output_file
+from cifar_dist.launchers.slurm.queue import JobStates
+from cifar_dist.launchers.slurm.rundir_hold import launcher_note
+from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +38,7 @@ class PreparedJob:
     job: JobSpec
     script: Path
     task: str  # train or evaluate: what the job's result file is
+    running: Optional[JobInfo] = None  # the job this run dir already has queued or running: followed
 
 
 class SlurmLauncher(ClusterLauncher):
@@ -33,28 +46,49 @@ class SlurmLauncher(ClusterLauncher):
         self.conf = conf_from_kwargs(kwargs)
         self.client = SlurmClient()
 
+    @classmethod
+    def follows_job_in(cls, run_dir: Path, cfg, holder: Optional[str]) -> bool:
+        """The run-dir guard's question: does this launch follow the job that holds ``run_dir``?
+        Yes if the holder is the Slurm job the run dir recorded and it asks for the same settings;
+        a launch with other settings is refused (follow.py), whoever holds the lock."""
+        from cifar_dist.rundir_lock import holder_job
+
+        job_id = recorded_job_id(run_dir)
+        if job_id is None or (holder is not None and holder_job(holder) != f"Slurm job {job_id}"):
+            return False
+        info = live_job(SlurmClient(), job_id)
+        if info is None:
+            return False
+        check_same_settings(run_dir, cfg, job_id, info)
+        return holder is not None
+
     def prepare(self, job: JobSpec) -> PreparedJob:
         check(self.conf)
         task = str(job.cfg.task.get("name", "train"))
-        _warn_if_requeue_cannot_resume(job, task)
         script = job.output_dir / SLURM_DIR / SCRIPT_NAME
-        script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(batch_script(self.conf, job), "utf-8")
-        return PreparedJob(job=job, script=script, task=task)
+        previous = recorded_job_id(job.output_dir)
+        running = live_job(self.client, previous) if previous else None
+        if running is None:
+            _warn_if_requeue_cannot_resume(job, task)
+            text = batch_script(self.conf, job)  # refuses a run dir Slurm cannot take before writing anything
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(text, "utf-8")
+        return PreparedJob(job=job, script=script, task=task, running=running)
 
     def report_dry_run(self, prepared: PreparedJob) -> LaunchResult:
+        if prepared.running is not None:
+            print(f"Dry run: {prepared.job.output_dir} holds Slurm job {prepared.running.job_id} "
+                  f"({prepared.running.state}); its batch script {prepared.script} is left as it is")
+            return LaunchResult(exit_code=0, message=f"dry run: Slurm job {prepared.running.job_id} is running")
         print(f"Dry run: wrote {prepared.script}; submit it by hand with: sbatch {prepared.script}")
         print(prepared.script.read_text("utf-8"), end="", flush=True)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {prepared.script}")
 
-    def submit(self, prepared: PreparedJob) -> SlurmJob:
+    def submit(self, prepared: PreparedJob, states: Optional[JobStates] = None) -> SlurmJob:
         run_dir = prepared.job.output_dir
-        previous = recorded_job_id(run_dir)
-        info = self.client.show(previous) if previous else None
-        if info is not None and not info.finished:
-            log.info("Slurm job %s of this run dir is %s: following it instead of submitting again", previous, info.state)
-            return SlurmJob(self.client, self.conf, run_dir, prepared.script, previous, prepared.task,
-                            follow_from_start=False)
+        if prepared.running is not None:
+            return self._follow(prepared, states)
+        _note_submitting(run_dir)
         job_id = self.client.submit(prepared.script)
         record_job_id(run_dir, job_id)
         conf = self.conf
@@ -63,7 +97,105 @@ class SlurmLauncher(ClusterLauncher):
         if not conf.wait:
             log.info("follow it with `squeue -j %s` and `tail -f %s`, or re-run the same command to wait for it",
                      job_id, output_file(run_dir, job_id))
-        return SlurmJob(self.client, conf, run_dir, prepared.script, job_id, prepared.task)
+        return SlurmJob(self.client, conf, run_dir, prepared.script, job_id, prepared.task, states=states)
+
+    def _follow(self, prepared: PreparedJob, states: Optional[JobStates]) -> SlurmJob:
+        run_dir, job_id = prepared.job.output_dir, prepared.running.job_id
+        log.info("Slurm job %s of this run dir is %s: following it instead of submitting again",
+                 job_id, prepared.running.state)
+        record_job_id(run_dir, job_id)  # says so in the run dir's lock if this process holds it
+        return SlurmJob(self.client, self.conf, run_dir, prepared.script, job_id, prepared.task,
+                        follow_from_start=False, states=states)
+
+    # --- a sweep: one job array ---------------------------------------------------------
+
+    def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        if len(jobs) < 2:
+            return super().launch_all(jobs)
+        results: Dict[int, LaunchResult] = {}
+        prepared: Dict[int, PreparedJob] = {}
+        for i, job in enumerate(jobs):
+            try:
+                prepared[i] = self.prepare(job)
+            except CifarDistError as exc:
+                log.error("point #%d was not submitted: %s", job.job_num, exc)
+                results[i] = LaunchResult(exit_code=2, message=str(exc))
+        if self.conf.dry_run:
+            results.update(self._dry_run_array(prepared))
+        else:
+            results.update(self._follow_all(self._submit_all(prepared, results)))
+        return [results[i] for i in range(len(jobs))]
+
+    def _submit_all(self, prepared: Dict[int, PreparedJob], results: Dict[int, LaunchResult]) -> Dict[int, SlurmJob]:
+        states = JobStates(self.client)
+        submitted = {i: self._follow(p, states) for i, p in prepared.items() if p.running is not None}
+        new = [i for i, p in prepared.items() if p.running is None]
+        try:
+            if len(new) == 1:
+                submitted[new[0]] = self.submit(prepared[new[0]], states)
+            elif new:
+                for i, job_id in zip(new, self._submit_array([prepared[i] for i in new])):
+                    p = prepared[i]
+                    submitted[i] = SlurmJob(self.client, self.conf, p.job.output_dir, p.script, job_id, p.task,
+                                            states=states)
+        except CifarDistError as exc:
+            log.error("points %s were not submitted: %s", ", ".join(f"#{prepared[i].job.job_num}" for i in new), exc)
+            results.update({i: LaunchResult(exit_code=2, message=str(exc)) for i in new if i not in submitted})
+        return submitted
+
+    def _submit_array(self, points: List[PreparedJob]) -> List[str]:
+        """sbatch one array for ``points``; their ids ``<array>_<i>``, each recorded in its run dir."""
+        script = self._array_script_path(points)
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(array_script(self.conf, [p.job for p in points], array_dir(points)), "utf-8")
+        for p in points:
+            _note_submitting(p.job.output_dir)
+        array_id = self.client.submit(script)
+        ids = [f"{array_id}_{i}" for i in range(len(points))]
+        for p, job_id in zip(points, ids):
+            record_job_id(p.job.output_dir, job_id)
+        log.info("submitted Slurm job array %s: %d point(s) as tasks %s..%s%s, each %d node(s) x %d rank(s), "
+                 "%d min; its script %s", array_id, len(points), ids[0], ids[-1],
+                 f", {self.conf.concurrent} at a time" if self.conf.concurrent else "", self.conf.nodes,
+                 self.conf.ntasks_per_node, self.conf.time_min, script)
+        if not self.conf.wait:
+            log.info("follow it with `squeue -j %s`, or re-run the same command to wait for it", array_id)
+        return ids
+
+    def _array_script_path(self, points: List[PreparedJob]) -> Path:
+        nums = [p.job.job_num for p in points]
+        return array_dir(points) / SLURM_DIR / f"array-{min(nums)}-{max(nums)}.sbatch"
+
+    def _dry_run_array(self, prepared: Dict[int, PreparedJob]) -> Dict[int, LaunchResult]:
+        results = {i: self.report_dry_run(p) for i, p in prepared.items()}
+        new = [p for p in prepared.values() if p.running is None]
+        if len(new) > 1:
+            script = self._array_script_path(new)
+            script.parent.mkdir(parents=True, exist_ok=True)
+            script.write_text(array_script(self.conf, [p.job for p in new], array_dir(new)), "utf-8")
+            print(f"Dry run: wrote {script}, the job array of these points; submit it by hand with: sbatch {script}")
+            print(script.read_text("utf-8"), end="", flush=True)
+        return results
+
+    def _follow_all(self, submitted: Dict[int, SlurmJob]) -> Dict[int, LaunchResult]:
+        if submitted and not self.conf.wait:
+            for job in submitted.values():
+                log.info("submitted %s; launcher.wait=false, not following it", job.name)
+            return {i: LaunchResult(exit_code=0, message=f"submitted {job.name}") for i, job in submitted.items()}
+        order = sorted(submitted)
+        return dict(zip(order, watch([submitted[i] for i in order], self.conf.poll_interval_s)))
+
+
+def array_dir(points: List[PreparedJob]) -> Path:
+    """Where a sweep's array script and the array's own output go: the folder holding its run dirs."""
+    return Path(os.path.commonpath([str(p.job.output_dir.parent) for p in points]))
+
+
+def _note_submitting(run_dir: Path) -> None:
+    """Say in the run dir's lock (if this process holds it) that it is held for the job about to be submitted."""
+    from cifar_dist.rundir_lock import note_holder
+
+    note_holder(run_dir, launcher_note())
 
 
 def _warn_if_requeue_cannot_resume(job: JobSpec, task: str) -> None:

@@ -12,6 +12,20 @@ the current epoch with a checkpoint (training/preemption.py); if training is
 unfinished the script then requeues its own job (``scontrol requeue``, as
 submitit does on a timeout), which starts again in the same run dir and
 resumes from that checkpoint.
+
+Before the ranks start, the script takes the run dir's lock for the job's
+whole life (``rundir_hold.py``): a run dir another run holds ends the job at
+once, and while it runs no other run can write there.
+
+Every ``#SBATCH`` value is quoted as Slurm's own parser reads it (double
+quotes, backslash escapes), and a run dir's ``%`` is written ``%%`` in
+``--output`` (Slurm's escape; ``%j`` is the job id there); a run dir Slurm
+cannot take at all (a newline, or a backslash, which turns its file-name
+patterns off) is refused in one line naming it.
+
+A sweep's points are one job array (``array_script``): a dispatcher whose
+``#SBATCH --array=0-(N-1)%k`` runs each point's own ``job.sbatch`` with
+the task's output in that point's run dir.
 """
 from __future__ import annotations
 
@@ -20,7 +34,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from cifar_dist.launchers.base import JobSpec
+from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.launchers import rank_env
 from cifar_dist.launchers.rank_env import STOP_SIGNAL_ENV
@@ -31,9 +45,36 @@ SCRIPT_NAME = "job.sbatch"
 STOP_SIGNAL = "USR1"
 
 
-def output_pattern(run_dir: Path) -> Path:
+LOCK_FD = 9  # the batch script's descriptor on the run dir's lock file, open for the job's whole life
+# The job as the launcher knows it: 12, or 12_3 for task 3 of array 12.
+_JOB_ID = ('job_id="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}"; '
+           'job_id="${job_id:-$SLURM_JOB_ID}"')
+
+
+def check_path(path: Path, what: str = "run dir") -> None:
+    """A path Slurm cannot take in a batch script, refused in one line naming it."""
+    text = str(path)
+    for char, why in (("\n", "a newline"), ("\\", "a backslash (it turns Slurm's file-name patterns off)")):
+        if char in text:
+            raise LaunchError(f"{what} {text!r} holds {why}, which launcher=slurm cannot pass to sbatch; "
+                              "choose another hydra.run.dir (hydra.sweep.dir for -m)")
+
+
+def slurm_file_name(path: Path) -> str:
+    """A path as a literal in Slurm's file-name patterns (--output): ``%`` escaped as ``%%``."""
+    return str(path).replace("%", "%%")
+
+
+def sbatch_line(option: str) -> str:
+    """One ``#SBATCH`` line, its option quoted for Slurm's parser when it holds spaces, quotes or ``#``."""
+    if any(c.isspace() or c in "\"'\\#" for c in option):
+        option = '"' + option.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"#SBATCH {option}"
+
+
+def output_pattern(run_dir: Path) -> str:
     """The job's output file (batch script and rank 0), one per job id; requeues append to it."""
-    return run_dir / SLURM_DIR / "slurm-%j.out"
+    return slurm_file_name(run_dir / SLURM_DIR) + "/slurm-%j.out"
 
 
 def output_file(run_dir: Path, job_id: str) -> Path:
@@ -96,6 +137,21 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
     return argv + list(conf.mpirun_args)
 
 
+def hold_run_dir_lines(run_dir: Path, python: str) -> List[str]:
+    """Take the run dir's lock for the job's life (``rundir_hold.py``): refused, the job ends with its message."""
+    from cifar_dist.rundir_lock import LOCK_NAME
+
+    hold = f"{shlex.quote(python)} -m cifar_dist.launchers.slurm.rundir_hold --fd {LOCK_FD} --job \"$job_id\""
+    run_dir_q = shlex.quote(str(run_dir))
+    return [
+        "# The run dir's lock, held by this job until it ends (a second writer there is refused).",
+        f"mkdir -p {run_dir_q} && exec {LOCK_FD}<>{shlex.quote(str(run_dir / LOCK_NAME))} || exit 2",
+        f"lock_waiter=; {hold} {run_dir_q}; held=$?",
+        f'if [ "$held" = 3 ]; then {hold} --wait {run_dir_q} & lock_waiter=$!; elif [ "$held" != 0 ]; then exit 2; fi',
+        'trap \'[ -n "$lock_waiter" ] && kill "$lock_waiter" 2>/dev/null\' EXIT',
+    ]
+
+
 _REQUEUE_IF_UNFINISHED = """\
 # After the stop signal: requeue this job if training is not finished (it resumes from its checkpoint).
 if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -m cifar_dist.results unfinished {run_dir}; then
@@ -114,6 +170,8 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     """The whole batch script for ``job``."""
     import sys
 
+    check_path(job.output_dir)
+    check_path(job.original_cwd, "working directory")
     python = python or conf.python or sys.executable
     env = rank_environment(conf)
     ranks = starter_command(conf, list(env)) + rank_command(conf, job, python)
@@ -122,13 +180,15 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
         "#!/bin/bash",
         f"# cifar_dist launcher=slurm, run dir {job.output_dir}",
         "# Submit again by hand: sbatch " + q(str(job.output_dir / SLURM_DIR / SCRIPT_NAME)),
-        *(f"#SBATCH {opt}" for opt in sbatch_options(conf, job)),
+        *(sbatch_line(opt) for opt in sbatch_options(conf, job)),
         "",
         "set -u",
         *(str(line) for line in conf.setup),
         *(f"export {name}={q(value)}" for name, value in env.items()),
-        'echo "cifar_dist: Slurm job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST:'
+        _JOB_ID,
+        'echo "cifar_dist: Slurm job $job_id (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST:'
         ' $SLURM_NTASKS rank(s)"',
+        *hold_run_dir_lines(job.output_dir, python),
         "",
         "stop_requested=0 ranks=",
         "on_stop_signal() {",
@@ -154,3 +214,36 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
         ))
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
+
+
+def array_spec(points: int, concurrent: int) -> str:
+    """``--array=0-(N-1)%k``: N tasks, at most k running at once (no limit for k = 0)."""
+    return f"0-{points - 1}" + (f"%{concurrent}" if concurrent else "")
+
+
+def array_script(conf: SlurmLauncherConf, jobs: List[JobSpec], array_dir: Path) -> str:
+    """One job array for a sweep's points: task i redirects its output into point i's run dir and
+    runs that point's own ``job.sbatch`` (written by ``batch_script``; its ``#SBATCH`` lines are then
+    comments: the array's own, the same allocation, apply)."""
+    check_path(array_dir, "sweep dir")
+    q = shlex.quote
+    array_out = f"--output={slurm_file_name(array_dir / SLURM_DIR)}/array-%A_%a.out"
+    options = [array_out if opt.startswith("--output=") else opt for opt in sbatch_options(conf, jobs[0])]
+    table = [f"    {i}) run_dir={q(str(job.output_dir))} ;;  # point #{job.job_num}" for i, job in enumerate(jobs)]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# cifar_dist launcher=slurm: sweep points {', '.join(f'#{j.job_num}' for j in jobs)} as one job array;",
+        "# array task i runs the batch script in the run dir of row i below.",
+        *(sbatch_line(opt) for opt in options),
+        sbatch_line(f"--array={array_spec(len(jobs), conf.concurrent)}"),
+        "",
+        "set -u",
+        'case "$SLURM_ARRAY_TASK_ID" in',
+        *table,
+        '    *) echo "cifar_dist: no sweep point for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+        "esac",
+        'mkdir -p "$run_dir/slurm"',
+        'exec >>"$run_dir/slurm/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1',
+        f'exec /bin/bash "$run_dir/{SLURM_DIR}/{SCRIPT_NAME}"',
+        "",
+    ])
