@@ -104,7 +104,7 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     _target_: str = MISSING
-    num_classes: int = 10
+    num_classes: Optional[int] = None  # None: the data's class count (set it only to assert it)
 
 
 @dataclass
@@ -337,10 +337,12 @@ def typed(cfg):
     """
     from omegaconf import OmegaConf, open_dict
 
+    from cifar_dist.data.config import data_schema
+
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
-        out.data = OmegaConf.merge(OmegaConf.structured(DataConfig), cfg.data)
+        out.data = OmegaConf.merge(OmegaConf.structured(data_schema(cfg.data.get("name"))), cfg.data)
     return out
 
 
@@ -349,6 +351,9 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     cs.store(group="data", name="data_schema", node=DataConfig)
+    from cifar_dist.data.config import register_data_schemas
+
+    register_data_schemas(cs)  # cifar100, folder, custom
     cs.store(group="model", name="seed_cnn_schema", node=SeedCnnConfig)
     cs.store(group="model", name="resnet9_schema", node=ResNet9Config)
     cs.store(group="model", name="airbench_schema", node=AirbenchConfig)

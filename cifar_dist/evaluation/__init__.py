@@ -27,7 +27,8 @@ def score(model, x: np.ndarray, batch_size: int):
     """Class probabilities of uint8 images, in order."""
     if len(x) == 0:
         return np.zeros((0, model.output_shape[-1]), np.float32)
-    return model.predict(x.astype(np.float32) / 255.0, batch_size=batch_size, verbose=0)
+    scaled = x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)  # data=folder/custom: [0, 1]
+    return model.predict(scaled, batch_size=batch_size, verbose=0)
 
 
 def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -48,16 +49,25 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     start = time.time()
     output_dir = Path(output_dir)
     ev = cfg.evaluate
-    num_classes = int(cfg.model.num_classes)
-    default_names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
+    from cifar_dist.data import num_classes_of
+
+    expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
     from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
 
-    model = load_model(model_path, num_classes, trust_model=bool(ev.get("trust_model", False)))
-    images = load_images(str(ev.input), cfg.data, default_names)
+    model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
+                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None)
+    num_classes = int(model.output_shape[-1])
+    default_names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
+    images = load_images(str(ev.input), cfg.data, default_names, int(cfg.trainer.seed))
+    if len(images.class_names) != num_classes:
+        from cifar_dist.evaluation.inputs import EvaluationInputError
+
+        raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
+                                   f"{len(images.class_names)}; evaluate it with the data it was trained on")
     if world.is_chief:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 
