@@ -229,3 +229,15 @@ def test_streamed_eval_covers_every_test_image_once_over_the_ranks(factory_modul
     assert len({r.tobytes() for r in rows}) == 13
     equal = [streamed_eval(data, batch_size=4, rank=r, size=3, equal_shards=True) for r in range(3)]
     assert [p.samples for p in equal] == [4, 4, 4] and [p.steps for p in equal] == [1, 1, 1]
+
+
+def test_a_model_that_does_not_take_the_datas_images_is_refused_in_one_line(tree):
+    from cifar_dist.training.trainer import check_model_fits
+    from cifar_dist.validation import ConfigError
+
+    data = load_dataset(_cfg(FolderDataConfig, path=str(tree), image_size=48))
+    assert data.image_shape == (48, 48, 3)
+    model = type("M", (), {"input_shape": (None, 32, 32, 3)})()
+    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set"):
+        check_model_fits(model, data)
+    check_model_fits(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))

@@ -99,6 +99,10 @@ class CifarArrays:
         return len(self.class_names)
 
     @property
+    def image_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
     def train_size(self) -> int:
         return len(self.x_train)
 

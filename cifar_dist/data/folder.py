@@ -73,6 +73,12 @@ def split_tree(root: Path, val_fraction: float, split_seed: int) -> Tuple[Files,
     return _labelled(train_part, names), _labelled(test_part, names), names
 
 
+def folder_class_names(data_cfg) -> Tuple[str, ...]:
+    """The class names of ``data=folder`` (its sorted class folders), without reading any image."""
+    root = Path(str(data_cfg.path)).expanduser()
+    return tuple(scan_classes(root / "train" if (root / "train").is_dir() else root))
+
+
 def decoder(image_size: int):
     """file path -> float32 image_size x image_size x 3 in [0, 1] (the same scaling as CIFAR's pixels)."""
     import tensorflow as tf

@@ -64,6 +64,11 @@ class DataStreams:
         return dataset.map(lambda x, y: (tf.image.convert_image_dtype(decode(x), tf.float32), y),
                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
+    @property
+    def image_shape(self) -> tuple:
+        """The (H, W, 3) of the images after ``decode`` (one image is decoded to find out)."""
+        return tuple(next(iter(self.images(self.train.take(1))))[0].shape)
+
     def fit_images(self, n: int) -> np.ndarray:
         """Up to n training images as float32 (for layers fitted to the data, e.g. airbench's whitening)."""
         batch = next(iter(self.images(self.train.take(n)).batch(n)))

@@ -40,34 +40,48 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return loss
 
 
+def _default_class_names(data_cfg, num_classes: int):
+    """Names for images given by evaluate.input: an image tree's class folders, CIFAR-10's, or "0", "1", ..."""
+    if data_cfg.name == "folder" and data_cfg.path:
+        from cifar_dist.data.folder import folder_class_names
+
+        return folder_class_names(data_cfg)
+    return CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
+
+
+def _model_and_images(cfg: DictConfig, model_path: Path):
+    """The model, the images to score and the class count, checked to agree with each other."""
+    from cifar_dist.data import num_classes_of
+    from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model
+
+    ev = cfg.evaluate
+    expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
+    model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
+                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None)
+    num_classes = int(model.output_shape[-1])
+    images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes), int(cfg.trainer.seed))
+    if len(images.class_names) != num_classes:
+        raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
+                                   f"{len(images.class_names)}; evaluate it with the data it was trained on")
+    return model, images, num_classes
+
+
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
-    from cifar_dist.evaluation.inputs import load_images, load_model, resolve_model_path
+    from cifar_dist.evaluation.inputs import resolve_model_path
     from cifar_dist.training.artifacts import write_json
     from cifar_dist.training.horovod_env import init_world
 
     start = time.time()
     output_dir = Path(output_dir)
     ev = cfg.evaluate
-    from cifar_dist.data import num_classes_of
-
-    expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
     from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
 
-    model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
-                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None)
-    num_classes = int(model.output_shape[-1])
-    default_names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
-    images = load_images(str(ev.input), cfg.data, default_names, int(cfg.trainer.seed))
-    if len(images.class_names) != num_classes:
-        from cifar_dist.evaluation.inputs import EvaluationInputError
-
-        raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
-                                   f"{len(images.class_names)}; evaluate it with the data it was trained on")
+    model, images, num_classes = _model_and_images(cfg, model_path)
     if world.is_chief:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 

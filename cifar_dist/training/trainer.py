@@ -288,6 +288,15 @@ def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     return {"num_classes": data.num_classes}
 
 
+def check_model_fits(model, data) -> None:
+    """A model whose input is not the data's image shape fails here in one line, not inside fit()."""
+    from cifar_dist.validation import ConfigError
+
+    if tuple(model.input_shape[1:]) != tuple(data.image_shape):
+        raise ConfigError(f"the model takes {tuple(model.input_shape[1:])} images but {data.source} gives "
+                          f"{tuple(data.image_shape)}; set data.image_size (data=folder) or the model's input shape to match")
+
+
 def build_model(run: Run, data):
     """The configured model and optimizer, compiled, with the optimizer's slots created.
 
@@ -301,6 +310,7 @@ def build_model(run: Run, data):
 
     t, world = run.trainer, run.world
     model = hydra.utils.instantiate(run.cfg.model, **model_kwargs(run.cfg.model, data))
+    check_model_fits(model, data)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
