@@ -123,7 +123,7 @@ class SampleDataConfig(DataConfig):
 @dataclass
 class ModelConfig:
     _target_: str = MISSING
-    num_classes: int = 10
+    num_classes: Optional[int] = None  # None: the data's class count (set it only to assert it)
 
 
 @config_option("model", "seed_cnn")
@@ -411,10 +411,12 @@ def typed(cfg):
     """
     from omegaconf import OmegaConf, open_dict
 
+    from cifar_dist.data.config import data_schema
+
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
-        out.data = OmegaConf.merge(OmegaConf.structured(DataConfig), cfg.data)
+        out.data = OmegaConf.merge(OmegaConf.structured(data_schema(cfg.data.get("name"))), cfg.data)
     return out
 
 
@@ -423,9 +425,11 @@ def register_configs() -> None:
     launcher in Hydra's ConfigStore; called before Hydra composes. Idempotent."""
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
+    from cifar_dist.data import config as data_options  # imports this module: not at the top
     from cifar_dist.options import store_options
 
     ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml
     store_options(sys.modules[__name__])
+    store_options(data_options)  # cifar100, folder, custom
     register_built_in()  # every launcher module stores its own options
     register_sweep_launcher()

@@ -15,7 +15,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import CifarDistError
 
-CIFAR_CLASSES = 10  # the labels of every data set cifar_dist reads are 0..9
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
 # launcher.stall_shutdown_s: a rank beats every heartbeat.INTERVAL_S (2 s);
@@ -56,10 +55,17 @@ def _finite_positive(found: List[str], name: str, value: Any) -> None:
         found.append(f"{name}={value} must be a finite number > 0")
 
 
-def _model_problems(m: DictConfig) -> List[str]:
+def _model_problems(m: DictConfig, data: DictConfig) -> List[str]:
+    from cifar_dist.data import num_classes_of
+
     found = []
-    if m.num_classes != CIFAR_CLASSES:
-        found.append(f"model.num_classes={m.num_classes} must be {CIFAR_CLASSES} (CIFAR-10's labels are 0-9)")
+    known = num_classes_of(data)  # None for folder/custom: the trainer checks once the data is read
+    asked = m.get("num_classes")
+    if asked is not None and known is not None and asked != known:
+        found.append(f"model.num_classes={asked} must be {known} (data={data.name} has {known} classes; "
+                     "leave it unset to take it from the data)")
+    elif asked is not None and asked < 2:
+        found.append(f"model.num_classes={asked} must be >= 2 (leave it unset to take it from the data)")
     if "input_shape" in m and list(m.input_shape) != CIFAR_IMAGE_SHAPE:
         found.append(f"model.input_shape={list(m.input_shape)} must be {CIFAR_IMAGE_SHAPE} (CIFAR-10's images)")
     if "dense_units" in m and m.dense_units < 1:
@@ -144,16 +150,24 @@ def problems(cfg: DictConfig) -> List[str]:
         return found
     found += _trainer_problems(cfg.trainer)
     found += _optimizer_problems(cfg.optimizer)
-    found += _model_problems(cfg.model)
+    found += _model_problems(cfg.model, cfg.data)
     found += _tracking_problems(cfg)
-    a = cfg.data.augment
+    found += _data_problems(cfg.data)
+    return found + _task_problems(cfg)
+
+
+def _data_problems(data: DictConfig) -> List[str]:
+    found = []
+    if data.name == "custom" and OmegaConf.is_missing(data, "_target_"):
+        found.append("data=custom needs data._target_=<module.function returning DataStreams> (docs/data.md)")
+    a = data.augment
     for key in ("translate", "cutout"):
         if a[key] < 0:
             found.append(f"data.augment.{key}={a[key]} must be >= 0 pixels (0 = off)")
     for key in ("width_shift", "height_shift"):
         if not 0 <= a[key] < 1:
             found.append(f"data.augment.{key}={a[key]} must be in [0, 1) (a fraction of the image size)")
-    return found + _task_problems(cfg)
+    return found
 
 
 def validate(cfg: DictConfig) -> None:

@@ -200,3 +200,66 @@ def load_in_child(cfg_yaml: str, barrier, results) -> None:
         results.put(("ok", hashlib.md5(data.x_train.tobytes() + data.y_train.tobytes()).hexdigest()))
     except Exception as exc:  # reported to the parent, which fails the test with it
         results.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+CIFAR100_DIR = "cifar-100-python"
+
+
+def cifar100_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fine, coarse) labels for CIFAR-10 labels: fine = 10 * label + position % 10, coarse = fine // 5.
+
+    Every one of the 100 fine and 20 coarse classes occurs, and each fine
+    class holds images of one CIFAR-10 class only.
+    """
+    fine = (np.asarray(labels, np.int64) * 10 + np.arange(len(labels)) % 10).astype(np.int64)
+    return fine, fine // 5
+
+
+def cifar100_files(per_batch: int | None = None) -> dict[str, bytes]:
+    """A CIFAR-100-format ``cifar-100-python`` folder (``train``, ``test``, ``meta``) built from the packaged sample.
+
+    The pixels are the packaged CIFAR-10 sample's real images; the labels are
+    *remapped* CIFAR-10 labels (``cifar100_labels``), not CIFAR-100's, since
+    the real CIFAR-100 archive (161 MB) is not downloaded by the tests. The
+    pickles have the real archive's keys (``data``, ``fine_labels``,
+    ``coarse_labels``; meta's ``fine_label_names`` / ``coarse_label_names``).
+    """
+    train, test = sample_batches(per_batch)
+    x_train = np.concatenate([x for x, _ in train])
+    y_train = np.concatenate([y for _, y in train])
+
+    def split(images: np.ndarray, labels: np.ndarray, name: bytes) -> bytes:
+        fine, coarse = cifar100_labels(labels)
+        rows = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), -1)
+        return pickle.dumps({b"batch_label": name, b"fine_labels": fine.tolist(), b"coarse_labels": coarse.tolist(),
+                             b"data": rows, b"filenames": [f"{i}.png".encode() for i in range(len(images))]}, protocol=2)
+
+    meta = {b"fine_label_names": [f"{CLASS_NAMES[i // 10]}_{i % 10}".encode() for i in range(100)],
+            b"coarse_label_names": [f"{CLASS_NAMES[i // 2]}_{i % 2}".encode() for i in range(20)]}
+    return {"train": split(x_train, y_train, b"training batch 1 of 1"), "test": split(*test, b"testing batch 1 of 1"),
+            "meta": pickle.dumps(meta, protocol=2)}
+
+
+def cifar100_tarball(path: Path, per_batch: int | None = None) -> Path:
+    """``cifar-100-python.tar.gz``-style archive of ``cifar100_files`` at ``path``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.addfile(member(CIFAR100_DIR, tarfile.DIRTYPE))
+        for name, raw in cifar100_files(per_batch).items():
+            info = member(f"{CIFAR100_DIR}/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def write_png_tree(root: Path, splits: dict[str, Batch], class_names: Sequence[str] = CLASS_NAMES) -> Path:
+    """``root/<split>/<class name>/<index>.png`` for each split's (images, labels): the pixels exactly, lossless."""
+    from PIL import Image
+
+    for split, (images, labels) in splits.items():
+        for i, (image, label) in enumerate(zip(images, labels)):
+            folder = root / split / class_names[int(label)] if split else root / class_names[int(label)]
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.asarray(image, np.uint8)).save(folder / f"{i:05d}.png")
+    return root

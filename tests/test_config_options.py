@@ -141,7 +141,7 @@ def test_help_is_the_apps_own_page_with_the_real_choices(tmp_path):
     assert text.startswith("cifar_dist: data-parallel CIFAR-10 training")
     assert "powered by Hydra" not in text
     for line in ("launcher: azureml, batchai, gloo, local, mpirun, slurm", "model: airbench, resnet9, seed_cnn",
-                 "optimizer: adam, rmsprop, sgd, sgdw", "data: cifar10, sample", "task: evaluate, train"):
+                 "optimizer: adam, rmsprop, sgd, sgdw", "data: cifar10, cifar100, custom, folder, sample", "task: evaluate, train"):
         assert line in text.splitlines()
     assert "schema" not in text
     examples = [line for line in text.splitlines() if line.startswith("python -m cifar_dist ") and "#" in line]

@@ -22,7 +22,7 @@ def _describe(layer):
 
 
 def test_seed_cnn_layers_and_parameter_count():
-    model = instantiate(OmegaConf.structured(SeedCnnConfig))
+    model = instantiate(OmegaConf.structured(SeedCnnConfig), num_classes=10)
     assert [_describe(layer) for layer in model.layers] == SEED_LAYERS
     # The seed's model.summary(): 1,250,858 trainable parameters.
     assert model.count_params() == 1_250_858

@@ -35,7 +35,7 @@ from omegaconf import OmegaConf
 import hydra.utils
 from cifar_dist.config import SeedCnnConfig
 from cifar_dist.training import checkpoints
-model = hydra.utils.instantiate(OmegaConf.structured(SeedCnnConfig()))
+model = hydra.utils.instantiate(OmegaConf.structured(SeedCnnConfig()), num_classes=10)
 model.compile(loss="categorical_crossentropy", optimizer="rmsprop")
 try:
     checkpoints.restore(model, sys.argv[1])  # the Lambda model's file: its arrays do not fit

@@ -25,7 +25,7 @@ def resnet9_parameters(w: int) -> int:
 
 @pytest.mark.parametrize("width", [64, 16])
 def test_resnet9_layers_and_parameter_count(width):
-    model = instantiate(OmegaConf.structured(ResNet9Config(width=width)))
+    model = instantiate(OmegaConf.structured(ResNet9Config(width=width)), num_classes=10)
     assert resnet9_parameters(64) == 6_577_600  # Page's ResNet-9: 6.58 M parameters
     assert model.count_params() == resnet9_parameters(width)
     assert kinds(model) == {"InputLayer": 1, "Conv2D": 8, "BatchNormalization": 8, "Activation": 9, "MaxPooling2D": 3,
@@ -37,7 +37,7 @@ def test_resnet9_layers_and_parameter_count(width):
 
 
 def test_airbench_layers_and_parameter_count():
-    model = instantiate(OmegaConf.structured(AirbenchConfig()))
+    model = instantiate(OmegaConf.structured(AirbenchConfig()), num_classes=10)
     # airbench94's net: 1,973,944 parameters, 288 of them the frozen whitening filters,
     # 2 x 3,136 the BatchNorm moving statistics (BN has no trained scale, as in airbench).
     assert model.count_params() == 1_973_944
@@ -46,7 +46,7 @@ def test_airbench_layers_and_parameter_count():
     assert kinds(model) == {"InputLayer": 1, "PatchWhitening": 1, "Activation": 8, "Conv2D": 6, "MaxPooling2D": 3,
                             "BatchNormalization": 6, "GlobalMaxPooling2D": 1, "Dense": 1, "Scale": 1}
     assert len(model.layers) == 28
-    small = instantiate(OmegaConf.structured(AirbenchConfig(widths=[32, 64, 64])))
+    small = instantiate(OmegaConf.structured(AirbenchConfig(widths=[32, 64, 64])), num_classes=10)
     assert small.count_params() == 312 + (9 * 24 * 32 + 9 * 32 * 32 + 9 * 32 * 64 + 3 * 9 * 64 * 64) + 3 * (2 * 32 + 4 * 64) + 640
 
 
@@ -73,7 +73,7 @@ def test_patch_whitening_whitens_the_training_patches():
 
 
 def test_a_saved_model_with_the_blocks_loads(tmp_path):
-    model = instantiate(OmegaConf.structured(AirbenchConfig(widths=[8, 8, 8])))
+    model = instantiate(OmegaConf.structured(AirbenchConfig(widths=[8, 8, 8])), num_classes=10)
     path = tmp_path / "m.h5"
     model.save(path, save_format="h5")
     loaded = tf.keras.models.load_model(path, compile=False)

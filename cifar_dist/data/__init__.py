@@ -1,6 +1,6 @@
-"""Loading CIFAR-10 into numpy arrays: the packaged sample, a local copy, the cache, or a download.
+"""Loading the configured data set: CIFAR-10/100 arrays, or tf.data streams of an image folder or a user factory.
 
-``load_dataset(cfg.data)`` is the one entry point. ``data.name`` picks the
+``load_dataset(cfg.data, seed)`` is the one entry point. ``data.name`` picks the
 source:
 
 - ``sample``: the real-image sample inside the package
@@ -9,7 +9,14 @@ source:
 - ``cifar10``: ``data.path`` (the .tar.gz, a folder holding
   ``cifar-10-batches-py/``, or that folder itself), else the extracted copy in
   ``data.cache_dir``, else a checked download of ``data.url`` into the cache
-  (see ``cache.py``).
+  (see ``cache.py``);
+- ``cifar100``: the same for ``cifar-100-python.tar.gz`` (fine or coarse labels);
+- ``folder``: a class-per-subfolder image tree, streamed (``folder.py``);
+- ``custom``: the user's tf.data factory (``custom.py``, ``streams.py``).
+
+CIFAR sets come back as ``CifarArrays`` (in memory), the others as
+``DataStreams``; both give ``num_classes``, ``class_names``, ``source``,
+``train_size`` and ``test_size``.
 
 Batch files are decoded by a restricted unpickler (``batches.py``); any
 problem is a one-line ``DataError`` naming the file and the fix.
@@ -21,28 +28,54 @@ import logging
 from pathlib import Path
 
 from cifar_dist.data.archive import load_folder, load_tarball, read_tar_members
-from cifar_dist.data.batches import BATCH_DIR, MEMBERS, CifarArrays, DataError, assemble
-from cifar_dist.data.cache import ARCHIVE_NAME, cached_folder, ensure_cached
+from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, cifar100_layout
+from cifar_dist.data.cache import cached_folder, ensure_cached
 
-__all__ = ["CifarArrays", "DataError", "load_dataset", "DATA_NAMES"]
+__all__ = ["CifarArrays", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
 
 log = logging.getLogger("cifar_dist.data")
 
-DATA_NAMES = ("cifar10", "sample")
+DATA_NAMES = ("cifar10", "sample", "cifar100", "folder", "custom")
 SAMPLE_NAME = "cifar-10-sample.tar.gz"
 
 
-def load_dataset(data_cfg) -> CifarArrays:
-    """The train and test arrays named by ``data_cfg`` (the ``data`` node of the config)."""
+def load_dataset(data_cfg, seed: int = 0):
+    """The data set named by ``data_cfg`` (the ``data`` node of the config); ``seed`` goes to a custom factory."""
     name = str(data_cfg.name)
     if name == "sample":
-        arrays = _load_sample()
-    elif name == "cifar10":
-        arrays = _load_cifar10(data_cfg)
+        data = _load_sample()
+    elif name in ("cifar10", "cifar100"):
+        data = _load_cifar(data_cfg, _layout(data_cfg))
+    elif name == "folder":
+        from cifar_dist.data.folder import load_folder_streams
+
+        data = load_folder_streams(data_cfg)
+    elif name == "custom":
+        from cifar_dist.data.custom import load_custom_streams
+
+        data = load_custom_streams(data_cfg, seed)
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
-    log.info("CIFAR-10: %d train / %d test images from %s", len(arrays.x_train), len(arrays.x_test), arrays.source)
-    return arrays
+    log.info("%s: %d train / %d test images, %d classes, from %s", name, data.train_size, data.test_size,
+             data.num_classes, data.source)
+    return data
+
+
+def num_classes_of(data_cfg) -> int | None:
+    """The class count of a CIFAR data option, known from the config alone (None for folder and custom)."""
+    name = str(data_cfg.name)
+    if name in ("cifar10", "sample"):
+        return CIFAR10.num_classes
+    if name == "cifar100":
+        return _layout(data_cfg).num_classes
+    return None
+
+
+def _layout(data_cfg) -> Layout:
+    if str(data_cfg.name) != "cifar100":
+        return CIFAR10
+    mode = data_cfg.label_mode
+    return cifar100_layout(mode.value if hasattr(mode, "value") else str(mode))
 
 
 def _load_sample() -> CifarArrays:
@@ -54,27 +87,28 @@ def _load_sample() -> CifarArrays:
         raise DataError(f"the packaged sample {resource} is missing; {fix}") from None
     with handle:
         members = read_tar_members(handle, str(resource), fix)
-    return assemble(members.get, lambda m: f"{resource}:{BATCH_DIR}/{m}", f"packaged sample {resource}", fix)
+    return assemble(members.get, lambda m: f"{resource}:{CIFAR10.folder}/{m}", f"packaged sample {resource}", fix)
 
 
-def _load_cifar10(data_cfg) -> CifarArrays:
+def _load_cifar(data_cfg, layout: Layout) -> CifarArrays:
     if data_cfg.path:
-        return _load_path(Path(str(data_cfg.path)).expanduser())
-    folder = cached_folder(data_cfg) or ensure_cached(data_cfg)
-    return load_folder(folder, f"delete {folder} and run again to re-extract it")
+        return _load_path(Path(str(data_cfg.path)).expanduser(), layout)
+    folder = cached_folder(data_cfg, layout) or ensure_cached(data_cfg, layout)
+    return load_folder(folder, f"delete {folder} and run again to re-extract it", layout)
 
 
-def _load_path(path: Path) -> CifarArrays:
+def _load_path(path: Path, layout: Layout) -> CifarArrays:
     """``data.path``: a tarball, a folder holding ``cifar-10-batches-py/`` (or the tarball), or the batches folder."""
-    fix = f"point data.path at a good copy of {ARCHIVE_NAME} or of its {BATCH_DIR} folder"
+    archive, batch_dir = layout.archive, layout.folder
+    fix = f"point data.path at a good copy of {archive} or of its {batch_dir} folder"
     if path.is_file():
-        return load_tarball(path, fix)
+        return load_tarball(path, fix, layout)
     if not path.is_dir():
         raise DataError(f"data.path={path} does not exist; {fix}, or set data.path=null to use data.cache_dir")
-    if (path / BATCH_DIR).is_dir():
-        return load_folder(path / BATCH_DIR, fix)
-    if (path / ARCHIVE_NAME).is_file():
-        return load_tarball(path / ARCHIVE_NAME, fix)
-    if any((path / member).is_file() for member in MEMBERS):
-        return load_folder(path, fix)
-    raise DataError(f"data.path={path} holds neither {BATCH_DIR}/ nor {ARCHIVE_NAME} nor CIFAR batch files; {fix}")
+    if (path / batch_dir).is_dir():
+        return load_folder(path / batch_dir, fix, layout)
+    if (path / archive).is_file():
+        return load_tarball(path / archive, fix, layout)
+    if any((path / member).is_file() for member in layout.members):
+        return load_folder(path, fix, layout)
+    raise DataError(f"data.path={path} holds neither {batch_dir}/ nor {archive} nor {layout.name} batch files; {fix}")

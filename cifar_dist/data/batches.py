@@ -45,6 +45,42 @@ _MAX_MEMO_INDEX = 1_000_000
 MAX_BATCH_BYTES = 64 << 20
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where one python-pickle CIFAR archive keeps its files and which keys hold what.
+
+    CIFAR-10 and CIFAR-100 share the format (dicts of ``data`` rows and label
+    lists) but differ in folder, file names, label key and class count.
+    """
+    name: str  # for messages: "CIFAR-10"
+    archive: str  # the .tar.gz name
+    folder: str  # the folder inside it
+    train: tuple[str, ...]  # training batch files (those present are used)
+    test: str
+    meta: str
+    labels_key: bytes
+    names_key: bytes
+    num_classes: int
+    max_bytes: int  # the largest batch file a real copy holds, with room to spare
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return (self.meta, *self.train, self.test)
+
+
+CIFAR10 = Layout("CIFAR-10", "cifar-10-python.tar.gz", BATCH_DIR, TRAIN_BATCHES, TEST_BATCH, META,
+                 b"labels", b"label_names", NUM_CLASSES, MAX_BATCH_BYTES)
+
+
+def cifar100_layout(label_mode: str) -> Layout:
+    """CIFAR-100 (``cifar-100-python/train``, ``test``, ``meta``) with its 100 fine or 20 coarse labels."""
+    fine = label_mode == "fine"
+    return Layout("CIFAR-100", "cifar-100-python.tar.gz", "cifar-100-python", ("train",), "test", "meta",
+                  b"fine_labels" if fine else b"coarse_labels",
+                  b"fine_label_names" if fine else b"coarse_label_names",
+                  100 if fine else 20, 192 << 20)  # its train file is 155 MB (50,000 images)
+
+
 class DataError(CifarDistError):
     """The data set cannot be read; the one-line message names the file or URL and says what to do."""
 
@@ -57,6 +93,26 @@ class CifarArrays:
     y_test: np.ndarray
     class_names: tuple[str, ...]  # from batches.meta label_names
     source: str  # where it was read from, for logs and metrics
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def image_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def train_size(self) -> int:
+        return len(self.x_train)
+
+    @property
+    def test_size(self) -> int:
+        return len(self.x_test)
+
+    def fit_images(self, n: int) -> np.ndarray:
+        """Up to n training images as float32 in [0, 1] (for layers fitted to the data)."""
+        return self.x_train[:n].astype(np.float32) / 255.0
 
 
 def reason(exc: object) -> str:
@@ -143,9 +199,9 @@ class RestrictedUnpickler(pickle.Unpickler):
         return codecs.encode(text, "latin1")
 
 
-def _scan(raw: bytes) -> None:
+def _scan(raw: bytes, max_bytes: int = MAX_BATCH_BYTES) -> None:
     """Walk the opcodes without executing any, refusing memo indices no batch needs."""
-    if len(raw) > MAX_BATCH_BYTES:
+    if len(raw) > max_bytes:
         raise pickle.UnpicklingError(f"{len(raw)} bytes is far more than a CIFAR-10 batch")
     for op, arg, _ in pickletools.genops(raw):
         if op.name in ("BINPUT", "LONG_BINPUT", "PUT", "BINGET", "LONG_BINGET", "GET"):
@@ -153,11 +209,11 @@ def _scan(raw: bytes) -> None:
                 raise pickle.UnpicklingError(f"memo index {arg} is too large")
 
 
-def unpickle(raw: bytes, where: str, fix: str) -> object:
+def unpickle(raw: bytes, where: str, fix: str, max_bytes: int = MAX_BATCH_BYTES) -> object:
     """Decode one batch file's bytes with the restricted unpickler; any failure is a DataError."""
     try:
-        _scan(raw)
-        return RestrictedUnpickler(io.BytesIO(raw), encoding="bytes").load()
+        _scan(raw, max_bytes)
+        return RestrictedUnpickler(io.BytesIO(raw), budget=max_bytes, encoding="bytes").load()
     except Exception as exc:  # garbage can fail in any of a dozen ways; all mean "not a CIFAR batch"
         raise DataError(f"{where} is not a readable CIFAR-10 batch ({reason(exc)}); {fix}") from None
 
@@ -170,10 +226,10 @@ def _field(batch: object, key: bytes, where: str, fix: str):
     return batch[key] if key in batch else batch[key.decode()]
 
 
-def decode_images(batch: object, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+def decode_images(batch: object, where: str, fix: str, layout: Layout = CIFAR10) -> tuple[np.ndarray, np.ndarray]:
     """A data or test batch as (uint8 NHWC images, int64 labels), after checking shapes, dtypes and labels."""
     data = _field(batch, b"data", where, fix)
-    labels = _field(batch, b"labels", where, fix)
+    labels = _field(batch, layout.labels_key, where, fix)
     if type(data) is not np.ndarray or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != ROW_LENGTH:
         got = f"{data.dtype} {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{where}: 'data' is {got}, expected uint8 (N, {ROW_LENGTH}); {fix}")
@@ -191,28 +247,29 @@ def decode_images(batch: object, where: str, fix: str) -> tuple[np.ndarray, np.n
         raise DataError(f"{where}: 'labels' is not a list of ints; {fix}")
     if len(labels) != n:
         raise DataError(f"{where} has {n} images but {len(labels)} labels; {fix}")
-    bad = [v for v in labels if not 0 <= v < NUM_CLASSES]
+    bad = [v for v in labels if not 0 <= v < layout.num_classes]
     if bad:
-        raise DataError(f"{where} has label {bad[0]} outside [0, {NUM_CLASSES}); {fix}")
+        raise DataError(f"{where} has label {bad[0]} outside [0, {layout.num_classes}); {fix}")
     # Rows are channel-planar (1024 R, 1024 G, 1024 B): NCHW, then NHWC as Keras expects.
     images = np.ascontiguousarray(data.reshape(n, 3, 32, 32).transpose(0, 2, 3, 1))
     return images, np.asarray(labels, dtype=np.int64)
 
 
-def decode_class_names(meta: object, where: str, fix: str) -> tuple[str, ...]:
-    """``label_names`` from batches.meta: exactly ten names."""
-    names = _field(meta, b"label_names", where, fix)
-    if not isinstance(names, (list, tuple)) or len(names) != NUM_CLASSES or not all(isinstance(v, (bytes, str)) for v in names):
-        raise DataError(f"{where}: 'label_names' is not a list of {NUM_CLASSES} names; {fix}")
+def decode_class_names(meta: object, where: str, fix: str, layout: Layout = CIFAR10) -> tuple[str, ...]:
+    """``label_names`` from batches.meta (CIFAR-100: ``fine_label_names`` / ``coarse_label_names`` from meta)."""
+    names = _field(meta, layout.names_key, where, fix)
+    count, key = layout.num_classes, layout.names_key.decode()
+    if not isinstance(names, (list, tuple)) or len(names) != count or not all(isinstance(v, (bytes, str)) for v in names):
+        raise DataError(f"{where}: '{key}' is not a list of {count} names; {fix}")
     try:
         return tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in names)
     except UnicodeDecodeError:
         raise DataError(f"{where}: 'label_names' are not text; {fix}") from None
 
 
-def read_images(raw: bytes, where: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+def read_images(raw: bytes, where: str, fix: str, layout: Layout = CIFAR10) -> tuple[np.ndarray, np.ndarray]:
     """Bytes of a data/test batch file to (images, labels)."""
-    return decode_images(unpickle(raw, where, fix), where, fix)
+    return decode_images(unpickle(raw, where, fix, layout.max_bytes), where, fix, layout)
 
 
 def read_batch_file(path, fix: str = "check that it is a batch file of cifar-10-python.tar.gz") -> tuple[np.ndarray, np.ndarray]:
@@ -220,22 +277,24 @@ def read_batch_file(path, fix: str = "check that it is a batch file of cifar-10-
     return read_images(read_bounded(path, fix), str(path), fix)
 
 
-def read_bounded(path, fix: str) -> bytes:
-    """The bytes of one batch file, refused unread when it is larger than any CIFAR-10 batch."""
+def read_bounded(path, fix: str, layout: Layout = CIFAR10) -> bytes:
+    """The bytes of one batch file, refused unread when it is larger than any batch of ``layout``."""
+    max_bytes, kind = layout.max_bytes, layout.name
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size > MAX_BATCH_BYTES:
-                raise DataError(f"{path} is {size} bytes, far more than a CIFAR-10 batch ({MAX_BATCH_BYTES}); {fix}")
-            raw = f.read(MAX_BATCH_BYTES + 1)
+            if size > max_bytes:
+                raise DataError(f"{path} is {size} bytes, far more than a {kind} batch ({max_bytes}); {fix}")
+            raw = f.read(max_bytes + 1)
     except OSError as exc:
         raise DataError(f"cannot read {path} ({reason(exc)}); {fix}") from None
-    if len(raw) > MAX_BATCH_BYTES:  # it grew while being read
-        raise DataError(f"{path} is larger than any CIFAR-10 batch ({MAX_BATCH_BYTES} bytes); {fix}")
+    if len(raw) > max_bytes:  # it grew while being read
+        raise DataError(f"{path} is larger than any {kind} batch ({max_bytes} bytes); {fix}")
     return raw
 
 
-def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str) -> CifarArrays:
+def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str,
+             layout: Layout = CIFAR10) -> CifarArrays:
     """All batches of one copy of the data set, as CifarArrays.
 
     ``read(member)`` returns the bytes of ``cifar-10-batches-py/<member>`` or
@@ -248,15 +307,16 @@ def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], s
             raise DataError(f"{where(member)} is missing; {fix}")
         return raw
 
-    class_names = decode_class_names(unpickle(required(META), where(META), fix), where(META), fix)
+    meta = layout.meta
+    class_names = decode_class_names(unpickle(required(meta), where(meta), fix, layout.max_bytes), where(meta), fix, layout)
     train = []
-    for member in TRAIN_BATCHES:
+    for member in layout.train:
         raw = read(member)
         if raw is not None:
-            train.append(read_images(raw, where(member), fix))
+            train.append(read_images(raw, where(member), fix, layout))
     if not train:
-        raise DataError(f"{where(TRAIN_BATCHES[0])} is missing (no data_batch_* at all); {fix}")
-    x_test, y_test = read_images(required(TEST_BATCH), where(TEST_BATCH), fix)
+        raise DataError(f"{where(layout.train[0])} is missing (no training batch at all); {fix}")
+    x_test, y_test = read_images(required(layout.test), where(layout.test), fix, layout)
     return CifarArrays(
         x_train=np.concatenate([x for x, _ in train]),
         y_train=np.concatenate([y for _, y in train]),

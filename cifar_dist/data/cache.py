@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 
 from cifar_dist.data.archive import extract
-from cifar_dist.data.batches import BATCH_DIR, DataError, reason
+from cifar_dist.data.batches import CIFAR10, DataError, Layout, reason
 from cifar_dist.data.download import OFFLINE_HINT, download, file_md5
 
 log = logging.getLogger("cifar_dist.data")
 
-ARCHIVE_NAME = "cifar-10-python.tar.gz"
+ARCHIVE_NAME = CIFAR10.archive
 LOCK_NAME = ".cifar-10.lock"
 
 
@@ -35,34 +35,34 @@ def host_lock(cache_dir: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def cached_folder(data_cfg) -> Path | None:
+def cached_folder(data_cfg, layout: Layout = CIFAR10) -> Path | None:
     """The extracted folder in the cache when a previous run left one, without locking or downloading."""
-    folder = Path(data_cfg.cache_dir).expanduser() / BATCH_DIR
+    folder = Path(data_cfg.cache_dir).expanduser() / layout.folder
     return folder if folder.is_dir() else None
 
 
-def ensure_cached(data_cfg) -> Path:
+def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
     """The extracted ``cifar-10-batches-py`` folder in ``data.cache_dir``, downloading and extracting it once if needed."""
     cache_dir = Path(data_cfg.cache_dir).expanduser()
-    if not data_cfg.download and not (cache_dir / ARCHIVE_NAME).is_file():
-        raise DataError(f"CIFAR-10 is not in data.cache_dir={cache_dir} and data.download=false; {OFFLINE_HINT}")
+    if not data_cfg.download and not (cache_dir / layout.archive).is_file():
+        raise DataError(f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {OFFLINE_HINT}")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DataError(f"cannot create data.cache_dir={cache_dir} ({reason(exc)}); set data.cache_dir to a writable folder") from None
-    folder = cache_dir / BATCH_DIR
+    folder = cache_dir / layout.folder
     with host_lock(cache_dir):
         if folder.is_dir():  # another process finished while we waited
             log.info("using %s, prepared by another process", folder)
             return folder
         _remove_leftovers(cache_dir)
-        archive = cache_dir / ARCHIVE_NAME
+        archive = cache_dir / layout.archive
         fix = f"delete {archive} and run again to re-download, or {OFFLINE_HINT}"
         if archive.is_file():
             _check_cached_archive(archive, data_cfg, fix)
         else:
             download(data_cfg.url, archive, data_cfg.md5, int(data_cfg.size_bytes), float(data_cfg.download_timeout_s))
-        return extract(archive, cache_dir, fix)
+        return extract(archive, cache_dir, fix, layout)
 
 
 def _check_cached_archive(archive: Path, data_cfg, fix: str) -> None:

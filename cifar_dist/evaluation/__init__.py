@@ -27,7 +27,8 @@ def score(model, x: np.ndarray, batch_size: int):
     """Class probabilities of uint8 images, in order."""
     if len(x) == 0:
         return np.zeros((0, model.output_shape[-1]), np.float32)
-    return model.predict(x.astype(np.float32) / 255.0, batch_size=batch_size, verbose=0)
+    scaled = x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)  # data=folder/custom: [0, 1]
+    return model.predict(scaled, batch_size=batch_size, verbose=0)
 
 
 def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -39,25 +40,48 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return loss
 
 
+def _default_class_names(data_cfg, num_classes: int):
+    """Names for images given by evaluate.input: an image tree's class folders, CIFAR-10's, or "0", "1", ..."""
+    if data_cfg.name == "folder" and data_cfg.path:
+        from cifar_dist.data.folder import folder_class_names
+
+        return folder_class_names(data_cfg)
+    return CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
+
+
+def _model_and_images(cfg: DictConfig, model_path: Path):
+    """The model, the images to score and the class count, checked to agree with each other."""
+    from cifar_dist.data import num_classes_of
+    from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model
+
+    ev = cfg.evaluate
+    expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
+    model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
+                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None)
+    num_classes = int(model.output_shape[-1])
+    images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes), int(cfg.trainer.seed))
+    if len(images.class_names) != num_classes:
+        raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
+                                   f"{len(images.class_names)}; evaluate it with the data it was trained on")
+    return model, images, num_classes
+
+
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
-    from cifar_dist.evaluation.inputs import load_images, load_model, resolve_model_path
+    from cifar_dist.evaluation.inputs import resolve_model_path
     from cifar_dist.durable import write_json
     from cifar_dist.training.horovod_env import init_world
 
     start = time.time()
     output_dir = Path(output_dir)
     ev = cfg.evaluate
-    num_classes = int(cfg.model.num_classes)
-    default_names = CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
     import horovod.tensorflow as hvd
 
     from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
 
-    model = load_model(model_path, num_classes, trust_model=bool(ev.get("trust_model", False)))
-    images = load_images(str(ev.input), cfg.data, default_names)
+    model, images, num_classes = _model_and_images(cfg, model_path)
     if world.is_chief:
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 

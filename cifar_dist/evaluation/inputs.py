@@ -8,10 +8,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from cifar_dist.data.folder import image_files as _image_files
 from cifar_dist.errors import CifarDistError
 
 SEED_MODEL = Path("saved_models") / "keras_cifar10_trained_model.h5"
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
 
 
 class EvaluationInputError(CifarDistError):
@@ -55,8 +55,10 @@ def check_no_code(path: Path, trust_model: bool) -> None:
         )
 
 
-def load_model(path: Path, num_classes: int, trust_model: bool = False):
-    """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked for CIFAR shapes.
+def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False, image_size: Optional[int] = 32):
+    """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked against the data's shapes.
+
+    ``num_classes`` / ``image_size`` None: not known before the images are read; not checked here.
 
     Built-in Keras layers only, unless ``trust_model`` (model_trust.py): a
     model file someone sent must not run their code here.
@@ -73,30 +75,34 @@ def load_model(path: Path, num_classes: int, trust_model: bool = False):
             f"{path} is not a loadable Keras model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
             "point evaluate.model at a saved_models/*.h5 or checkpoints/*.h5 written by cifar_dist"
         ) from None
-    if tuple(model.input_shape[1:]) != (32, 32, 3) or model.output_shape[-1] != num_classes:
+    shape_ok = tuple(model.input_shape[1:]) == (image_size, image_size, 3) if image_size else model.input_shape[-1] == 3
+    if not shape_ok or (num_classes is not None and model.output_shape[-1] != num_classes):
         raise EvaluationInputError(
-            f"{path} maps {model.input_shape[1:]} to {model.output_shape[-1]} classes, not 32x32x3 images to "
-            f"{num_classes} classes; use a CIFAR-10 model (or set model.num_classes)"
+            f"{path} maps {model.input_shape[1:]} to {model.output_shape[-1]} classes, not {image_size or 'HxW'}x"
+            f"{image_size or ''}x3 images to {num_classes} classes; use a model trained on this data (the same data=...)"
         )
     return model
 
 
 @dataclass
 class Images:
-    x: np.ndarray  # uint8 (N, 32, 32, 3)
+    x: np.ndarray  # uint8 (N, 32, 32, 3), or float32 in [0, 1] from data=folder/custom
     labels: np.ndarray  # int64 (N,), -1 where unknown
     class_names: Sequence[str]
     source: str
     names: Optional[List[str]] = None  # per-image file names, for folders of images
 
 
-def load_images(spec: str, data_cfg, default_class_names: Sequence[str]) -> Images:
-    """The images named by evaluate.input."""
+def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: int = 0) -> Images:
+    """The images named by evaluate.input ("test"/"train": that split of the data group, any data option)."""
     if spec in ("test", "train"):
-        from cifar_dist.data import load_dataset
+        from cifar_dist.data import CifarArrays, load_dataset
 
-        data = load_dataset(data_cfg)
-        x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
+        data = load_dataset(data_cfg, seed)
+        if isinstance(data, CifarArrays):
+            x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
+        else:  # DataStreams: decoded here, in order (every rank reads the split and scores its part)
+            x, y = data.arrays(spec)
         return Images(x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})")
     path = Path(spec).expanduser()
     if path.is_dir() and _image_files(path):
@@ -120,10 +126,6 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str]) -> Imag
         ys.append(y)
     return Images(np.concatenate(xs), np.concatenate(ys).astype(np.int64), tuple(default_class_names),
                   ", ".join(str(f) for f in files))
-
-
-def _image_files(folder: Path) -> List[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 def _image_folder(folder: Path, class_names: Sequence[str]) -> Images:

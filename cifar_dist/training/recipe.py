@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 
-def fit_to_data(model, x_train: np.ndarray, sample: int = 10_000) -> int:
+def fit_to_data(model, data, sample: int = 10_000) -> int:
     """Fit the layers that learn from the training images (airbench's whitening) on up to ``sample`` of them.
 
     Every rank fits the same images; rank 0's result is broadcast anyway.
@@ -21,7 +21,7 @@ def fit_to_data(model, x_train: np.ndarray, sample: int = 10_000) -> int:
 
     if not data_fitted_layers(model):  # the seed's CNN: nothing to fit, no copy of the images
         return 0
-    return adapt(model, x_train[:sample].astype(np.float32) / 255.0)
+    return adapt(model, data.fit_images(sample))
 
 
 def loss(label_smoothing: float):

@@ -271,12 +271,31 @@ def start_run(cfg: DictConfig, output_dir: Path):
 
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
-    data = load_dataset(run.cfg.data)
+    data = load_dataset(run.cfg.data, run.trainer.seed)
     if run.world.is_chief:
         log.info("data: %s", data.source)
-        log.info("x_train shape: %s, %d train samples, %d test samples",
-                 data.x_train.shape, len(data.x_train), len(data.x_test))
+        log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
     return data
+
+
+def model_kwargs(model_cfg, data) -> Dict[str, Any]:
+    """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
+    from cifar_dist.validation import ConfigError
+
+    asked = model_cfg.get("num_classes")
+    if asked is not None and int(asked) != data.num_classes:
+        raise ConfigError(f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "
+                          "leave model.num_classes unset (it comes from the data)")
+    return {"num_classes": data.num_classes}
+
+
+def check_model_fits(model, data) -> None:
+    """A model whose input is not the data's image shape fails here in one line, not inside fit()."""
+    from cifar_dist.validation import ConfigError
+
+    if tuple(model.input_shape[1:]) != tuple(data.image_shape):
+        raise ConfigError(f"the model takes {tuple(model.input_shape[1:])} images but {data.source} gives "
+                          f"{tuple(data.image_shape)}; set data.image_size (data=folder) or the model's input shape to match")
 
 
 def build_model(run: Run, data):
@@ -290,10 +309,11 @@ def build_model(run: Run, data):
     from cifar_dist.data.pipeline import steps_per_epoch  # imports TensorFlow
 
     t, world = run.trainer, run.world
-    model = hydra.utils.instantiate(run.cfg.model)
+    model = hydra.utils.instantiate(run.cfg.model, **model_kwargs(run.cfg.model, data))
+    check_model_fits(model, data)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
-    recipe.fit_to_data(model, data.x_train)
-    steps = steps_per_epoch(len(data.x_train), t.batch_size, world.size, t.epoch_policy.value == "shard")
+    recipe.fit_to_data(model, data)
+    steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
     lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing), metrics=["accuracy"])
     # (_partial_: a LearningRateSchedule is no float for the typed config node)
@@ -350,19 +370,15 @@ def restore_or_start(run: Run, model) -> int:
 
 def make_streams(run: Run, data, initial_epoch: int):
     """This rank's training stream (from ``initial_epoch`` on) and its validation slice."""
-    from cifar_dist.data.pipeline import eval_stream, train_stream  # imports TensorFlow
+    from cifar_dist.data.streams import eval_input, train_input  # imports TensorFlow
 
     cfg, t, world = run.cfg, run.trainer, run.world
-    train_data = train_stream(
-        data.x_train, data.y_train,
-        batch_size=t.batch_size, rank=world.rank, size=world.size, shard=t.epoch_policy.value == "shard",
+    train_data = train_input(
+        data, batch_size=t.batch_size, rank=world.rank, size=world.size, shard=t.epoch_policy.value == "shard",
         seed=t.seed, initial_epoch=initial_epoch, epochs=run.epochs, augment=cfg.data.augment,
-        num_classes=cfg.model.num_classes, prefetch=cfg.data.prefetch,
+        shuffle_buffer=cfg.data.shuffle_buffer, prefetch=cfg.data.prefetch,
     )
-    val_data = eval_stream(
-        data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
-        equal_shards=True, num_classes=cfg.model.num_classes,
-    )
+    val_data = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=True)
     return train_data, val_data
 
 
@@ -394,8 +410,9 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
                 "model": cfg.model._target_,
                 "precision": policy,
                 "data": data.source,
-                "train_images": int(len(data.x_train)),
-                "test_images": int(len(data.x_test)),
+                "train_images": int(data.train_size),
+                "test_images": int(data.test_size),
+                "class_names": list(data.class_names),
                 "steps_per_epoch": train_data.steps_per_epoch,
                 "steps_per_execution": t.steps_per_execution,
                 "threads_intra_op": world.threads.intra_op,
@@ -481,7 +498,7 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     """Check the ranks agree, score the test set once training is done, save and write the record."""
     import horovod.tensorflow as hvd  # after init_world (module docstring)
 
-    from cifar_dist.data.pipeline import eval_stream  # imports TensorFlow
+    from cifar_dist.data.streams import eval_input  # imports TensorFlow
 
     world, t = run.world, run.trainer
     recipe.sync_model(model)  # BatchNorm moving statistics: one set for the job
@@ -500,10 +517,7 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     # HOROVOD: rank 0 alone kept the record; every rank must agree whether to score.
     finished = hvd.broadcast_object(done, root_rank=0) >= run.epochs
     if finished:
-        test_stream = eval_stream(
-            data.x_test, data.y_test, batch_size=t.batch_size, rank=world.rank, size=world.size,
-            equal_shards=False, num_classes=run.cfg.model.num_classes,
-        )
+        test_stream = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=False)
         metrics.update(recipe.final_test(
             model, lambda m: _evaluate_exact(m, test_stream, hvd), t.tta.value, compile_kwargs))
     if world.is_chief:

@@ -1,0 +1,115 @@
+"""``data=folder``: a class-per-subfolder image tree, streamed from disk.
+
+``DIR/train/<class>/*.png`` and ``DIR/test/<class>/...`` (the same class
+folders in both), or one tree ``DIR/<class>/...`` of which a fixed
+``data.val_fraction`` of each class (chosen by ``data.split_seed``) is held
+out for testing. Classes are the sorted folder names. Only file names are
+held in memory: each rank decodes the images of its own shard as training
+goes (PNG, JPEG, BMP, GIF), resized to ``data.image_size``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from cifar_dist.data.batches import DataError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
+
+Files = List[Tuple[str, int]]  # (path, class index)
+
+
+def image_files(folder: Path) -> List[Path]:
+    """Every image file under ``folder``, sorted."""
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
+
+def scan_classes(root: Path) -> Dict[str, List[Path]]:
+    """Class name -> its images, for the sub-folders of ``root``; a one-line DataError when unusable."""
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(f"{root} has no class folders; put each class's images in {root}/<class name>/")
+    found = {name: image_files(root / name) for name in classes}
+    empty = [name for name, files in found.items() if not files]
+    if empty:
+        raise DataError(f"class folder {root / empty[0]} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); "
+                        "add images or remove the folder")
+    return found
+
+
+def _labelled(found: Dict[str, List[Path]], class_names: Sequence[str]) -> Files:
+    index = {name: i for i, name in enumerate(class_names)}
+    return [(str(f), index[name]) for name, files in found.items() for f in files]
+
+
+def split_tree(root: Path, val_fraction: float, split_seed: int) -> Tuple[Files, Files, Tuple[str, ...]]:
+    """(train files, test files, class names) of DIR/train + DIR/test, or of one tree split by ``val_fraction``."""
+    if not root.is_dir():
+        raise DataError(f"data.path={root} is not a folder; point it at DIR holding train/<class>/ and test/<class>/ (or <class>/)")
+    if (root / "train").is_dir() or (root / "test").is_dir():
+        if not ((root / "train").is_dir() and (root / "test").is_dir()):
+            raise DataError(f"{root} has only one of train/ and test/; give both, or put the class folders directly in {root}")
+        train, test = scan_classes(root / "train"), scan_classes(root / "test")
+        if list(train) != list(test):
+            differ = sorted(set(train) ^ set(test))
+            raise DataError(f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); use the same names in both")
+        names = tuple(train)
+        return _labelled(train, names), _labelled(test, names), names
+    if not 0 < val_fraction < 1:
+        raise DataError(f"data.val_fraction={val_fraction} must be in (0, 1) to split the single tree {root} into train and test")
+    found = scan_classes(root)
+    names = tuple(found)
+    rng = np.random.default_rng(split_seed)
+    train_part, test_part = {}, {}
+    for name, files in found.items():
+        held = set(rng.permutation(len(files))[: max(1, round(val_fraction * len(files)))].tolist())
+        if len(held) == len(files):
+            raise DataError(f"class folder {root / name} has {len(files)} image(s), too few to hold out "
+                            f"data.val_fraction={val_fraction} for testing; add images or give train/ and test/ folders")
+        test_part[name] = [f for i, f in enumerate(files) if i in held]
+        train_part[name] = [f for i, f in enumerate(files) if i not in held]
+    return _labelled(train_part, names), _labelled(test_part, names), names
+
+
+def folder_class_names(data_cfg) -> Tuple[str, ...]:
+    """The class names of ``data=folder`` (its sorted class folders), without reading any image."""
+    root = Path(str(data_cfg.path)).expanduser()
+    return tuple(scan_classes(root / "train" if (root / "train").is_dir() else root))
+
+
+def decoder(image_size: int):
+    """file path -> float32 image_size x image_size x 3 in [0, 1] (the same scaling as CIFAR's pixels)."""
+    import tensorflow as tf
+
+    from cifar_dist.data.pipeline import to_float
+
+    def decode(path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        image = to_float(image)
+        image = tf.image.resize(image, [image_size, image_size])  # the identity when the size already matches
+        return tf.ensure_shape(image, [image_size, image_size, 3])
+
+    return decode
+
+
+def load_folder_streams(data_cfg):
+    """``DataStreams`` over the tree at ``data.path``: file names in the pipeline, pixels decoded per rank."""
+    import tensorflow as tf
+
+    from cifar_dist.data.streams import DataStreams
+
+    if not data_cfg.path:
+        raise DataError("data=folder needs data.path=DIR (a folder of class sub-folders); see docs/data.md")
+    if int(data_cfg.image_size) < 8:
+        raise DataError(f"data.image_size={data_cfg.image_size} is too small; use 32 (CIFAR's size) or larger")
+    root = Path(str(data_cfg.path)).expanduser()
+    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed))
+
+    def dataset(files: Files) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices(([f for f, _ in files], np.asarray([c for _, c in files], np.int64)))
+
+    return DataStreams(train=dataset(train), test=dataset(test), num_classes=len(names), class_names=names,
+                       decode=decoder(int(data_cfg.image_size)), train_size=len(train), test_size=len(test),
+                       source=f"image folder {root} ({len(names)} classes)")

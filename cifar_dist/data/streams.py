@@ -1,0 +1,176 @@
+"""Data sets given as tf.data pipelines (``data=folder``, ``data=custom``): the return type and the per-rank streams.
+
+The per-rank contract of a data factory (``data=custom data._target_=mydata.make``):
+
+- ``make(seed: int, **data.kwargs) -> DataStreams`` is called once on every
+  rank with the same ``seed`` (``trainer.seed``) and must return the same
+  elements in the same order on every rank: cifar_dist shards by position.
+- ``train`` and ``test`` are finite, *unbatched* ``tf.data.Dataset`` s of
+  ``(image, label)``: image float32 HxWx3 in [0, 1] (all the same size),
+  label an integer scalar in [0, num_classes). Do not shard, shuffle, batch,
+  repeat or augment them: cifar_dist enumerates each element, gives rank r
+  the elements r, r + size, ... (``dataset.shard(size, rank)`` before
+  batching), shuffles them per epoch from (seed, epoch, rank), batches them,
+  drops the remainder so that every rank runs the same number of steps, and
+  applies the ``data.augment`` options exactly as for CIFAR-10.
+- ``decode`` (optional) maps the first element of each pair to the image
+  *after* sharding and shuffling, so each rank reads and decodes only its own
+  part: yield file names and decode them there (``data=folder`` does this).
+- A dataset whose ``cardinality()`` is unknown (e.g. after ``filter``) is
+  counted once by reading it through; give ``train_size`` / ``test_size`` to
+  skip that.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from cifar_dist.data.batches import DataError
+from cifar_dist.data.pipeline import _EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all
+
+
+@dataclass(frozen=True)
+class DataStreams:
+    """What a data factory returns: unbatched train/test datasets of (image, label) and the class count."""
+
+    train: tf.data.Dataset
+    test: tf.data.Dataset
+    num_classes: int
+    class_names: Sequence[str] = ()  # default: "0", "1", ...
+    decode: Optional[Callable[[tf.Tensor], tf.Tensor]] = None  # per element, after sharding; default: none
+    train_size: Optional[int] = None  # default: cardinality(), else counted
+    test_size: Optional[int] = None
+    source: str = "a tf.data factory"
+
+    def __post_init__(self):
+        if not isinstance(self.train, tf.data.Dataset) or not isinstance(self.test, tf.data.Dataset):
+            raise DataError("a data factory must return tf.data.Dataset objects as train and test; see docs/data.md")
+        if int(self.num_classes) < 2:
+            raise DataError(f"a data factory returned num_classes={self.num_classes}; it must be >= 2")
+        names = tuple(self.class_names) or tuple(str(i) for i in range(int(self.num_classes)))
+        if len(names) != int(self.num_classes):
+            raise DataError(f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; give one name per class")
+        object.__setattr__(self, "class_names", names)
+        object.__setattr__(self, "train_size", self.train_size or _count(self.train, "train"))
+        object.__setattr__(self, "test_size", self.test_size or _count(self.test, "test"))
+
+    def images(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """``dataset`` with ``decode`` applied: (float32 image, int label) pairs."""
+        decode = self.decode or (lambda x: x)
+        return dataset.map(lambda x, y: (tf.image.convert_image_dtype(decode(x), tf.float32), y),
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    @property
+    def image_shape(self) -> tuple:
+        """The (H, W, 3) of the images after ``decode`` (one image is decoded to find out)."""
+        return tuple(next(iter(self.images(self.train.take(1))))[0].shape)
+
+    def fit_images(self, n: int) -> np.ndarray:
+        """Up to n training images as float32 (for layers fitted to the data, e.g. airbench's whitening)."""
+        batch = next(iter(self.images(self.train.take(n)).batch(n)))
+        return batch[0].numpy().astype(np.float32)
+
+    def arrays(self, split: str = "test"):
+        """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate)."""
+        xs, ys = [], []
+        for x, y in self.images(self.test if split == "test" else self.train).batch(256):
+            xs.append(x.numpy())
+            ys.append(y.numpy())
+        return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
+
+
+def _count(dataset: tf.data.Dataset, split: str) -> int:
+    n = int(dataset.cardinality())
+    if n == tf.data.INFINITE_CARDINALITY:
+        raise DataError(f"the {split} dataset of the data factory is infinite (repeat()?); return one pass over the data")
+    if n < 0:  # unknown: read it through once
+        n = int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
+    if n == 0:
+        raise DataError(f"the {split} dataset of the data factory is empty; check the data it reads")
+    return n
+
+
+def streamed_train(
+    data: DataStreams, *, batch_size: int, rank: int, size: int, shard: bool, seed: int,
+    initial_epoch: int, epochs: int, augment, shuffle_buffer: int = 0, prefetch: int = -1,
+) -> TrainStream:
+    """This rank's batches for epochs [initial_epoch, epochs), streamed from ``data.train``.
+
+    shard=True: rank r takes elements r, r + size, ...; shard=False (the
+    seed's policy): every rank walks the whole set in its own order. Either
+    way all ranks run the same number of full batches.
+    """
+    n = int(data.train_size)
+    per_rank = n // size if shard else n
+    steps = per_rank // batch_size
+    if steps < 1:
+        from cifar_dist.validation import ConfigError
+
+        raise ConfigError(f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it")
+    used = steps * batch_size
+    seed_t = tf.constant(seed, tf.int64)
+    image_bits = tf.random.stateless_uniform([n], tf.stack([seed_t ^ 0xF11F, tf.constant(0, tf.int64)])) < 0.5
+    mine = data.train.enumerate()
+    if shard:
+        mine = mine.shard(size, rank)
+    buffer = shuffle_buffer or (math.ceil(n / size) if shard else n)
+    decode = data.decode or (lambda x: x)
+
+    def epoch_batches(epoch):
+        stream = epoch * _EPOCH_STRIDE + rank
+        order = mine.shuffle(buffer, seed=seed * _EPOCH_STRIDE + stream, reshuffle_each_iteration=False).take(used)
+        images = order.map(lambda i, xy: (i, tf.image.convert_image_dtype(decode(xy[0]), tf.float32), xy[1]),
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(epoch).repeat(steps), tf.data.Dataset.range(steps),
+                                    images.batch(batch_size, drop_remainder=True)))
+
+    def load(epoch, step, batch):
+        index, images, labels = batch
+        if augment.enabled:
+            batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
+            images = augment_batch_all(images, index, epoch, batch_seed, augment, image_bits)
+        return images, tf.one_hot(tf.cast(labels, tf.int32), data.num_classes)
+
+    ds = (tf.data.Dataset.range(initial_epoch, epochs).flat_map(epoch_batches)
+          .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(_prefetch(prefetch)))
+    return TrainStream(ds, steps, used)
+
+
+def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, equal_shards: bool) -> EvalStream:
+    """This rank's part of ``data.test``, in order: as ``pipeline.eval_stream`` does for arrays."""
+    n = int(data.test_size)
+    mine = data.test.shard(size, rank)
+    count = len(range(rank, n, size))
+    if equal_shards:
+        count = n // size
+        mine = mine.take(count)
+    ds = (data.images(mine).batch(batch_size)
+          .map(lambda x, y: (x, tf.one_hot(tf.cast(y, tf.int32), data.num_classes)), num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+    return EvalStream(ds, max(1, math.ceil(count / batch_size)) if count else 0, count)
+
+
+def train_input(data, *, batch_size: int, rank: int, size: int, shard: bool, seed: int, initial_epoch: int,
+                epochs: int, augment, shuffle_buffer: int = 0, prefetch: int = -1) -> TrainStream:
+    """This rank's training stream of any data set: in-memory CIFAR arrays or ``DataStreams``."""
+    common = dict(batch_size=batch_size, rank=rank, size=size, shard=shard, seed=seed, initial_epoch=initial_epoch,
+                  epochs=epochs, augment=augment, prefetch=prefetch)
+    if isinstance(data, DataStreams):
+        return streamed_train(data, shuffle_buffer=shuffle_buffer, **common)
+    from cifar_dist.data.pipeline import train_stream
+
+    return train_stream(data.x_train, data.y_train, num_classes=data.num_classes, **common)
+
+
+def eval_input(data, *, batch_size: int, rank: int, size: int, equal_shards: bool) -> EvalStream:
+    """This rank's part of the test split of any data set (see ``pipeline.eval_stream``)."""
+    if isinstance(data, DataStreams):
+        return streamed_eval(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
+    from cifar_dist.data.pipeline import eval_stream
+
+    return eval_stream(data.x_test, data.y_test, batch_size=batch_size, rank=rank, size=size,
+                       equal_shards=equal_shards, num_classes=data.num_classes)
