@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Optional
 
 import hydra
@@ -13,6 +14,9 @@ from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
 from cifar_dist.results import final_accuracy
+from cifar_dist.sweep import dry_run_line
+from cifar_dist.rundir_owner import only_scaffolding, remove_if_created_here
+from cifar_dist.training.artifacts import disk_full
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking import after_job
 from cifar_dist.validation import validate
@@ -33,11 +37,32 @@ def select_launcher(cfg: DictConfig) -> Launcher:
     return hydra.utils.instantiate(cfg.launcher, _convert_="all")
 
 
-def fail(message: str, code: int) -> None:
-    """One line on stderr (and in the job log), then exit: no traceback for user errors."""
-    log.debug("failing: %s", message)
+def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
+    """One line on stderr, then exit: no traceback for user errors.
+
+    A run dir this command created is removed (a refused command leaves
+    nothing behind); one that existed before keeps the reason in its log."""
+    if run_dir is None or not remove_if_created_here(run_dir):
+        to_log_file_only(logging.ERROR, "refused: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def to_log_file_only(level: int, msg: str, *args: object) -> None:
+    """A record for the job log (Hydra's file handler) that the terminal, which gets its own line, does not repeat."""
+    record = log.makeRecord(log.name, level, __file__, 0, msg, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
+    """The closing line of a dry run; one that wrote nothing but the run dir's scaffolding leaves no run dir behind."""
+    if in_child_process() or job.multirun or not cfg.launcher.get("dry_run"):
+        return  # a sweep's summary says it for all its points
+    if only_scaffolding(job.output_dir):
+        remove_if_created_here(job.output_dir)
+    print(dry_run_line([str(job.choices.get("launcher") or "")]), flush=True)
 
 
 def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
@@ -65,11 +90,18 @@ def main(cfg: DictConfig) -> Optional[float]:
         if job.multirun:  # Hydra records the point FAILED; the sweep's other points still run
             log.error("point #%d: %s", job.job_num, exc)
             raise PointFailed(f"point #{job.job_num}: {exc}") from exc
-        fail(str(exc), 2)
+        fail(str(exc), 2, job.output_dir)
+    except OSError as exc:  # ENOSPC outside the trainer's own writes (which raise DiskFullError above)
+        record_end(cfg, job, ok=False)
+        full = disk_full(exc, Path(exc.filename or job.output_dir))
+        if full is None or job.multirun:
+            raise
+        fail(str(full), 2)
     except BaseException:
         record_end(cfg, job, ok=False)
         raise
     record_end(cfg, job, ok=result.ok)
+    end_of_dry_run(cfg, job)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:

@@ -83,6 +83,11 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` has the form of atomic_path's temp files (what remove_partials deletes)."""
+    return bool(_TEMP_NAME.match(name))
+
+
 def remove_partials(*directories: Path) -> List[Path]:
     """Delete the temp files an atomic write left behind when its process was killed.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster import ClusterLauncher
 from cifar_dist.launchers.slurm.client import SlurmClient
-from cifar_dist.launchers.slurm.config import check, conf_from_kwargs
+from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, batch_script, output_file
 
@@ -32,6 +32,9 @@ class SlurmLauncher(ClusterLauncher):
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
         self.client = SlurmClient()
+
+    def config_problems(self):
+        return problems(self.conf)
 
     def prepare(self, job: JobSpec) -> PreparedJob:
         check(self.conf)
