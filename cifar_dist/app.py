@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -56,6 +57,23 @@ def to_log_file_only(level: int, msg: str, *args: object) -> None:
             handler.handle(record)
 
 
+def written_since(run_dir: Path, started: float) -> List[str]:
+    """The run dir's entries this job wrote or changed (folders with a slash; dot-files are bookkeeping)."""
+    if not run_dir.is_dir():
+        return []
+    return [p.name + ("/" if p.is_dir() else "") for p in sorted(run_dir.iterdir())
+            if not p.name.startswith(".") and p.stat().st_mtime >= started]
+
+
+def end_of_job(cfg: DictConfig, job: JobSpec, started: float) -> None:
+    """The closing line of a run or an evaluation: where its outputs are, file by file."""
+    if in_child_process() or job.multirun or cfg.launcher.get("dry_run"):
+        return
+    wrote = written_since(job.output_dir, started)
+    if wrote:
+        print(f"cifar_dist: wrote {job.output_dir}/: {', '.join(wrote)}", flush=True)
+
+
 def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
     """The closing line of a dry run; one that wrote nothing but the run dir's scaffolding leaves no run dir behind."""
     if in_child_process() or job.multirun or not cfg.launcher.get("dry_run"):
@@ -81,6 +99,7 @@ def main(cfg: DictConfig) -> Optional[float]:
         from cifar_dist.launchers.heartbeat import start_from_env
 
         start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
+    started = time.time() - 1  # mtimes may be rounded to the second (network file systems)
     try:
         check_run_dir(job.output_dir)
         validate(cfg)
@@ -107,4 +126,5 @@ def main(cfg: DictConfig) -> Optional[float]:
         if job.multirun:
             raise PointFailed(f"point #{job.job_num} failed (exit {result.exit_code}): {result.message}")
         sys.exit(result.exit_code)
+    end_of_job(cfg, job, started)
     return final_accuracy(result.metrics)

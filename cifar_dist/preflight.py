@@ -119,6 +119,8 @@ class RunDirCheck(Callback):
             _exit_with(error)
         try:
             check_future_dir(run_dir, "run dir")
+            if run_dir.is_dir():
+                check_run_dir(run_dir)
         except CifarDistError as error:
             _exit_with(error)
 

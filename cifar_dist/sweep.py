@@ -168,6 +168,7 @@ def plot(points: List[Point], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     labels = varying_overrides(points)
     names = [" ".join(v) for v in labels]
@@ -193,6 +194,7 @@ def plot(points: List[Point], path: Path) -> None:
             right.plot(epochs, [e["val_accuracy"] for e in p.curve if "val_accuracy" in e], marker=".",
                        label=f"#{p.num} {name}"[:60])
     right.set_xlabel("epoch")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_ylabel("validation accuracy")
     right.set_title("learning curves")
     if right.lines:

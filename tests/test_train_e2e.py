@@ -74,7 +74,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert m["epochs"][0] == first_epoch  # history kept, not rewritten
     assert "Epoch 2/2" in second.stdout and "Epoch 1/2" not in second.stdout
     with open(run_dir / "training_log.csv") as f:
-        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["1", "2"]  # 1-based, as Keras prints
     assert (run_dir / "saved_models" / "keras_cifar10_trained_model.h5").exists()
 
 
