@@ -37,6 +37,16 @@ def test_main_job_trains_saves_and_reports(trained_run):
     assert (run_dir / ".hydra" / "config.yaml").exists()
 
 
+def test_the_last_line_of_a_run_lists_the_files_it_wrote(trained_run):
+    run_dir, proc = trained_run
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"cifar_dist: wrote {run_dir}/: ")
+    wrote = last.split(": ", 2)[2].split(", ")
+    assert {"metrics.json", "training_log.csv", "learning_curves.png", "checkpoints/", "saved_models/",
+            "tensorboard/", "cifar_dist.log"} <= set(wrote)
+    assert not [name for name in wrote if name.startswith(".")]  # the lock, the marker, .hydra/: bookkeeping
+
+
 def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
     run_dir, _ = trained_run
     import cifar_dist  # noqa: F401
