@@ -41,10 +41,11 @@ def select_launcher(cfg: DictConfig) -> Launcher:
 def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
     """One line on stderr, then exit: no traceback for user errors.
 
-    A run dir this command created is removed (a refused command leaves
-    nothing behind); one that existed before keeps the reason in its log."""
-    if run_dir is None or not remove_if_created_here(run_dir):
-        to_log_file_only(logging.ERROR, "refused: %s", message)
+    A run dir this command created and the job wrote nothing into is removed
+    (a refused command leaves nothing behind); any other keeps the reason in
+    its log (a full disk or a diverged loss keeps its checkpoints)."""
+    if run_dir is None or not (only_scaffolding(run_dir) and remove_if_created_here(run_dir)):
+        to_log_file_only(logging.ERROR, "stopped: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
 

@@ -37,8 +37,10 @@ OUTPUT_NAMES = (
     "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
     "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock",
 )
-# Written by cifar_dist before the job itself writes anything; a run dir holding only these has no results.
-SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", "cifar_dist.log")
+# Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
+# empty job log: a job that started has logged something) has nothing of a job in it.
+SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra")
+JOB_LOG = "cifar_dist.log"
 
 
 class Owner(Enum):
@@ -137,11 +139,10 @@ def created_below(run_dir: Path) -> "Path | None":
 
 
 def only_scaffolding(run_dir: Path) -> bool:
-    """Nothing in ``run_dir`` but what cifar_dist writes before a job starts (and an empty log)."""
-    for entry in Path(run_dir).iterdir():
-        if entry.name not in SCAFFOLDING:
-            return False
-    return True
+    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, empty log)."""
+    run_dir = Path(run_dir)
+    return run_dir.is_dir() and all(
+        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and entry.stat().st_size == 0) for entry in run_dir.iterdir())
 
 
 def remove_if_created_here(run_dir: Path) -> bool:

@@ -110,6 +110,14 @@ def test_a_refused_command_writes_nothing_under_outputs(tmp_path, overrides):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_run_that_fails_once_started_keeps_its_run_dir_and_the_reason(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli("data=sample", "optimizer=sgd", "optimizer.lr=1e30", "trainer.epochs=1", "trainer.verbose=0",
+                   f"hydra.run.dir={run_dir}", timeout=300)
+    assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr[-3000:]
+    assert "stopped: training diverged" in (run_dir / "cifar_dist.log").read_text()
+
+
 def test_every_bad_value_is_named_in_one_line_the_launchers_too(tmp_path):
     proc = run_cli("trainer.batch_size=0", "launcher=slurm", "launcher.nodes=0", cwd=tmp_path, timeout=120)
     (line,) = error_lines(proc)
