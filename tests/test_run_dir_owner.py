@@ -80,6 +80,10 @@ def test_run_dirs_of_earlier_versions_are_ours(tmp_path):
     (other_app / ".hydra").mkdir(parents=True)
     (other_app / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    name: my_app\n")
     assert owner(other_app) is Owner.FOREIGN
+    copied = tmp_path / "copied"  # checkpoints copied to resume from, or a run with hydra.output_subdir=null
+    (copied / "checkpoints").mkdir(parents=True)
+    (copied / "checkpoints" / "checkpoint-002.h5").write_bytes(b"")
+    assert owner(copied) is Owner.LEGACY
     empty = tmp_path / "empty"
     empty.mkdir()
     assert owner(empty) is Owner.EMPTY and owner(tmp_path / "new") is Owner.NEW
