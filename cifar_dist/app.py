@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Optional
+import time
+from pathlib import Path
+from typing import List, Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -14,6 +16,9 @@ from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.override_check import command_line_problem
 from cifar_dist.preflight import check_run_dir
 from cifar_dist.results import final_accuracy
+from cifar_dist.sweep import dry_run_line
+from cifar_dist.rundir_owner import only_scaffolding, remove_if_created_here
+from cifar_dist.durable import disk_full
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking import after_job
 from cifar_dist.validation import validate
@@ -34,11 +39,50 @@ def select_launcher(cfg: DictConfig) -> Launcher:
     return hydra.utils.instantiate(cfg.launcher, _convert_="all")
 
 
-def fail(message: str, code: int) -> None:
-    """One line on stderr (and in the job log), then exit: no traceback for user errors."""
-    log.debug("failing: %s", message)
+def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
+    """One line on stderr, then exit: no traceback for user errors.
+
+    A run dir this command created and the job wrote nothing into is removed
+    (a refused command leaves nothing behind); any other keeps the reason in
+    its log (a full disk or a diverged loss keeps its checkpoints)."""
+    if run_dir is None or not (only_scaffolding(run_dir) and remove_if_created_here(run_dir)):
+        to_log_file_only(logging.ERROR, "stopped: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def to_log_file_only(level: int, msg: str, *args: object) -> None:
+    """A record for the job log (Hydra's file handler) that the terminal, which gets its own line, does not repeat."""
+    record = log.makeRecord(log.name, level, __file__, 0, msg, args, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def written_since(run_dir: Path, started: float) -> List[str]:
+    """The run dir's entries this job wrote or changed (folders with a slash; dot-files are bookkeeping)."""
+    if not run_dir.is_dir():
+        return []
+    return [p.name + ("/" if p.is_dir() else "") for p in sorted(run_dir.iterdir())
+            if not p.name.startswith(".") and p.stat().st_mtime >= started]
+
+
+def end_of_job(cfg: DictConfig, job: JobSpec, started: float) -> None:
+    """The closing line of a run or an evaluation: where its outputs are, file by file."""
+    if in_child_process() or job.multirun or cfg.launcher.get("dry_run"):
+        return
+    wrote = written_since(job.output_dir, started)
+    if wrote:
+        print(f"cifar_dist: wrote {job.output_dir}/: {', '.join(wrote)}", flush=True)
+
+
+def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
+    """The closing line of a dry run; one that wrote nothing but the run dir's scaffolding leaves no run dir behind."""
+    if in_child_process() or job.multirun or not cfg.launcher.get("dry_run"):
+        return  # a sweep's summary says it for all its points
+    if only_scaffolding(job.output_dir):
+        remove_if_created_here(job.output_dir)
+    print(dry_run_line([str(job.choices.get("launcher") or "")]), flush=True)
 
 
 def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
@@ -68,6 +112,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         from cifar_dist.launchers.heartbeat import start_from_env
 
         start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
+    started = time.time() - 1  # mtimes may be rounded to the second (network file systems)
     try:
         check_run_dir(job.output_dir)
         validate(cfg)
@@ -77,14 +122,22 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         if job.multirun:  # Hydra records the point FAILED; the sweep's other points still run
             log.error("point #%d: %s", job.job_num, exc)
             raise PointFailed(f"point #{job.job_num}: {exc}") from exc
-        fail(str(exc), 2)
+        fail(str(exc), 2, job.output_dir)
+    except OSError as exc:  # ENOSPC outside the trainer's own writes (which raise DiskFullError above)
+        record_end(cfg, job, ok=False)
+        full = disk_full(exc, Path(exc.filename or job.output_dir))
+        if full is None or job.multirun:
+            raise
+        fail(str(full), 2)
     except BaseException:
         record_end(cfg, job, ok=False)
         raise
     record_end(cfg, job, ok=result.ok)
+    end_of_dry_run(cfg, job)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:
             raise PointFailed(f"point #{job.job_num} failed (exit {result.exit_code}): {result.message}")
         sys.exit(result.exit_code)
+    end_of_job(cfg, job, started)
     return final_accuracy(result.metrics)

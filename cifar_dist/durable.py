@@ -129,6 +129,11 @@ def save_figure(fig, path: Path, **savefig_kwargs: Any) -> None:
         plt.close(fig)
 
 
+def is_temp_name(name: str) -> bool:
+    """Whether ``name`` has the form of atomic_path's temp files (what remove_partials deletes)."""
+    return bool(_TEMP_NAME.match(name))
+
+
 def remove_partials(*directories: Path) -> List[Path]:
     """Delete the temp files an atomic write left behind when its process was killed.
 

@@ -1,4 +1,9 @@
-"""Is the run dir writable? Checked before anything starts, as one line and exit 2.
+"""Can this run start? Checked before anything starts, as one line and exit 2.
+
+``RunDirCheck`` first checks the config's values (``validation.py``, the
+launcher's settings included), before Hydra creates the run dir: a refused
+command leaves nothing under ``outputs/``. Then: is the run dir writable,
+with room left on its disk?
 
 Without this a run dir under a file, on a read-only mount or without write
 permission fails with Hydra's traceback (it creates the dir before the job
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,9 @@ from cifar_dist.errors import CifarDistError
 # Folders the job writes into, inside the run dir (trainer, launchers).
 OUTPUT_SUBDIRS = ("checkpoints", "saved_models", "logs")
 FIX = "choose a writable folder with hydra.run.dir=... (hydra.sweep.dir=... for -m) or fix its permissions"
+# Hydra writes .hydra/ and the log before the job can report anything: below
+# this much free space that fails with a traceback, so it is refused first.
+MIN_FREE_BYTES = 1 << 20
 
 
 class RunDirError(CifarDistError, OSError):
@@ -42,6 +51,11 @@ def _probe(directory: Path, what: str) -> None:
         os.unlink(tmp)
     except OSError as exc:
         raise RunDirError(f"cannot write to {what} {directory} ({exc.strerror or exc}); {FIX}") from None
+    disk = os.statvfs(directory)
+    if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
+        raise RunDirError(f"no space left on the device of {what} {directory} "
+                          f"({disk.f_bavail * disk.f_frsize} bytes free); free some space or choose another "
+                          "hydra.run.dir (hydra.sweep.dir for -m)")
 
 
 def check_future_dir(directory: Path, what: str = "run dir") -> None:
@@ -65,18 +79,49 @@ def check_run_dir(output_dir: Path) -> None:
             _probe(sub, "output folder")
 
 
-def _exit_with(error: RunDirError) -> None:
+def _exit_with(error: CifarDistError) -> None:
     print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
     sys.exit(2)  # SystemExit passes through Hydra's error reporting: no traceback
 
 
+def check_values(config: Any) -> None:
+    """The job's config values and launcher settings (not Hydra's own node), every problem in one line."""
+    from cifar_dist.launchers.base import in_child_process
+    from cifar_dist.validation import validate
+
+    if not in_child_process():  # a rank: its launcher checked everything before starting it
+        validate(config)
+
+
+def note_in_log(run_dir: Path, job_name: str, message: str) -> None:
+    """Append why a command was refused to the job log of an existing cifar_dist run dir (Hydra's log format)."""
+    from cifar_dist.rundir_owner import Owner, owner
+
+    if owner(run_dir) not in (Owner.OURS, Owner.LEGACY):
+        return  # no run dir yet (nothing is created for a refusal), or not ours to write into
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        with open(run_dir / f"{job_name}.log", "a", encoding="utf-8") as f:
+            f.write(f"[{stamp},000][cifar_dist.app][ERROR] - refused: {message}\n")
+    except OSError:
+        pass  # the terminal has the line; an unwritable log must not hide it
+
+
 class RunDirCheck(Callback):
-    """Hydra callback: probe the run (or sweep) dir before Hydra creates it."""
+    """Hydra callback: check the values, then probe the run (or sweep) dir, before Hydra creates it."""
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        run_dir = Path(str(config.hydra.run.dir)).absolute()
         try:
-            check_future_dir(Path(str(config.hydra.run.dir)), "run dir")
-        except RunDirError as error:
+            check_values(config)
+        except CifarDistError as error:
+            note_in_log(run_dir, str(config.hydra.job.name), str(error))
+            _exit_with(error)
+        try:
+            check_future_dir(run_dir, "run dir")
+            if run_dir.is_dir():
+                check_run_dir(run_dir)
+        except CifarDistError as error:
             _exit_with(error)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:

@@ -8,7 +8,9 @@ the process that launches the job (ranks are its children and share the dir:
 they skip it). It takes the run dir's lock (``rundir_lock.py``) and applies
 the resume policy (``resume_policy.py``); either failing is one line and
 exit 2, with nothing in the run dir touched. The lock is held until the run
-ends (``on_run_end``, or the process's exit).
+ends (``on_run_end``, or the process's exit). Before all that, a folder that
+cifar_dist did not make is refused (``rundir_owner.py``), and once the checks
+pass the run dir gets cifar_dist's marker.
 
 A cluster job holds the lock itself while it runs (its batch script takes
 it, ``rundir_lock.py``). A launch of that job's launcher into its run dir may
@@ -32,6 +34,7 @@ from hydra.experimental.callback import Callback
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir_lock import RunDirInUse, RunDirLock
+from cifar_dist.rundir_owner import claim, existing_ancestor, owner, refuse_foreign
 
 
 def _exit_with(error: CifarDistError) -> None:
@@ -66,8 +69,10 @@ class RunDirGuard(Callback):
 
         if in_child_process() or run_dir in self._locks:
             return
+        existed, was = existing_ancestor(run_dir), owner(run_dir)
         lock = RunDirLock(run_dir)
         try:
+            refuse_foreign(run_dir)
             busy = None
             try:
                 lock.acquire()
@@ -78,9 +83,13 @@ class RunDirGuard(Callback):
             if busy is not None:
                 raise busy
             check_rerun(run_dir, config)
+            kept = claim(run_dir, was, existed)
         except CifarDistError as error:
             lock.release()
             _exit_with(error)
+        if kept:
+            print(f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),
+                  file=sys.stderr, flush=True)
         self._locks[run_dir] = lock
 
     def _release_all(self) -> None:

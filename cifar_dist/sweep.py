@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 CSV_NAME = "sweep_summary.csv"
 PLOT_NAME = "sweep_summary.png"
+CLUSTER_LAUNCHERS = ("slurm", "azureml", "batchai")  # their dry run writes a job; the others print a command
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Point:
     num: int
     output_dir: Path
     overrides: List[str]
-    status: str  # ok | incomplete | failed
+    status: str  # ok | incomplete | failed | dry_run
     test_accuracy: Optional[float] = None
     test_loss: Optional[float] = None
     images_per_sec: Optional[float] = None
@@ -53,7 +54,8 @@ def read_point(job_dir: Path) -> Optional[Point]:
         return None
     num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
     overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
-    point = Point(num=num, output_dir=job_dir, overrides=overrides, status="failed")
+    point = Point(num=num, output_dir=job_dir, overrides=overrides,
+                  status="dry_run" if _dry_run(job_dir) else "failed")
     ref = read_ref(job_dir / RUN_FILE)
     point.mlflow_run_id = ref.run_id if ref is not None else None
     evaluation = read_evaluation(job_dir)
@@ -77,6 +79,33 @@ def read_point(job_dir: Path) -> Optional[Point]:
     point.curve = list(metrics.get("epochs") or [])
     point.epochs_done = max([int(e.get("epoch", 0)) for e in point.curve] + [0])
     return point
+
+
+def _dry_run(job_dir: Path) -> bool:
+    """The point was launched with ``launcher.dry_run=true``: its command or job was written, not run."""
+    from omegaconf import OmegaConf
+
+    try:
+        return bool(OmegaConf.select(OmegaConf.load(job_dir / ".hydra" / "config.yaml"), "launcher.dry_run"))
+    except (OSError, ValueError):
+        return False
+
+
+def _launcher_choice(job_dir: Path) -> str:
+    from omegaconf import OmegaConf
+
+    try:
+        hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
+    except (OSError, ValueError):
+        return ""
+    return str(OmegaConf.select(hydra_cfg, "runtime.choices.launcher", default="") or "")
+
+
+def dry_run_line(launchers: List[str]) -> str:
+    """``dry run: N commands written, nothing started`` for dry runs of these launchers (jobs for the cluster ones)."""
+    kinds = {"job" if name in CLUSTER_LAUNCHERS else "command" for name in launchers}
+    noun = kinds.pop() if len(kinds) == 1 else "command/job"
+    return f"dry run: {len(launchers)} {noun}{'s' if len(launchers) != 1 else ''} written, nothing started"
 
 
 def collect(sweep_dir: Path) -> List[Point]:
@@ -139,6 +168,7 @@ def plot(points: List[Point], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     labels = varying_overrides(points)
     names = [" ".join(v) for v in labels]
@@ -164,6 +194,7 @@ def plot(points: List[Point], path: Path) -> None:
             right.plot(epochs, [e["val_accuracy"] for e in p.curve if "val_accuracy" in e], marker=".",
                        label=f"#{p.num} {name}"[:60])
     right.set_xlabel("epoch")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_ylabel("validation accuracy")
     right.set_title("learning curves")
     if right.lines:
@@ -187,10 +218,13 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
         plot(points, sweep_dir / PLOT_NAME)
     except Exception as exc:  # a missing plot must not hide the table and CSV
         log.warning("sweep summary plot failed: %s", exc)
-    failed = [p for p in points if p.status != "ok"]
+    failed = [p for p in points if p.status not in ("ok", "dry_run")]
     from cifar_dist.tracking.sweeps import close_sweep
 
     close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
+    dry = [p for p in points if p.status == "dry_run"]
+    if dry:
+        print(dry_run_line([_launcher_choice(p.output_dir) for p in dry]), file=out, flush=True)
     if failed:
         log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
                     ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))

@@ -41,6 +41,8 @@ def unresolvable(cfg: DictConfig) -> List[str]:
     """Interpolations (``${oc.env:NAME}`` of an unset variable, a typo'd ``${...}``) that cannot be resolved."""
     found = []
     for path, node, key in _interpolations(cfg):
+        if path == "hydra" or path.startswith("hydra."):
+            continue  # Hydra's own node (present when called from a Hydra callback): Hydra resolves it
         try:
             node[key]
         except OmegaConfBaseException as exc:
@@ -170,7 +172,24 @@ def _data_problems(data: DictConfig) -> List[str]:
     return found
 
 
+def launcher_problems(cfg: DictConfig) -> List[str]:
+    """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
+    import hydra.utils
+
+    from cifar_dist.launchers.base import in_child_process
+
+    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
+        return []
+    try:
+        launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
+    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
+        return []
+    return launcher.config_problems()
+
+
 def validate(cfg: DictConfig) -> None:
     found = problems(cfg)
+    if not unresolvable(cfg):  # a launcher built from unresolved values would only repeat them
+        found += launcher_problems(cfg)
     if found:
         raise ConfigError("bad config: " + "; ".join(found))

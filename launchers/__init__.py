@@ -1,4 +1,6 @@
-"""Launchers: how a composed job gets run (in-process, under mpirun or Gloo, on Slurm, Azure ML, Batch AI).
+"""Launchers: how a composed job gets run: in-process (local), under mpirun or Horovod's Gloo
+(gloo) on one or several hosts, as a Slurm job (slurm/), an Azure ML job (azureml/), or a job on
+the retired Azure Batch AI (batchai/; Microsoft retired it in 2019, Azure ML is its successor).
 
 A launcher is one module: its class (``launch(job)``, and ``launch_all(jobs)``
 for the points of a sweep) and its config dataclass marked

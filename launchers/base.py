@@ -120,6 +120,14 @@ class LaunchResult:
 class Launcher(abc.ABC):
     """Runs composed jobs. Subclasses take their config fields as keyword arguments."""
 
+    def config_problems(self) -> List[str]:
+        """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).
+
+        Checked with the rest of the config before Hydra creates the run dir
+        (``validation.validate``), so that every bad value is listed in one
+        line and a refused command writes nothing."""
+        return []
+
     @abc.abstractmethod
     def launch(self, job: JobSpec) -> LaunchResult:
         """Run ``job`` to completion (or submit it) and report the outcome."""

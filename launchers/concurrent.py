@@ -93,6 +93,7 @@ class Batch:
         runner = self.runner()
         if self.launcher.conf.dry_run:
             check_slots(runner.conf.np, runner.hosts, runner.conf.oversubscribe)
+            print(f"Dry run: one mpirun for points {self.points()} (nothing started):")
             print(shlex.join(self.command()), flush=True)
             return [LaunchResult(exit_code=0, message="dry run: nothing started") for _ in self.jobs]
         runner.preflight()

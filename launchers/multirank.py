@@ -266,6 +266,7 @@ class MultiRankLauncher(Launcher):
         if self.conf.dry_run:
             check_slots(self.conf.np, self.hosts, self.conf.oversubscribe)
             argv = self.command(job)
+            print(f"Dry run: the {self.runner_executable()} command for {job.output_dir} (nothing started):")
             print(shlex.join(argv), flush=True)
             return LaunchResult(exit_code=0, message="dry run: nothing started")
         return self.start(job).wait()

@@ -52,6 +52,10 @@ def test_dry_run_writes_a_valid_job_json_prints_az_and_touches_nothing(fake_azur
     assert len(create) == 1 and f"--config-file {run_dir / 'job.json'}" in create[0]
     assert '--storage-account-key "$AZURE_BATCHAI_STORAGE_KEY"' in create[0]
     assert storage_key not in proc.stdout + proc.stderr
+    # One name for the key, the launcher's own: never az's $AZURE_STORAGE_KEY beside it.
+    assert "AZURE_STORAGE_KEY" not in proc.stdout
+    storage = [line for line in proc.stdout.splitlines() if line.strip().startswith("az storage ")]
+    assert storage and all(line.endswith('--account-key "$AZURE_BATCHAI_STORAGE_KEY"') for line in storage)
 
 
 def test_dry_run_uses_the_key_vault_reference_when_configured(fake_azure, wheel_cache, tmp_path):

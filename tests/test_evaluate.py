@@ -46,6 +46,10 @@ def test_scores_the_saved_model_as_training_reported(trained_run, one_rank_eval)
     assert sum(r["label"] == r["predicted"] for r in rows) == ev["correct"]
     assert all(0.0 < float(r["confidence"]) <= 1.0 for r in rows)
     assert "Test accuracy:" in proc.stdout
+    # The closing line says where every output is, not only evaluation.json.
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"cifar_dist: wrote {out}/: ")
+    assert {"evaluation.json", "confusion_matrix.png", "predictions.csv"} <= set(last.split(": ", 2)[2].split(", "))
 
 
 @pytest.mark.mpi

@@ -165,5 +165,5 @@ def test_kill_9_anywhere_loses_nothing_and_reruns_finish(tmp_path):
     assert [e["epoch"] for e in m["epochs"]] == [1, 2]  # every epoch recorded once, none lost
     assert m["test"]["samples"] > 0 and (run_dir / "saved_models" / "keras_cifar10_trained_model.h5").exists()
     with open(run_dir / "training_log.csv") as f:
-        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["1", "2"]  # 1-based, as Keras prints
     assert temp_files(run_dir) == [], "temp files of killed writes left behind"

@@ -60,6 +60,30 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
     assert users_file.read_text() == "mine" and not ours.exists()
 
 
+def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumbered(half_run, tmp_path):
+    """Before the marker and 1-based CSV epochs: no .cifar_dist_run, training_log.csv numbered from 0."""
+    import csv
+
+    from cifar_dist.rundir_owner import MARKER
+
+    old = tmp_path / "old"
+    shutil.copytree(half_run, old)
+    (old / MARKER).unlink()
+    (old / LOCK_NAME).unlink(missing_ok=True)
+    log = old / "training_log.csv"
+    rows = list(csv.reader(open(log, newline="")))
+    assert [r[0] for r in rows[1:]] == ["1"]  # this version writes epoch 1 as 1
+    rows[1][0] = "0"  # as Keras' CSVLogger numbered it before
+    with open(log, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    proc = run_cli(*BASE, "trainer.batch_size=64", "trainer.epochs=2", f"hydra.run.dir={old}", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming after epoch 1" in proc.stdout + proc.stderr
+    assert [r["epoch"] for r in csv.DictReader(open(log, newline=""))] == ["1", "2"]
+    assert json.loads((old / "metrics.json").read_text())["complete"] is True
+    assert (old / MARKER).is_file()  # claimed for this version once the checks passed
+
+
 def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_retrained(trained_run, tmp_path):
     finished = tmp_path / "run"
     shutil.copytree(trained_run[0], finished)

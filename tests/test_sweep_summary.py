@@ -144,3 +144,19 @@ def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
     assert [(p.status, p.test_accuracy, p.ranks) for p in points] == [("ok", 0.61, 2), ("ok", 0.58, 2)]
     assert "0.6100" in table(points) or "0.610" in table(points)
     assert table(points) == EVALUATE_TABLE
+
+
+def test_a_dry_run_sweep_reports_dry_run_points_not_failures(tmp_path, caplog):
+    """``-m ... launcher.dry_run=true`` through the CLI: both commands, points ``dry_run``, one closing line."""
+    from conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true",
+                   "data=sample", f"hydra.sweep.dir={sweep}", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2
+    assert proc.stdout.count("Dry run: the mpirun command for ") == 2
+    assert [r["status"] for r in csv.DictReader(open(sweep / "sweep_summary.csv"))] == ["dry_run", "dry_run"]
+    assert "dry run: 2 commands written, nothing started" in proc.stdout
+    assert "did not complete" not in out and "failed" not in out

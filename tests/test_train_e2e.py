@@ -37,6 +37,16 @@ def test_main_job_trains_saves_and_reports(trained_run):
     assert (run_dir / ".hydra" / "config.yaml").exists()
 
 
+def test_the_last_line_of_a_run_lists_the_files_it_wrote(trained_run):
+    run_dir, proc = trained_run
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"cifar_dist: wrote {run_dir}/: ")
+    wrote = last.split(": ", 2)[2].split(", ")
+    assert {"metrics.json", "training_log.csv", "learning_curves.png", "checkpoints/", "saved_models/",
+            "tensorboard/", "cifar_dist.log"} <= set(wrote)
+    assert not [name for name in wrote if name.startswith(".")]  # the lock, the marker, .hydra/: bookkeeping
+
+
 def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
     run_dir, _ = trained_run
     import cifar_dist  # noqa: F401
@@ -74,7 +84,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert m["epochs"][0] == first_epoch  # history kept, not rewritten
     assert "Epoch 2/2" in second.stdout and "Epoch 1/2" not in second.stdout
     with open(run_dir / "training_log.csv") as f:
-        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1"]
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["1", "2"]  # 1-based, as Keras prints
     assert (run_dir / "saved_models" / "keras_cifar10_trained_model.h5").exists()
 
 

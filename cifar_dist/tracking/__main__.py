@@ -22,8 +22,15 @@ def job_dirs(path: Path) -> List[Path]:
     return sorted(p.parent.parent for p in path.rglob(".hydra/config.yaml"))
 
 
+def plain(doc: str) -> str:
+    """A module docstring as a terminal shows it: no RST literal markup."""
+    return doc.replace("``", "").strip()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cifar_dist.tracking", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cifar_dist.tracking", description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="send a run dir (or every point of a sweep dir) to MLflow")
     imp.add_argument("path", type=Path, help="a run dir, or a sweep dir")

@@ -12,10 +12,12 @@ from cifar_dist.results import load_json
 
 
 def trim_csv_log(path: Path, epochs_done: int) -> None:
-    """Keep the rows of Keras' CSVLogger (0-based ``epoch``) for the first ``epochs_done`` epochs only.
+    """Keep the rows of the CSV log (1-based ``epoch``) for the first ``epochs_done`` epochs only.
 
     A run killed after logging an epoch but before checkpointing it redoes
-    that epoch on resume; without this its row would appear twice.
+    that epoch on resume; without this its row would appear twice. A log of
+    an earlier version (Keras' 0-based numbering, first row ``0``) is
+    renumbered, so the rows the resumed run appends continue it.
     """
     import csv
     import io
@@ -27,8 +29,11 @@ def trim_csv_log(path: Path, epochs_done: int) -> None:
     if not rows or "epoch" not in rows[0]:
         return
     col = rows[0].index("epoch")
-    kept = [rows[0]] + [r for r in rows[1:] if len(r) > col and r[col].isdigit() and int(r[col]) < epochs_done]
-    if len(kept) == len(rows):
+    data = [r for r in rows[1:] if len(r) > col and r[col].isdigit()]
+    shift = 1 if data and data[0][col] == "0" else 0
+    kept = [rows[0]] + [r[:col] + [str(int(r[col]) + shift)] + r[col + 1:] for r in data
+                        if int(r[col]) + shift <= epochs_done]
+    if kept == rows:
         return
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerows(kept)
@@ -68,6 +73,7 @@ def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     xs = [e["epoch"] for e in epochs]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -77,6 +83,7 @@ def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = 
             if any(v is not None for v in ys):
                 ax.plot(xs, ys, style, marker="o", markersize=3, label=("validation " if prefix else "train ") + label)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, never 1.5
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.legend()

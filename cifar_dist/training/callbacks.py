@@ -19,6 +19,14 @@ from cifar_dist.durable import write_json
 from cifar_dist.training.schedules import current_lr
 
 
+class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
+    """Keras' CSVLogger with epochs numbered as Keras prints them ("Epoch 1/3"), as in metrics.json
+    and the checkpoint names (``checkpoint-001.h5`` holds epoch 1)."""
+
+    def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
+        super().on_epoch_end(epoch + 1, logs)
+
+
 class TrainingDiverged(CifarDistError, RuntimeError):
     """The loss became NaN or infinite; nothing of that epoch was recorded."""
 

@@ -447,7 +447,8 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     import tensorflow as tf
 
     from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
-        AtomicCheckpoint, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs, StopOnNonFiniteLoss)
+        AtomicCheckpoint, EpochCSVLogger, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs,
+        StopOnNonFiniteLoss)
     from cifar_dist.training.preemption import stop_on_signal_from_env  # a Keras callback too
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
@@ -478,7 +479,7 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
         callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
-        callbacks.append(tf.keras.callbacks.CSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
+        callbacks.append(EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
         if t.tensorboard:
             callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard"), profile_batch=0))
         run_start = time.time()

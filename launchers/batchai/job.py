@@ -235,10 +235,14 @@ def az_cluster_command(settings: Settings, cluster_file: Path) -> str:
 
 
 def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads: Dict[str, Path]) -> List[str]:
-    """The az commands that do by hand what a real launch does (uploads, then the job)."""
+    """The az commands that do by hand what a real launch does (uploads, then the job).
+
+    Every command that needs the storage key reads it from the one variable
+    the launcher reads, ``$AZURE_BATCHAI_STORAGE_KEY``, expanded by the shell."""
     account = ["--account-name", settings.storage_account]
+    key = ' --account-key "$AZURE_BATCHAI_STORAGE_KEY"'
     commands = [
-        shlex.join(["az", "storage", "share", "create", "--name", layout.share, *account]),
+        shlex.join(["az", "storage", "share", "create", "--name", layout.share, *account]) + key,
     ]
     made = set()
     for remote, local in uploads.items():
@@ -251,7 +255,7 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
                 commands.append(
                     shlex.join(
                         ["az", "storage", "directory", "create", "--name", sub, "--share-name", layout.share, *account]
-                    )
+                    ) + key
                 )
         commands.append(
             shlex.join(
@@ -259,7 +263,7 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
                     "az", "storage", "file", "upload", "--share-name", layout.share, "--path", remote,
                     "--source", str(local), *account,
                 ]
-            )
+            ) + key
         )
     create = shlex.join(
         [

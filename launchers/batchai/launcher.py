@@ -132,7 +132,7 @@ class BatchAILauncher(ClusterLauncher):
             print(f"Dry run: wrote {cluster_file} (valid against the Batch AI 2018-05-01 cluster schema).")
             commands.insert(0, az_cluster_command(settings, cluster_file) + "  # unless it exists")
         print(f"Dry run: wrote {staged.job_file} (valid against the Batch AI 2018-05-01 Horovod job schema).")
-        print("The same job by hand (storage commands need --account-key or $AZURE_STORAGE_KEY):")
+        print("The same job by hand (the storage key comes from $AZURE_BATCHAI_STORAGE_KEY, as for the launcher):")
         for command in commands:
             print("  " + command)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {staged.job_file}")

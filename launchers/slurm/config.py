@@ -96,6 +96,13 @@ def conf_from_kwargs(kwargs: Mapping[str, object]) -> SlurmLauncherConf:
 
 def check(conf: SlurmLauncherConf) -> None:
     """Every bad value at once, as one line that says what to do."""
+    found = problems(conf)
+    if found:
+        raise LaunchError("; ".join(found))
+
+
+def problems(conf: SlurmLauncherConf) -> List[str]:
+    """Each bad value, one phrase each."""
     problems = []
     for name in ("nodes", "ntasks_per_node", "time_min"):
         if int(getattr(conf, name)) < 1:
@@ -117,5 +124,4 @@ def check(conf: SlurmLauncherConf) -> None:
     bad_env = [k for k in conf.env if not k.replace("_", "a").isalnum() or k[:1].isdigit()]
     if bad_env:
         problems.append(f"launcher.env names {bad_env} are not shell variable names")
-    if problems:
-        raise LaunchError("; ".join(problems))
+    return problems

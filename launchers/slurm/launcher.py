@@ -23,7 +23,7 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster import ClusterLauncher, watch
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
-from cifar_dist.launchers.slurm.config import check, conf_from_kwargs
+from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
 from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.queue import JobStates
@@ -61,6 +61,9 @@ class SlurmLauncher(ClusterLauncher):
             return False
         check_same_settings(run_dir, cfg, job_id, info)
         return holder is not None
+
+    def config_problems(self):
+        return problems(self.conf)
 
     def prepare(self, job: JobSpec) -> PreparedJob:
         check(self.conf)

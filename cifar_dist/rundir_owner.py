@@ -1,0 +1,167 @@
+"""Whose folder is the run dir? A marker file says cifar_dist made it.
+
+``hydra.run.dir`` may point at any folder. A run writes ``metrics.json``,
+``training_log.csv``, ``learning_curves.png``, ``cifar_dist.log`` and more
+into it and deletes its own leftover temp files there, so a folder that
+holds someone's own files must not be taken over silently. When cifar_dist
+creates a run dir (or finds it empty) it writes ``.cifar_dist_run`` (who
+created it, when); run dirs of earlier versions are recognised by Hydra's
+``.hydra/hydra.yaml`` naming the ``cifar_dist`` job, the run-dir lock file or
+``checkpoints/checkpoint-NNN.h5``. Any other folder with
+files in it is refused before anything in it is touched, with the way out:
+another ``hydra.run.dir``, or adopting the folder by creating an empty
+marker (``touch <dir>/.cifar_dist_run``). An adopted folder's files that a
+run would write, replace or delete are first moved aside as
+``<name>.kept-<time>``: nothing a user wrote is lost.
+
+The marker also tells a refused command whether it created the run dir
+itself (same pid and host, see ``created_below``), so that it can
+remove what it made and leave nothing behind under ``outputs/``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from enum import Enum
+from pathlib import Path
+from typing import List
+
+from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir_lock import LOCK_NAME
+
+MARKER = ".cifar_dist_run"
+OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
+# Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking).
+OUTPUT_NAMES = (
+    ".hydra", "cifar_dist.log", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard",
+    "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
+    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock",
+)
+# Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
+# empty job log: a job that started has logged something) has nothing of a job in it.
+SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra")
+JOB_LOG = "cifar_dist.log"
+
+
+class Owner(Enum):
+    NEW = "new"  # does not exist yet
+    EMPTY = "empty"
+    OURS = "ours"  # our marker
+    LEGACY = "legacy"  # made by an earlier cifar_dist (no marker yet)
+    ADOPTED = "adopted"  # the user's empty marker: take it over, keeping copies
+    FOREIGN = "foreign"
+
+
+class ForeignRunDir(CifarDistError):
+    """The run dir holds someone else's files."""
+
+
+def _legacy(run_dir: Path) -> bool:
+    """Files only cifar_dist writes: Hydra's record of the cifar_dist job, the run-dir lock, or checkpoints
+    (a run with ``hydra.output_subdir=null`` has no ``.hydra/``; checkpoints copied to resume from have neither)."""
+    if (run_dir / LOCK_NAME).is_file() or any((run_dir / "checkpoints").glob("checkpoint-[0-9][0-9][0-9]*.h5")):
+        return True
+    try:
+        text = (run_dir / ".hydra" / "hydra.yaml").read_text("utf-8", errors="replace")
+    except OSError:
+        return False
+    return "name: cifar_dist" in text
+
+
+def owner(run_dir: Path) -> Owner:
+    """Who made ``run_dir``, read without changing anything in it."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return Owner.NEW
+    marker = run_dir / MARKER
+    if marker.is_file():
+        return Owner.OURS if marker.read_text("utf-8", errors="replace").startswith(OURS) else Owner.ADOPTED
+    if not any(run_dir.iterdir()):
+        return Owner.EMPTY
+    return Owner.LEGACY if _legacy(run_dir) else Owner.FOREIGN
+
+
+def refuse_foreign(run_dir: Path) -> None:
+    """One line, nothing touched, when ``run_dir`` holds files cifar_dist did not write."""
+    if owner(run_dir) is not Owner.FOREIGN:
+        return
+    names = sorted(p.name for p in Path(run_dir).iterdir())
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise ForeignRunDir(
+        f"run dir {run_dir} exists and was not made by cifar_dist (it holds {shown}); choose another "
+        f"hydra.run.dir, or adopt it with `touch {Path(run_dir) / MARKER}` (files a run would write are then "
+        "moved aside as <name>.kept-<time>, never deleted)")
+
+
+def keep_aside(run_dir: Path) -> List[Path]:
+    """Move every entry a run would write, replace or delete to ``<name>.kept-<time>``; the new paths."""
+    from cifar_dist.durable import is_temp_name
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = []
+    for entry in sorted(Path(run_dir).iterdir()):
+        if entry.name in OUTPUT_NAMES or is_temp_name(entry.name):
+            target = entry.with_name(f"{entry.name}.kept-{stamp}")
+            entry.rename(target)
+            kept.append(target)
+    return kept
+
+
+def existing_ancestor(path: Path) -> Path:
+    """The nearest folder of ``path`` (itself included) that exists now."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def claim(run_dir: Path, was: Owner, existed: Path) -> List[Path]:
+    """Write our marker into ``run_dir`` (after the lock is held); an adopted folder's files are kept aside first.
+
+    ``existed`` is the nearest folder that existed before this command made
+    ``run_dir``: removing what this command created stops there.
+    """
+    kept = keep_aside(run_dir) if was is Owner.ADOPTED else []
+    if was is not Owner.OURS:
+        how = "created" if was is Owner.NEW else "adopted" if was is Owner.ADOPTED else "claimed"
+        (Path(run_dir) / MARKER).write_text(
+            f"{OURS}, {how} {time.strftime('%Y-%m-%d %H:%M:%S')} by pid {os.getpid()} "
+            f"on host {socket.gethostname()}\nbelow {existed}\n", "utf-8")
+    return kept
+
+
+def created_below(run_dir: Path) -> "Path | None":
+    """The folder that existed before this very process created ``run_dir``; None if another one made it."""
+    try:
+        lines = (Path(run_dir) / MARKER).read_text("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    mine = f"by pid {os.getpid()} on host {socket.gethostname()}"
+    if len(lines) < 2 or not lines[0].startswith(f"{OURS}, created") or not lines[0].endswith(mine):
+        return None
+    return Path(lines[1][len("below "):]) if lines[1].startswith("below ") else None
+
+
+def only_scaffolding(run_dir: Path) -> bool:
+    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, empty log)."""
+    run_dir = Path(run_dir)
+    return run_dir.is_dir() and all(
+        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and entry.stat().st_size == 0) for entry in run_dir.iterdir())
+
+
+def remove_if_created_here(run_dir: Path) -> bool:
+    """Remove ``run_dir`` when this very process created it (a refused command leaves nothing behind)."""
+    existed = created_below(run_dir)
+    if existed is None:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    parent = Path(run_dir).absolute().parent
+    while parent != existed and existed in parent.parents:  # e.g. the date folder of the default run dir
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+    return True
