@@ -12,9 +12,11 @@ from cifar_dist.config import register_configs
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.preflight import check_run_dir
+from cifar_dist.redaction import redact_logs
 from cifar_dist.results import final_accuracy
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking import after_job
+from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,7 @@ def main(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
     quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
+    redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
         from cifar_dist.launchers.heartbeat import start_from_env
@@ -59,6 +62,8 @@ def main(cfg: DictConfig) -> Optional[float]:
     try:
         check_run_dir(job.output_dir)
         validate(cfg)
+        if not in_child_process():
+            export_credentials(cfg)  # the ranks' command lines carry the tracking URI without them
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:
         record_end(cfg, job, ok=False)

@@ -150,6 +150,50 @@ def test_after_download_imports_the_run_dir_once(tmp_path):
     assert steps(client, ref.run_id, "val_accuracy") == [1, 2, 3]
 
 
+SECRET_URI = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?sig=Sig-in-query"
+
+
+def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp_path, monkeypatch, caplog):
+    """Secrets by value: the URI's user:password and query token, and a secret variable's value, masked everywhere."""
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "Env-token-value")
+    db = tmp_path / "mlflow.db"
+    run_dir = fake_run_dir(tmp_path / "outputs", db)
+    cfg = compose_cfg("tracking=mlflow", f"tracking.uri='{SECRET_URI}'", "launcher=batchai",
+                      "+notes=Env-token-value")
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create([f"tracking.uri={SECRET_URI}"]), run_dir / ".hydra" / "overrides.yaml")
+    run_id = import_run_dir(run_dir, uri=f"sqlite:///{db}")
+    client = MlflowClient(f"sqlite:///{db}")
+    run = client.get_run(run_id)
+    assert run.data.params["tracking.uri"] == "https://mlflow.example:8443/x?sig=<redacted>"
+    stored = json.dumps([run.data.params, run.data.tags])
+    for path in artifact_paths(client, run_id, ".hydra"):
+        stored += Path(client.download_artifacts(run_id, path, str(tmp_path / "dl"))).read_text()
+    assert "mlflow.example:8443" in stored and "overrides.yaml" in " ".join(artifact_paths(client, run_id, ".hydra"))
+    for secret in ("Pa55word-in-uri", "Sig-in-query", "Env-token-value"):
+        assert secret not in stored, secret
+    assert SECRET_URI in (run_dir / ".hydra" / "config.yaml").read_text()  # the run dir itself is left as it was
+
+    with caplog.at_level(logging.WARNING):  # MLflow's errors name the URL: the guard's one line does not
+        Guard("x", run_dir).call("opening the run", lambda: (_ for _ in ()).throw(OSError(f"GET {SECRET_URI} 500")))
+    assert caplog.records and "Pa55word-in-uri" not in caplog.text and "Sig-in-query" not in caplog.text
+
+
+def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_variable(tmp_path):
+    from cifar_dist.launchers.base import JobSpec
+    from cifar_dist.tracking.settings import export_credentials
+
+    cfg = compose_cfg("tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x")
+    job = JobSpec(cfg=cfg, output_dir=tmp_path, original_cwd=tmp_path, job_num=0, multirun=False,
+                  task_overrides=["tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x"],
+                  hydra_overrides=[], choices={})
+    command = " ".join(job.child_command())
+    assert "tracking.uri=https://mlflow.example/x" in command and "Pa55word-in-uri" not in command
+    env = {"MLFLOW_TRACKING_USERNAME": "bob"}
+    export_credentials(cfg, env)
+    assert env == {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "Pa55word-in-uri"}  # the user's wins
+
+
 def test_failed_cluster_job_is_marked_failed(tmp_path):
     db = tmp_path / "mlflow.db"
     run_dir = fake_run_dir(tmp_path / "outputs", db, epochs=1, complete=False)

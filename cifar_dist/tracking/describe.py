@@ -16,10 +16,11 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.redaction import SECRET_NAME, redact_text
+
 RESULT_FILES = ("metrics.json", "evaluation.json")  # train, evaluate
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
-# Config keys never sent as params, whatever they hold.
-SECRET_KEY = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$", re.IGNORECASE)
+SECRET_KEY = SECRET_NAME  # config keys never sent as params, whatever they hold
 
 
 @dataclass
@@ -54,7 +55,7 @@ def _load(path: Path) -> Optional[DictConfig]:
 
 
 def params(config: Optional[DictConfig]) -> Dict[str, str]:
-    """The composed config flattened to ``group.key`` -> value (secret-looking keys left out)."""
+    """The composed config flattened to ``group.key`` -> value (secret-looking keys left out, secret values masked)."""
     if config is None:
         return {}
     try:
@@ -73,7 +74,7 @@ def _flatten(node: Any, prefix: str, out: Dict[str, str]) -> None:
                 _flatten(value, f"{prefix}{key}.", out)
         return
     text = "null" if node is None else str(getattr(node, "value", node))
-    out[prefix[:-1]] = text[:PARAM_VALUE_LIMIT]
+    out[prefix[:-1]] = redact_text(text)[:PARAM_VALUE_LIMIT]
 
 
 def sweep_dir(job: JobRecord) -> Optional[Path]:
