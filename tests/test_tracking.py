@@ -194,6 +194,51 @@ def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_var
     assert env == {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "Pa55word-in-uri"}  # the user's wins
 
 
+def test_a_sqlite_store_that_cannot_be_opened_costs_seconds_and_one_warning(tmp_path, caplog):
+    """Bounded like a server: not MLflow's ten engine retries with backoff (~100 s, three lines each)."""
+    import time
+
+    db = tmp_path / "not-a-file.db"
+    db.mkdir()  # a directory where the database file should be: SQLite cannot open it
+    run_dir = fake_run_dir(tmp_path / "outputs", db)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        after_download(run_dir, succeeded=True)
+    assert time.monotonic() - started < 15
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].name == "cifar_dist.tracking", [r.getMessage() for r in warnings]
+    assert str(db) in warnings[0].getMessage() and "\n" not in warnings[0].getMessage()
+    assert not (run_dir / RUN_FILE).exists()
+
+
+FIRST_OPEN = """
+import sys, time
+from cifar_dist.tracking.client import client_for
+from cifar_dist.tracking.store import ensure_experiment
+uri, start = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+client = client_for(uri)
+print(ensure_experiment(client, "cifar_dist", uri))
+"""
+
+
+def test_first_runs_into_a_new_sqlite_file_create_its_tables_once(tmp_path):
+    """Four processes open a new SQLite store at the same instant: every one gets the store, none a schema error."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, cli_env
+
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    start = time.time() + 12  # after every interpreter has imported MLflow
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_OPEN, uri, str(start)], cwd=REPO, env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
+    assert len({out.strip() for out, _ in outputs}) == 1  # one experiment
+
+
 def test_failed_cluster_job_is_marked_failed(tmp_path):
     db = tmp_path / "mlflow.db"
     run_dir = fake_run_dir(tmp_path / "outputs", db, epochs=1, complete=False)
