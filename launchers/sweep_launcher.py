@@ -65,6 +65,9 @@ def register() -> None:
     ConfigStore.instance().store(group="hydra/launcher", name="cifar_dist", node=SweepLauncherConf,
                                  provider="cifar_dist")
     Plugins.instance().register(CifarDistLauncher)
+    from cifar_dist.launchers import optuna_sweeper
+
+    optuna_sweeper.register()  # hydra/sweeper=optuna maximises the accuracy the jobs return
 
 
 def runs_in_process(config: DictConfig) -> bool:
