@@ -21,6 +21,9 @@ from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
 
+INTERRUPTED = "interrupted; re-run the same command to resume"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
 register_configs()
 
 
@@ -42,10 +45,17 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
-    """Tracking: the launching process marks a failed job's run FAILED (ranks never do: they would all try)."""
+def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = False) -> None:
+    """Tracking: the launching process marks a failed job's run FAILED, an interrupted one KILLED (ranks never
+    do: they would all try)."""
     if not in_child_process():
-        after_job(cfg, job.output_dir, ok)
+        after_job(cfg, job.output_dir, ok, interrupted)
+
+
+def interrupted_exit() -> None:
+    """Ctrl-C of the launching process (a run or a whole sweep): one line, status 130, no traceback."""
+    print(f"cifar_dist: {INTERRUPTED}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED_EXIT)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -71,10 +81,17 @@ def main(cfg: DictConfig) -> Optional[float]:
             log.error("point #%d: %s", job.job_num, exc)
             raise PointFailed(f"point #{job.job_num}: {exc}") from exc
         fail(str(exc), 2)
+    except KeyboardInterrupt:  # Ctrl-C; a sweep's launcher ends the sweep the same way
+        record_end(cfg, job, ok=False, interrupted=True)
+        raise
     except BaseException:
         record_end(cfg, job, ok=False)
         raise
-    record_end(cfg, job, ok=result.ok)
+    interrupted = result.exit_code == INTERRUPTED_EXIT
+    record_end(cfg, job, ok=result.ok, interrupted=interrupted)
+    if interrupted:  # the launcher stopped (or detached from) its ranks or cluster job and said how
+        log.warning("%s", result.message or INTERRUPTED)
+        sys.exit(INTERRUPTED_EXIT)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)
         if job.multirun:

@@ -127,6 +127,16 @@ class SweepLauncher(HydraLauncher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info("Launching %d jobs", len(job_overrides))
         points = [self.sweep_config(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        try:
+            return self.launch_points(points, sweep_dir)
+        except KeyboardInterrupt:  # Ctrl-C: the sweep's parent run ends KILLED, then the whole sweep ends
+            from cifar_dist.tracking.sweeps import close_sweep
+
+            close_sweep(sweep_dir, [], interrupted=True)
+            raise
+
+    def launch_points(self, points: List[DictConfig], sweep_dir: Path) -> Sequence[JobReturn]:
+        """Every point of a batch: in-process ones one by one, the others by their launcher, then the summary."""
         returns: List[Optional[JobReturn]] = [None] * len(points)
         groups: Dict[str, List[int]] = {}
         for i, config in enumerate(points):
@@ -171,6 +181,8 @@ class SweepLauncher(HydraLauncher):
         if not ready:
             return prepared
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
+        from cifar_dist.tracking import after_job
+
         try:
             launcher = instantiate(configs[ready[0]].launcher, _convert_="all")
             results = launcher.launch_all(jobs)
@@ -178,7 +190,10 @@ class SweepLauncher(HydraLauncher):
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error("points %s failed: %s", ", ".join(f"#{j.job_num}" for j in jobs), message)
             results = [LaunchResult(exit_code=2, message=message) for _ in jobs]
-        from cifar_dist.tracking import after_job
+        except KeyboardInterrupt:  # Ctrl-C: every point of this launch KILLED, then the sweep ends
+            for i, job in zip(ready, jobs):
+                after_job(configs[i], job.output_dir, ok=False, interrupted=True)
+            raise
 
         for i, job, result in zip(ready, jobs, results):
             after_job(configs[i], job.output_dir, result.ok)  # tracking: a failed point's run FAILED

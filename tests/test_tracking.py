@@ -454,3 +454,52 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
         assert "saved_models/keras_cifar10_trained_model.h5" in artifact_paths(client, ref.run_id)
     finally:
         stop_server(server)
+
+
+# --- Ctrl-C: one line, status 130, the MLflow runs KILLED -----------------------------------------
+
+
+def interrupt_when(proc, ready, what):
+    import signal
+
+    from test_launcher_mpirun import wait_for
+
+    wait_for(ready, 400, proc, what)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    return out
+
+
+def assert_one_interrupted_line(proc, out):
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if "interrupted" in line]
+    assert lines == ["cifar_dist: interrupted; re-run the same command to resume"], out[-3000:]
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_of_a_local_run_is_one_line_and_its_run_killed(tmp_path):
+    from test_launcher_mpirun import start_cli
+
+    db, run_dir = tmp_path / "mlflow.db", tmp_path / "run"
+    proc = start_cli(*QUICK, "trainer.epochs=50", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}")
+    out = interrupt_when(proc, lambda: (run_dir / RUN_FILE).exists(), "the MLflow run to open")
+    assert_one_interrupted_line(proc, out)
+    run = MlflowClient(f"sqlite:///{db}").get_run(read_ref(run_dir / RUN_FILE).run_id)
+    assert run.info.status == "KILLED"
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_of_a_sweep_is_one_line_and_ends_its_parent_run_killed(tmp_path):
+    from test_launcher_mpirun import start_cli
+
+    db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
+    proc = start_cli("-m", "optimizer.lr=1e-4,2e-4", *QUICK, "trainer.epochs=50", f"tracking.uri=sqlite:///{db}",
+                     f"hydra.sweep.dir={sweep}")
+    out = interrupt_when(proc, lambda: (sweep / "0" / RUN_FILE).exists() and (sweep / SWEEP_FILE).exists(),
+                         "point #0's MLflow run to open")
+    assert_one_interrupted_line(proc, out)
+    client = MlflowClient(f"sqlite:///{db}")
+    assert client.get_run(read_ref(sweep / "0" / RUN_FILE).run_id).info.status == "KILLED"
+    assert client.get_run(read_ref(sweep / SWEEP_FILE).run_id).info.status == "KILLED"
+    assert not (sweep / "1").exists()  # the sweep ended: no later point started

@@ -168,8 +168,11 @@ def final_metrics(results: Dict[str, Any]) -> List[Tuple[str, float, int]]:
     return [(k, float(v), step) for k, v in values.items() if _is_number(v)]
 
 
-def status_of(results: Dict[str, Any], failed: bool) -> str:
-    """FAILED for a job that failed; FINISHED when complete; KILLED when stopped early (it resumes into the same run)."""
+def status_of(results: Dict[str, Any], failed: bool, interrupted: bool = False) -> str:
+    """KILLED when interrupted (Ctrl-C) or stopped early (it resumes into the same run); FAILED for a job that
+    failed; FINISHED when complete."""
+    if interrupted:
+        return "KILLED"
     if failed:
         return "FAILED"
     return "KILLED" if results.get("complete") is False else "FINISHED"  # evaluation.json has no "complete"
