@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
+from cifar_dist.redaction import redact_logs
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class SweepLauncher(HydraLauncher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        redact_logs()  # "#0 : tracking.uri=https://user:password@..." shows no password
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info("Launching %d jobs", len(job_overrides))
@@ -169,6 +171,7 @@ class SweepLauncher(HydraLauncher):
         ret = run_job(hydra_context=self.hydra_context, task_function=task_function, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        redact_logs()
         return ret
 
     def launch_group(self, configs: List[DictConfig]) -> List[JobReturn]:

@@ -179,6 +179,28 @@ def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp
     assert caplog.records and "Pa55word-in-uri" not in caplog.text and "Sig-in-query" not in caplog.text
 
 
+def test_the_job_log_and_the_sweep_summary_show_no_password(tmp_path, capsys):
+    from cifar_dist.redaction import redact_logs
+    from cifar_dist.sweep import summarize
+
+    logger = logging.getLogger("test_redaction")
+    handler = logging.StreamHandler()
+    logger.addHandler(handler)
+    try:
+        redact_logs(logger)
+        logger.warning("#0 : tracking.uri=%s", SECRET_URI)
+    finally:
+        logger.removeHandler(handler)
+    point = tmp_path / "sweep" / "0"
+    (point / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": 0}, "overrides": {"task": [f"tracking.uri={SECRET_URI}"]}}}),
+                   point / ".hydra" / "hydra.yaml")
+    summarize(tmp_path / "sweep")
+    shown = capsys.readouterr()
+    text = shown.out + shown.err + (tmp_path / "sweep" / "sweep_summary.csv").read_text()
+    assert "mlflow.example:8443" in text and "Pa55word-in-uri" not in text and "Sig-in-query" not in text
+
+
 def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_variable(tmp_path):
     from cifar_dist.launchers.base import JobSpec
     from cifar_dist.tracking.settings import export_credentials
