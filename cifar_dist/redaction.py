@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 MASK = "<redacted>"
@@ -52,7 +52,7 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def secret_values(environ: Mapping[str, str] = os.environ) -> list:
+def secret_values(environ: Mapping[str, str] = os.environ) -> List[str]:
     """The values of the environment variables known to be secret, longest first."""
     values = {v for k, v in environ.items()
               if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN}
@@ -67,10 +67,6 @@ def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: O
     for value in secret_values(os.environ if environ is None else environ) + ([extra] if extra else []):
         out = out.replace(value, MASK)
     return out
-
-
-def has_credentials(uri: Optional[str]) -> bool:
-    return bool(uri) and redact_uri(str(uri)) != str(uri)
 
 
 def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:

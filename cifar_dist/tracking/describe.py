@@ -20,7 +20,6 @@ from cifar_dist.redaction import SECRET_NAME, redact_text
 
 RESULT_FILES = ("metrics.json", "evaluation.json")  # train, evaluate
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
-SECRET_KEY = SECRET_NAME  # config keys never sent as params, whatever they hold
 
 
 @dataclass
@@ -70,7 +69,7 @@ def params(config: Optional[DictConfig]) -> Dict[str, str]:
 def _flatten(node: Any, prefix: str, out: Dict[str, str]) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
-            if not SECRET_KEY.search(str(key)):
+            if not SECRET_NAME.search(str(key)):  # never sent as a param, whatever it holds
                 _flatten(value, f"{prefix}{key}.", out)
         return
     text = "null" if node is None else str(getattr(node, "value", node))
