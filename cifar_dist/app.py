@@ -82,11 +82,13 @@ def main(cfg: DictConfig) -> Optional[float]:
             raise PointFailed(f"point #{job.job_num}: {exc}") from exc
         fail(str(exc), 2)
     except KeyboardInterrupt:  # Ctrl-C; a sweep's launcher ends the sweep the same way
-        record_end(cfg, job, ok=False, interrupted=True)
-        raise
+        result = None
     except BaseException:
         record_end(cfg, job, ok=False)
         raise
+    if result is None:  # outside the except block: the interrupted frames are gone (see after_job)
+        record_end(cfg, job, ok=False, interrupted=True)
+        raise KeyboardInterrupt
     interrupted = result.exit_code == INTERRUPTED_EXIT
     record_end(cfg, job, ok=result.ok, interrupted=interrupted)
     if interrupted:  # the launcher stopped (or detached from) its ranks or cluster job and said how

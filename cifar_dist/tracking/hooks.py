@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 from pathlib import Path
@@ -77,6 +78,10 @@ def after_job(cfg: DictConfig, run_dir: Path, ok: bool, interrupted: bool = Fals
     conf = tracking_conf(cfg)
     if conf is None:
         return
+    if interrupted:
+        # An MLflow write that Ctrl-C cut short leaves its SQLite connection, holding the write lock, to the
+        # garbage collector: without this every later write waits out SQLite's busy timeout and fails.
+        gc.collect()
     run_dir = Path(run_dir)
     if ok and ((run_dir / RUN_FILE).exists() or not (run_dir / "evaluation.json").exists()):
         return
