@@ -1,18 +1,28 @@
-"""``python -m cifar_dist [overrides]``: see README."""
+"""``python -m cifar_dist [overrides]`` (and the ``cifar-dist`` script): see README."""
 import sys
 from pathlib import Path
 
 
 def main() -> None:
+    """The app, after a YAML syntax check of the user's config files (one line, before Hydra);
+    Ctrl-C of the launching process ends in one line (a rank keeps Python's own end: its
+    launcher tells a rank stopped by a signal from one that failed)."""
     from cifar_dist.config_files import check_user_yaml
 
     error = check_user_yaml(sys.argv[1:], Path(__file__).parent / "conf" / "local")
     if error:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
-    from cifar_dist.app import main as hydra_main
+    from cifar_dist.app import interrupted_exit
+    from cifar_dist.app import main as app_main
+    from cifar_dist.launchers.base import in_child_process
 
-    hydra_main()
+    try:
+        app_main()
+    except KeyboardInterrupt:
+        if in_child_process():
+            raise
+        interrupted_exit()
 
 
 if __name__ == "__main__":

@@ -15,15 +15,20 @@ from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.override_check import command_line_problem
 from cifar_dist.preflight import check_run_dir
+from cifar_dist.redaction import redact_logs
 from cifar_dist.results import final_accuracy
 from cifar_dist.sweep import dry_run_line
 from cifar_dist.rundir_owner import only_scaffolding, remove_if_created_here
 from cifar_dist.durable import disk_full
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking import after_job
+from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
+
+INTERRUPTED = "interrupted; re-run the same command to resume"
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 register_configs()
 
@@ -85,10 +90,17 @@ def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
     print(dry_run_line([str(job.choices.get("launcher") or "")]), flush=True)
 
 
-def record_end(cfg: DictConfig, job: JobSpec, ok: bool) -> None:
-    """Tracking: the launching process marks a failed job's run FAILED (ranks never do: they would all try)."""
+def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = False) -> None:
+    """Tracking: the launching process marks a failed job's run FAILED, an interrupted one KILLED (ranks never
+    do: they would all try)."""
     if not in_child_process():
-        after_job(cfg, job.output_dir, ok)
+        after_job(cfg, job.output_dir, ok, interrupted)
+
+
+def interrupted_exit() -> None:
+    """Ctrl-C of the launching process (a run or a whole sweep): one line, status 130, no traceback."""
+    print(f"cifar_dist: {INTERRUPTED}", file=sys.stderr, flush=True)
+    sys.exit(INTERRUPTED_EXIT)
 
 
 def main() -> None:
@@ -107,6 +119,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
     quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
+    redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
         from cifar_dist.launchers.heartbeat import start_from_env
@@ -116,6 +129,8 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     try:
         check_run_dir(job.output_dir)
         validate(cfg)
+        if not in_child_process():
+            export_credentials(cfg)  # the ranks' command lines carry the tracking URI without them
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:
         record_end(cfg, job, ok=False)
@@ -129,10 +144,19 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         if full is None or job.multirun:
             raise
         fail(str(full), 2)
+    except KeyboardInterrupt:  # Ctrl-C; a sweep's launcher ends the sweep the same way
+        result = None
     except BaseException:
         record_end(cfg, job, ok=False)
         raise
-    record_end(cfg, job, ok=result.ok)
+    if result is None:  # outside the except block: the interrupted frames are gone (see after_job)
+        record_end(cfg, job, ok=False, interrupted=True)
+        raise KeyboardInterrupt
+    interrupted = result.exit_code == INTERRUPTED_EXIT
+    record_end(cfg, job, ok=result.ok, interrupted=interrupted)
+    if interrupted:  # the launcher stopped (or detached from) its ranks or cluster job and said how
+        log.warning("%s", result.message or INTERRUPTED)
+        sys.exit(INTERRUPTED_EXIT)
     end_of_dry_run(cfg, job)
     if not result.ok:
         log.error("job failed (exit %d): %s", result.exit_code, result.message)

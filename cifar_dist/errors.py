@@ -13,3 +13,7 @@ class CifarDistError(Exception):
 class PointFailed(CompactHydraException):
     """A sweep point that failed: Hydra records it FAILED and, once the batch has run,
     prints this one line (no traceback) and exits with status 1."""
+
+
+class StudyStopped(CompactHydraException):
+    """An optimising sweep stopped early (too many failed trials): one line, what was kept, what to change."""

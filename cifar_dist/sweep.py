@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.durable import save_figure
+from cifar_dist.redaction import redact_text
 from cifar_dist.results import read_evaluation, read_metrics
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 
@@ -53,7 +54,8 @@ def read_point(job_dir: Path) -> Optional[Point]:
     except (OSError, ValueError):
         return None
     num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
-    overrides = [str(o) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
+    # masked: the table, the CSV and the tracker's parent run show them
+    overrides = [redact_text(str(o)) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
     point = Point(num=num, output_dir=job_dir, overrides=overrides,
                   status="dry_run" if _dry_run(job_dir) else "failed")
     ref = read_ref(job_dir / RUN_FILE)

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +89,12 @@ class JobSpec:
         The child gets the same task overrides (minus any launcher choice),
         the in-process launcher, the user's own ``hydra.*`` overrides minus
         the parent-only ones, and is pinned to this job's output directory
-        without writing ``.hydra/`` again.
+        without writing ``.hydra/`` again. Secrets are masked (a command line
+        is readable by others): a tracking URI's ``user:password`` reaches the
+        child through MLflow's variables (``tracking.settings.export_credentials``).
         """
-        task = [o for o in self.task_overrides if not _names_group(o, "launcher")]
-        hydra = [o for o in self.hydra_overrides if not _is_parent_only(o)]
+        task = [redact_text(o) for o in self.task_overrides if not _names_group(o, "launcher")]
+        hydra = [redact_text(o) for o in self.hydra_overrides if not _is_parent_only(o)]
         return (
             task
             + [f"launcher={launcher}"]

@@ -43,6 +43,7 @@ from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.options import config_option
+from cifar_dist.redaction import redact_logs
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ def register() -> None:
 
     store_options(sys.modules[__name__])
     Plugins.instance().register(CifarDistLauncher)
+    from cifar_dist.launchers import optuna_sweeper
+
+    optuna_sweeper.register()  # hydra/sweeper=optuna maximises the accuracy the jobs return
 
 
 def runs_in_process(config: DictConfig) -> bool:
@@ -124,10 +128,21 @@ class SweepLauncher(HydraLauncher):
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        redact_logs()  # "#0 : tracking.uri=https://user:password@..." shows no password
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info("Launching %d jobs", len(job_overrides))
         points = [self.sweep_config(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
+        try:
+            return self.launch_points(points, sweep_dir)
+        except KeyboardInterrupt:  # Ctrl-C: the sweep's parent run ends KILLED, then the whole sweep ends
+            from cifar_dist.tracking.sweeps import close_sweep
+
+            close_sweep(sweep_dir, [], interrupted=True)
+            raise
+
+    def launch_points(self, points: List[DictConfig], sweep_dir: Path) -> Sequence[JobReturn]:
+        """Every point of a batch: in-process ones one by one, the others by their launcher, then the summary."""
         returns: List[Optional[JobReturn]] = [None] * len(points)
         groups: Dict[str, List[int]] = {}
         for i, config in enumerate(points):
@@ -160,6 +175,7 @@ class SweepLauncher(HydraLauncher):
         ret = run_job(hydra_context=self.hydra_context, task_function=task_function, config=config,
                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        redact_logs()
         return ret
 
     def launch_group(self, configs: List[DictConfig]) -> List[JobReturn]:
@@ -172,6 +188,8 @@ class SweepLauncher(HydraLauncher):
         if not ready:
             return prepared
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
+        from cifar_dist.tracking import after_job
+
         try:
             launcher = instantiate(configs[ready[0]].launcher, _convert_="all")
             results = launcher.launch_all(jobs)
@@ -179,7 +197,10 @@ class SweepLauncher(HydraLauncher):
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             log.error("points %s failed: %s", ", ".join(f"#{j.job_num}" for j in jobs), message)
             results = [LaunchResult(exit_code=2, message=message) for _ in jobs]
-        from cifar_dist.tracking import after_job
+        except KeyboardInterrupt:  # Ctrl-C: every point of this launch KILLED, then the sweep ends
+            for i, job in zip(ready, jobs):
+                after_job(configs[i], job.output_dir, ok=False, interrupted=True)
+            raise
 
         for i, job, result in zip(ready, jobs, results):
             after_job(configs[i], job.output_dir, result.ok)  # tracking: a failed point's run FAILED

@@ -192,3 +192,28 @@ def test_node_entry_quotes_the_run_dir_with_the_one_rule_and_reads_every_rank_va
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PMIX_RANK", "3")  # the wrappers' list, not a shorter one of its own
     assert node_entry._rank() == 3
+
+
+def test_a_password_in_the_tracking_uri_reaches_the_nodes_only_as_a_secret(fake_azure, storage_key, wheel_cache,
+                                                                           tmp_path):
+    """The node config and job.json hold the URI without user:password; remote=nodes sends them as secret variables."""
+    run_dir = tmp_path / "run"
+    uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x"
+    args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
+        "launcher.dry_run": "true", "tracking": "mlflow", "tracking.remote": "nodes", "tracking.uri": f"'{uri}'"})
+    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((run_dir / "job.json").read_text())
+    assert schema_errors(doc) == []
+    assert {s["name"] for s in doc["properties"]["secrets"]} == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
+    node_config = next((run_dir / "batchai").glob("*.yaml")).read_text()
+    assert "https://mlflow.example:8443/x" in node_config
+    for text in (json.dumps(doc), node_config, proc.stdout + proc.stderr):
+        assert "Pa55word-in-uri" not in text
+
+
+def test_secret_variables_are_revealed_only_in_a_real_submission():
+    body = build_job_body(_settings(), LAYOUT, reveal_key=True, secrets={"MLFLOW_TRACKING_PASSWORD": "pw"})
+    assert body["secrets"] == [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "pw"}]
+    body = build_job_body(_settings(), LAYOUT, reveal_key=False, secrets={"MLFLOW_TRACKING_PASSWORD": "pw"})
+    assert body["secrets"] == [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "<redacted>"}]

@@ -144,6 +144,117 @@ def test_after_download_imports_the_run_dir_once(tmp_path):
     assert steps(client, ref.run_id, "val_accuracy") == [1, 2, 3]
 
 
+SECRET_URI = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?sig=Sig-in-query"
+
+
+def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp_path, monkeypatch, caplog):
+    """Secrets by value: the URI's user:password and query token, and a secret variable's value, masked everywhere."""
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "Env-token-value")
+    db = tmp_path / "mlflow.db"
+    run_dir = fake_run_dir(tmp_path / "outputs", db)
+    cfg = compose_cfg("tracking=mlflow", f"tracking.uri='{SECRET_URI}'", "launcher=batchai",
+                      "+notes=Env-token-value")
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
+    OmegaConf.save(OmegaConf.create([f"tracking.uri={SECRET_URI}"]), run_dir / ".hydra" / "overrides.yaml")
+    run_id = import_run_dir(run_dir, uri=f"sqlite:///{db}")
+    client = MlflowClient(f"sqlite:///{db}")
+    run = client.get_run(run_id)
+    assert run.data.params["tracking.uri"] == "https://mlflow.example:8443/x?sig=<redacted>"
+    stored = json.dumps([run.data.params, run.data.tags])
+    for path in artifact_paths(client, run_id, ".hydra"):
+        stored += Path(client.download_artifacts(run_id, path, str(tmp_path / "dl"))).read_text()
+    assert "mlflow.example:8443" in stored and "overrides.yaml" in " ".join(artifact_paths(client, run_id, ".hydra"))
+    for secret in ("Pa55word-in-uri", "Sig-in-query", "Env-token-value"):
+        assert secret not in stored, secret
+    assert SECRET_URI in (run_dir / ".hydra" / "config.yaml").read_text()  # the run dir itself is left as it was
+
+    with caplog.at_level(logging.WARNING):  # MLflow's errors name the URL: the guard's one line does not
+        Guard("x", run_dir).call("opening the run", lambda: (_ for _ in ()).throw(OSError(f"GET {SECRET_URI} 500")))
+    assert caplog.records and "Pa55word-in-uri" not in caplog.text and "Sig-in-query" not in caplog.text
+
+
+def test_the_job_log_and_the_sweep_summary_show_no_password(tmp_path, capsys):
+    from cifar_dist.redaction import redact_logs
+    from cifar_dist.sweep import summarize
+
+    logger = logging.getLogger("test_redaction")
+    handler = logging.StreamHandler()
+    logger.addHandler(handler)
+    try:
+        redact_logs(logger)
+        logger.warning("#0 : tracking.uri=%s", SECRET_URI)
+    finally:
+        logger.removeHandler(handler)
+    point = tmp_path / "sweep" / "0"
+    (point / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": 0}, "overrides": {"task": [f"tracking.uri={SECRET_URI}"]}}}),
+                   point / ".hydra" / "hydra.yaml")
+    summarize(tmp_path / "sweep")
+    shown = capsys.readouterr()
+    text = shown.out + shown.err + (tmp_path / "sweep" / "sweep_summary.csv").read_text()
+    assert "mlflow.example:8443" in text and "Pa55word-in-uri" not in text and "Sig-in-query" not in text
+
+
+def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_variable(tmp_path):
+    from cifar_dist.launchers.base import JobSpec
+    from cifar_dist.tracking.settings import export_credentials
+
+    cfg = compose_cfg("tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x")
+    job = JobSpec(cfg=cfg, output_dir=tmp_path, original_cwd=tmp_path, job_num=0, multirun=False,
+                  task_overrides=["tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x"],
+                  hydra_overrides=[], choices={})
+    command = " ".join(job.child_command())
+    assert "tracking.uri=https://mlflow.example/x" in command and "Pa55word-in-uri" not in command
+    env = {"MLFLOW_TRACKING_USERNAME": "bob"}
+    export_credentials(cfg, env)
+    assert env == {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "Pa55word-in-uri"}  # the user's wins
+
+
+def test_a_sqlite_store_that_cannot_be_opened_costs_seconds_and_one_warning(tmp_path, caplog):
+    """Bounded like a server: not MLflow's ten engine retries with backoff (~100 s, three lines each)."""
+    import time
+
+    db = tmp_path / "not-a-file.db"
+    db.mkdir()  # a directory where the database file should be: SQLite cannot open it
+    run_dir = fake_run_dir(tmp_path / "outputs", db)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        after_download(run_dir, succeeded=True)
+    assert time.monotonic() - started < 15
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].name == "cifar_dist.tracking", [r.getMessage() for r in warnings]
+    assert str(db) in warnings[0].getMessage() and "\n" not in warnings[0].getMessage()
+    assert not (run_dir / RUN_FILE).exists()
+
+
+FIRST_OPEN = """
+import sys, time
+from cifar_dist.tracking.client import client_for
+from cifar_dist.tracking.store import ensure_experiment
+uri, start = sys.argv[1], float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+client = client_for(uri)
+print(ensure_experiment(client, "cifar_dist", uri))
+"""
+
+
+def test_first_runs_into_a_new_sqlite_file_create_its_tables_once(tmp_path):
+    """Four processes open a new SQLite store at the same instant: every one gets the store, none a schema error."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, cli_env
+
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    start = time.time() + 12  # after every interpreter has imported MLflow
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_OPEN, uri, str(start)], cwd=REPO, env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
+    assert len({out.strip() for out, _ in outputs}) == 1  # one experiment
+
+
 def test_failed_cluster_job_is_marked_failed(tmp_path):
     db = tmp_path / "mlflow.db"
     run_dir = fake_run_dir(tmp_path / "outputs", db, epochs=1, complete=False)
@@ -359,3 +470,52 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
         assert "saved_models/keras_cifar10_trained_model.h5" in artifact_paths(client, ref.run_id)
     finally:
         stop_server(server)
+
+
+# --- Ctrl-C: one line, status 130, the MLflow runs KILLED -----------------------------------------
+
+
+def interrupt_when(proc, ready, what):
+    import signal
+
+    from test_launcher_mpirun import wait_for
+
+    wait_for(ready, 400, proc, what)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    return out
+
+
+def assert_one_interrupted_line(proc, out):
+    assert proc.returncode == 130, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if "interrupted" in line]
+    assert lines == ["cifar_dist: interrupted; re-run the same command to resume"], out[-3000:]
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_of_a_local_run_is_one_line_and_its_run_killed(tmp_path):
+    from test_launcher_mpirun import start_cli
+
+    db, run_dir = tmp_path / "mlflow.db", tmp_path / "run"
+    proc = start_cli(*QUICK, "trainer.epochs=50", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}")
+    out = interrupt_when(proc, lambda: (run_dir / RUN_FILE).exists(), "the MLflow run to open")
+    assert_one_interrupted_line(proc, out)
+    run = MlflowClient(f"sqlite:///{db}").get_run(read_ref(run_dir / RUN_FILE).run_id)
+    assert run.info.status == "KILLED"
+
+
+@pytest.mark.timeout(900)
+def test_ctrl_c_of_a_sweep_is_one_line_and_ends_its_parent_run_killed(tmp_path):
+    from test_launcher_mpirun import start_cli
+
+    db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
+    proc = start_cli("-m", "optimizer.lr=1e-4,2e-4", *QUICK, "trainer.epochs=50", f"tracking.uri=sqlite:///{db}",
+                     f"hydra.sweep.dir={sweep}")
+    out = interrupt_when(proc, lambda: (sweep / "0" / RUN_FILE).exists() and (sweep / SWEEP_FILE).exists(),
+                         "point #0's MLflow run to open")
+    assert_one_interrupted_line(proc, out)
+    client = MlflowClient(f"sqlite:///{db}")
+    assert client.get_run(read_ref(sweep / "0" / RUN_FILE).run_id).info.status == "KILLED"
+    assert client.get_run(read_ref(sweep / SWEEP_FILE).run_id).info.status == "KILLED"
+    assert not (sweep / "1").exists()  # the sweep ended: no later point started

@@ -15,11 +15,10 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.redaction import SECRET_NAME, redact_text
 from cifar_dist.results import read_results
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
-# Config keys never sent as params, whatever they hold.
-SECRET_KEY = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$", re.IGNORECASE)
 
 
 @dataclass
@@ -49,7 +48,7 @@ def _load(path: Path) -> Optional[DictConfig]:
 
 
 def params(config: Optional[DictConfig]) -> Dict[str, str]:
-    """The composed config flattened to ``group.key`` -> value (secret-looking keys left out)."""
+    """The composed config flattened to ``group.key`` -> value (secret-looking keys left out, secret values masked)."""
     if config is None:
         return {}
     try:
@@ -64,11 +63,11 @@ def params(config: Optional[DictConfig]) -> Dict[str, str]:
 def _flatten(node: Any, prefix: str, out: Dict[str, str]) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
-            if not SECRET_KEY.search(str(key)):
+            if not SECRET_NAME.search(str(key)):  # never sent as a param, whatever it holds
                 _flatten(value, f"{prefix}{key}.", out)
         return
     text = "null" if node is None else str(getattr(node, "value", node))
-    out[prefix[:-1]] = text[:PARAM_VALUE_LIMIT]
+    out[prefix[:-1]] = redact_text(text)[:PARAM_VALUE_LIMIT]
 
 
 def sweep_dir(job: JobRecord) -> Optional[Path]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional, TypeVar
 
+from cifar_dist.redaction import redact_text
+
 log = logging.getLogger("cifar_dist.tracking")
 T = TypeVar("T")
 
@@ -44,5 +46,5 @@ class Guard:
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = " ".join(redact_text(f"{type(exc).__name__}: {exc}").split())  # MLflow's errors name the URL
     return text if len(text) <= limit else text[: limit - 3] + "..."

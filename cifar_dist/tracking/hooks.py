@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 from pathlib import Path
@@ -68,8 +69,9 @@ def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[Tr
     return TrainingTracker(guard, run, Path(run_dir), bool(conf.log_model))
 
 
-def after_job(cfg: DictConfig, run_dir: Path, ok: bool) -> None:
-    """The launching process, after a job: FAILED for a failed job, an evaluate job's results recorded.
+def after_job(cfg: DictConfig, run_dir: Path, ok: bool, interrupted: bool = False) -> None:
+    """The launching process, after a job: FAILED for a failed job, KILLED for one interrupted (Ctrl-C),
+    an evaluate job's results recorded.
 
     A training job that succeeded recorded itself (rank 0); one submitted to
     a cluster is recorded by ``after_download`` when its outputs arrive.
@@ -77,11 +79,15 @@ def after_job(cfg: DictConfig, run_dir: Path, ok: bool) -> None:
     conf = tracking_conf(cfg)
     if conf is None:
         return
+    if interrupted:
+        # An MLflow write that Ctrl-C cut short leaves its SQLite connection, holding the write lock, to the
+        # garbage collector: without this every later write waits out SQLite's busy timeout and fails.
+        gc.collect()
     run_dir = Path(run_dir)
     if ok and ((run_dir / RUN_FILE).exists() or not (run_dir / EVALUATION_FILE).exists()):
         return
     guard = Guard(redact(resolve_uri(conf.uri)), run_dir)
-    guard.call("recording the job's end", import_run_dir, run_dir, cfg=cfg, failed=not ok)
+    guard.call("recording the job's end", import_run_dir, run_dir, cfg=cfg, failed=not ok, interrupted=interrupted)
 
 
 def after_download(run_dir: Path, succeeded: bool) -> None:
@@ -95,7 +101,7 @@ def after_download(run_dir: Path, succeeded: bool) -> None:
 
 
 def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictConfig] = None,
-                   failed: bool = False) -> str:
+                   failed: bool = False, interrupted: bool = False) -> str:
     """Send a run dir to the tracker, as its job would have: run, params, tags, every epoch, artifacts, status.
 
     Idempotent: the run the run dir names (``mlflow_run.json``) is reused
@@ -114,15 +120,16 @@ def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictC
     uri = uri or (ref.tracking_uri if ref is not None else resolve_uri(conf.uri if conf is not None else None))
     run = TrackedRun.open(uri, experiment, job, {"imported": "true"})
     results = job.results
-    _record_results(run, job.run_dir, results, bool(conf.log_model) if conf is not None else True, failed)
+    _record_results(run, job.run_dir, results, bool(conf.log_model) if conf is not None else True, failed, interrupted)
     return run.run_id
 
 
-def _record_results(run, run_dir: Path, results: Dict[str, Any], log_model: bool, failed: bool) -> None:
+def _record_results(run, run_dir: Path, results: Dict[str, Any], log_model: bool, failed: bool,
+                    interrupted: bool = False) -> None:
     from cifar_dist.tracking.store import status_of
 
     if results.get("ranks"):
         run.set_tags({"ranks": str(results["ranks"])})
     run.sync(results)
     run.log_artifacts(Path(run_dir), log_model)
-    run.end(status_of(results, failed))
+    run.end(status_of(results, failed, interrupted))

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping, Optional
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Dict, Mapping, MutableMapping, Optional
+
+from cifar_dist.redaction import redact_uri as redact  # noqa: F401  (the one home of redaction)
+from cifar_dist.redaction import tracking_credentials
 
 DEFAULT_DB = Path("outputs") / "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: where its runs' artifacts go
@@ -59,11 +61,28 @@ def apply_http_limits(conf: Any, environ: MutableMapping[str, str] = os.environ)
             environ.setdefault(variable, str(value))
 
 
-def redact(uri: str) -> str:
-    """``uri`` without user:password (never written to a run dir or a log)."""
-    parts = urlsplit(uri)
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+CREDENTIAL_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+
+
+def node_credentials(cfg: Any, environ: Mapping[str, str] = os.environ) -> Dict[str, str]:
+    """What cluster nodes that log themselves (``tracking.remote=nodes``) need to reach the tracker, for the
+    service's secret store: the URI's ``user:password@`` and MLflow's credential variables ({} otherwise)."""
+    conf = tracking_conf(cfg)
+    if conf is None or str(conf.get("remote", "import")) != "nodes":
+        return {}
+    found = {name: environ[name] for name in CREDENTIAL_ENV if environ.get(name)}
+    return {**found, **tracking_credentials(conf.uri)}
+
+
+def export_credentials(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:
+    """The launching process: a tracking URI's ``user:password@`` into MLflow's own variables.
+
+    The ranks get the URI without them (``JobSpec.child_overrides`` redacts
+    every override) and inherit these variables instead, as ``launcher=mpirun``
+    and Slurm forward them; a variable the user set wins.
+    """
+    conf = tracking_conf(cfg)
+    if conf is None:
+        return
+    for name, value in tracking_credentials(conf.uri).items():
+        environ.setdefault(name, value)

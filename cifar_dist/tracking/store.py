@@ -6,10 +6,13 @@ lingers between the points of an in-process sweep.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
+from cifar_dist.redaction import redact_text
 from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.tracking import describe
 from cifar_dist.tracking.client import client_for, run_exists
@@ -21,8 +24,9 @@ MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
 # Top-level run-dir files kept as artifacts (what exists of them).
 ARTIFACT_FILES = (METRICS_FILE, EVALUATION_FILE, "training_log.csv", "learning_curves.png",
                   "confusion_matrix.png", "predictions.csv")
-ARTIFACT_DIRS = (".hydra",)
+ARTIFACT_DIRS = (".hydra",)  # as masked copies
 MODEL_DIR = "saved_models"
+TEXT_SUFFIXES = (".json", ".csv", ".yaml", ".yml", ".log", ".txt")  # uploaded with their secrets masked
 
 
 def ensure_experiment(client, name: str, uri: str) -> str:
@@ -87,7 +91,7 @@ class TrackedRun:
     def set_tags(self, tags: Dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
-        for chunk in _chunks([RunTag(k, str(v)) for k, v in tags.items()], MAX_TAGS):
+        for chunk in _chunks([RunTag(k, redact_text(str(v))) for k, v in tags.items()], MAX_TAGS):
             self.client.log_batch(self.run_id, tags=chunk)
 
     def log_epoch(self, record: Dict[str, Any]) -> None:
@@ -105,13 +109,19 @@ class TrackedRun:
         return len(missing) + len(final)
 
     def log_artifacts(self, run_dir: Path, log_model: bool) -> None:
-        for name in ARTIFACT_FILES:
-            if (run_dir / name).is_file():
-                self.client.log_artifact(self.run_id, str(run_dir / name))
-        dirs = ARTIFACT_DIRS + ((MODEL_DIR,) if log_model else ())
-        for name in dirs:
-            if (run_dir / name).is_dir():
-                self.client.log_artifacts(self.run_id, str(run_dir / name), artifact_path=name)
+        """The run dir's results, ``.hydra/`` and the model; text files as copies with their secrets masked."""
+        with tempfile.TemporaryDirectory(prefix="cifar_dist-artifacts-") as staging:
+            for name in ARTIFACT_FILES:
+                if (run_dir / name).is_file():
+                    self.client.log_artifact(self.run_id, str(redacted_copy(run_dir / name, Path(staging) / name)))
+            for name in ARTIFACT_DIRS:
+                if (run_dir / name).is_dir():
+                    for path in sorted((run_dir / name).rglob("*")):
+                        if path.is_file():
+                            redacted_copy(path, Path(staging) / name / path.relative_to(run_dir / name))
+                    self.client.log_artifacts(self.run_id, str(Path(staging) / name), artifact_path=name)
+        if log_model and (run_dir / MODEL_DIR).is_dir():
+            self.client.log_artifacts(self.run_id, str(run_dir / MODEL_DIR), artifact_path=MODEL_DIR)
 
     def end(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status=status)
@@ -123,6 +133,17 @@ class TrackedRun:
         entities = [Metric(key, value, now, step) for key, value, step in metrics]
         for chunk in _chunks(entities, MAX_METRICS):
             self.client.log_batch(self.run_id, metrics=chunk)
+
+
+def redacted_copy(source: Path, target: Path) -> Path:
+    """``source`` copied to ``target``; a text file with every secret masked (``.hydra/`` holds the overrides)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.suffix not in TEXT_SUFFIXES:
+        shutil.copyfile(source, target)
+        return target
+    text = source.read_text("utf-8", errors="replace")
+    target.write_text(redact_text(text), "utf-8")
+    return target
 
 
 def epoch_metrics(epochs: Iterable[Dict[str, Any]]) -> List[Tuple[str, float, int]]:
@@ -148,8 +169,11 @@ def final_metrics(results: Dict[str, Any]) -> List[Tuple[str, float, int]]:
     return [(k, float(v), step) for k, v in values.items() if _is_number(v)]
 
 
-def status_of(results: Dict[str, Any], failed: bool) -> str:
-    """FAILED for a job that failed; FINISHED when complete; KILLED when stopped early (it resumes into the same run)."""
+def status_of(results: Dict[str, Any], failed: bool, interrupted: bool = False) -> str:
+    """KILLED when interrupted (Ctrl-C) or stopped early (it resumes into the same run); FAILED for a job that
+    failed; FINISHED when complete."""
+    if interrupted:
+        return "KILLED"
     if failed:
         return "FAILED"
     return "KILLED" if results.get("complete") is False else "FINISHED"  # evaluation.json has no "complete"

@@ -39,8 +39,9 @@ def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
         return run.info.run_id
 
 
-def close_sweep(sweep_dir: Path, failed_points: Sequence[int]) -> None:
-    """The sweep's summary as the parent run's artifacts; the parent FINISHED, or FAILED when a point failed."""
+def close_sweep(sweep_dir: Path, failed_points: Sequence[int], interrupted: bool = False) -> None:
+    """The sweep's summary as the parent run's artifacts; the parent FINISHED, FAILED when a point failed,
+    KILLED when the sweep was interrupted (Ctrl-C)."""
     from cifar_dist.tracking.guard import Guard
     from cifar_dist.tracking.client import client_for
 
@@ -56,6 +57,7 @@ def close_sweep(sweep_dir: Path, failed_points: Sequence[int]) -> None:
                 client.log_artifact(ref.run_id, str(Path(sweep_dir) / name))
         if failed_points:
             client.set_tag(ref.run_id, "failed_points", ",".join(str(n) for n in failed_points))
-        client.set_terminated(ref.run_id, status="FAILED" if failed_points else "FINISHED")
+        status = "KILLED" if interrupted else "FAILED" if failed_points else "FINISHED"
+        client.set_terminated(ref.run_id, status=status)
 
     guard.call("closing the sweep's parent run", close)

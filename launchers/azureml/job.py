@@ -19,6 +19,7 @@ from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.rank_env import rank_environment
 from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.redaction import redact_text
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"
@@ -137,7 +138,7 @@ def job_document(
         "name": name,
         "display_name": conf.display_name or job.output_dir.name,
         "experiment_name": conf.experiment,
-        "description": f"cifar_dist run {job.output_dir.name}: {' '.join(job.task_overrides) or 'defaults'}",
+        "description": redact_text(f"cifar_dist run {job.output_dir.name}: {' '.join(job.task_overrides) or 'defaults'}"),
         "code": str(code_dir),
         "command": rank_command(job, model_override),
         "environment": environment_reference(settings),

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
+from cifar_dist.redaction import MASK, redact_text
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
 CLUSTER_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/cluster.json"
@@ -125,8 +126,13 @@ def storage_credentials(settings: Settings, reveal_key: bool) -> Dict[str, Any]:
     return {"accountKey": KEY_PLACEHOLDER}
 
 
-def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool) -> Dict[str, Any]:
-    """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job."""
+def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
+                   secrets: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job.
+
+    ``secrets`` become the job's secret variables (Batch AI never reports them
+    back); their values are masked unless ``reveal_key`` (a real submission).
+    """
     conf = settings.conf
     if conf.node_count < 1:
         raise LaunchError(f"launcher.node_count={conf.node_count} must be >= 1")
@@ -156,7 +162,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool)
     setup.append(f"{conf.pip_install.strip()} {layout.on_node(layout.wheel)}")
 
     env = rank_environment(conf.env)
-    return {
+    body = {
         "schedulingPriority": SchedulingPriority(conf.scheduling_priority).value,
         "cluster": {"id": settings.cluster_id},
         "nodeCount": conf.node_count,
@@ -179,6 +185,9 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool)
             "maxWallClockTime": iso8601_duration(datetime.timedelta(hours=conf.max_wall_clock_hours))
         },
     }
+    if secrets:
+        body["secrets"] = [{"name": k, "value": v if reveal_key else MASK} for k, v in secrets.items()]
+    return body
 
 
 def az_job_file(body: Dict[str, Any]) -> Dict[str, Any]:
@@ -285,5 +294,5 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
 
 
 def redact(text: str, secret: Optional[str]) -> str:
-    """Defence in depth for messages built from service replies."""
-    return text.replace(secret, "<redacted>") if secret else text
+    """Defence in depth for messages built from service replies: the storage key and every known secret masked."""
+    return redact_text(text, extra=secret)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -34,6 +34,7 @@ from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
+from cifar_dist.tracking.settings import node_credentials
 from cifar_dist.launchers.cluster import ClusterJob, ClusterLauncher
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class StagedJob:
     job_file: Path  # job.json in the run dir (the key as a placeholder or Key Vault reference)
     output_dir: Path  # the run dir the job's outputs are fetched into
     scoring: Optional[ScoringPlan] = None  # task=evaluate: the model (and images) on the share
+    secrets: Dict[str, str] = field(default_factory=dict)  # the job's secret variables (tracking credentials)
 
 
 class BatchAIJob(ClusterJob):
@@ -109,7 +111,8 @@ class BatchAILauncher(ClusterLauncher):
         entry_file = local / Path(layout.entry_file).name
         entry_file.write_text(node_entry_source(), "utf-8")
 
-        doc = az_job_file(build_job_body(settings, layout, reveal_key=False))
+        secrets = node_credentials(job.cfg)
+        doc = az_job_file(build_job_body(settings, layout, reveal_key=False, secrets=secrets))
         validate_job_file(doc)
         job_file = job.output_dir / "job.json"
         job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
@@ -118,7 +121,7 @@ class BatchAILauncher(ClusterLauncher):
             uploads.update(scoring.uploads)
             for item in scoring.items:
                 log.info("scoring job: %s is %s on the nodes", item.origin, item.shown)
-        return StagedJob(settings, layout, wheel, uploads, job_file, job.output_dir, scoring)
+        return StagedJob(settings, layout, wheel, uploads, job_file, job.output_dir, scoring, secrets)
 
     def _dry_run(self, staged: StagedJob) -> LaunchResult:
         commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
@@ -175,7 +178,7 @@ class BatchAILauncher(ClusterLauncher):
                     share.ensure_dir(layout.job_dir)
                     for remote, local in staged.uploads.items():
                         share.upload(remote, local.read_bytes())
-                body = build_job_body(settings, layout, reveal_key=True)
+                body = build_job_body(settings, layout, reveal_key=True, secrets=staged.secrets)
                 service.create_job(layout.job, body, key.reveal())
                 log.info(
                     "submitted Batch AI job %s to cluster %s (%d node(s)); outputs go to share %s/%s",

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.launchers.base import LaunchError
+from cifar_dist.redaction import redact_text
 
 _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
 # The source folders setup.cfg packages (cifar_dist.conf and cifar_dist.launchers
@@ -164,7 +165,8 @@ def node_job_config(cfg: DictConfig, choices: Dict[str, Optional[str]]) -> str:
         "# Composed by cifar_dist's Batch AI launcher: this run's config, run on every\n"
         "# Batch AI node with the in-process launcher (see launchers/batchai/node_entry.py).\n"
     )
-    return header + OmegaConf.to_yaml(doc)
+    # A file on the share: the tracking URI without user:password (the job's secrets carry them).
+    return header + redact_text(OmegaConf.to_yaml(doc))
 
 
 def node_entry_source() -> str:
