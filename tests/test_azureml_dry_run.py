@@ -130,7 +130,7 @@ def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snap
     run_dir = tmp_path / "run"
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?token=Tok3n-in-query"
     extra = {"launcher.dry_run": "true", "tracking": "mlflow", "tracking.uri": f"'{uri}'"}
-    proc = run_cli(aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), aml_env(fake_aml), tmp_path)
+    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (run_dir / "azureml" / "job.yml").read_text()
     doc = yaml.safe_load(text)

@@ -201,7 +201,7 @@ def test_a_password_in_the_tracking_uri_reaches_the_nodes_only_as_a_secret(fake_
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
         "launcher.dry_run": "true", "tracking": "mlflow", "tracking.remote": "nodes", "tracking.uri": f"'{uri}'"})
-    proc = run_cli(args, cli_env(fake_azure, storage_key), tmp_path)
+    proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((run_dir / "job.json").read_text())
     assert schema_errors(doc) == []
