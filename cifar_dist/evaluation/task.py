@@ -69,7 +69,7 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
     from cifar_dist.evaluation.inputs import resolve_model_path
-    from cifar_dist.durable import write_json
+    from cifar_dist.atomic_files import write_json
     from cifar_dist.training.horovod_env import init_world
 
     start = time.time()

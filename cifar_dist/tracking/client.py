@@ -1,4 +1,4 @@
-"""The MLflow client for a tracking URI, and whether a run is still there: what store.py and sweeps.py share."""
+"""The MLflow client for a tracking URI, and whether a run is still there: what store.py and sweep_parent.py share."""
 from __future__ import annotations
 
 
