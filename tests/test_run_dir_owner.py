@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from cifar_dist.rundir import owner
+from cifar_dist.rundir import owner as rundir_owner
 from cifar_dist.rundir.owner import MARKER, Owner, claim, owner
 
 QUICK = ("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
@@ -95,10 +95,10 @@ def test_only_what_this_process_created_is_removed(tmp_path, monkeypatch):
     run_dir = parent / "day" / "time"
     run_dir.mkdir(parents=True)
     claim(run_dir, Owner.NEW, parent)
-    monkeypatch.setattr(owner.os, "getpid", lambda: 1)  # another process: not ours to remove
-    assert not owner.remove_if_created_here(run_dir) and run_dir.is_dir()
+    monkeypatch.setattr(rundir_owner.os, "getpid", lambda: 1)  # another process: not ours to remove
+    assert not rundir_owner.remove_if_created_here(run_dir) and run_dir.is_dir()
     monkeypatch.undo()
-    assert owner.remove_if_created_here(run_dir)
+    assert rundir_owner.remove_if_created_here(run_dir)
     assert not (parent / "day").exists() and parent.is_dir()  # up to, never including, what existed
 
 
