@@ -14,12 +14,12 @@ from cifar_dist.config import register_configs
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.override_check import command_line_problem
-from cifar_dist.preflight import check_run_dir
+from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.redaction import redact_logs
 from cifar_dist.results import final_accuracy
-from cifar_dist.sweep import dry_run_line
-from cifar_dist.rundir_owner import only_scaffolding, remove_if_created_here
-from cifar_dist.durable import disk_full
+from cifar_dist.sweep_summary import dry_run_line
+from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
+from cifar_dist.atomic_files import disk_full
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking import after_job
 from cifar_dist.tracking.settings import export_credentials
@@ -122,7 +122,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
-        from cifar_dist.launchers.heartbeat import start_from_env
+        from cifar_dist.launchers.ranks.heartbeat import start_from_env
 
         start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
     started = time.time() - 1  # mtimes may be rounded to the second (network file systems)

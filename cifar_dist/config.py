@@ -304,7 +304,7 @@ class TrainTaskConfig(TaskConfig):
 
 @dataclass
 class EvaluateTaskConfig(TaskConfig):
-    _target_: str = "cifar_dist.evaluation.evaluate"
+    _target_: str = "cifar_dist.evaluation.task.evaluate"
     name: str = "evaluate"
 
 

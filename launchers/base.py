@@ -137,7 +137,7 @@ class Launcher(abc.ABC):
 
     @classmethod
     def follows_job_in(cls, run_dir: Path, cfg: DictConfig, holder: Optional[str]) -> bool:
-        """Asked by the run-dir guard (``cifar_dist/rundir.py``) before Hydra writes into ``run_dir``;
+        """Asked by the run-dir guard (``cifar_dist/rundir/guard.py``) before Hydra writes into ``run_dir``;
         ``holder`` is the lock record of another process that holds it (None: this process got the lock).
         True: this launch follows the job that holds it (a cluster job its launcher watches again), so it
         goes on without the lock. Raises a ``CifarDistError`` to refuse the launch. Most launchers

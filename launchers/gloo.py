@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from typing import Dict, List
 
-from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
 from cifar_dist.options import config_option
 
 # What horovodrun and the ranks need from this environment besides the

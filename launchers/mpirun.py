@@ -2,7 +2,7 @@
 
 ``python -m cifar_dist launcher=mpirun launcher.np=2`` re-invokes the same
 job (same overrides, same run dir, in-process launcher inside) as
-``mpirun -np 2 ... python -m cifar_dist.launchers.rank_exec ... -- python -m
+``mpirun -np 2 ... python -m cifar_dist.launchers.ranks.rank_exec ... -- python -m
 cifar_dist <overrides>``, in the spirit of Horovod's documented
 ``mpirun -np 4 -H server1:2,server2:2 -bind-to ... -x VAR python train.py``.
 Locally each rank is bound to cores/np cores (``--map-by slot:PE=k --bind-to
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from cifar_dist.launchers.base import JobSpec, LaunchResult
-from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
 from cifar_dist.options import config_option
 
 
@@ -51,7 +51,7 @@ class MpirunLauncher(MultiRankLauncher):
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """launcher.concurrent=k: k points at a time, each its own MPI group of one MPMD mpirun."""
         if self.conf.concurrent > 1:
-            from cifar_dist.launchers.concurrent import run_batches
+            from cifar_dist.launchers.ranks.concurrent_points import run_batches
 
             return run_batches(self, jobs)
         return super().launch_all(jobs)

@@ -88,7 +88,7 @@ def launcher_key(config: DictConfig) -> str:
 
 def prepare_job(cfg: DictConfig) -> JobSpec:
     """Task function of a point another launcher runs: build and check its JobSpec, train nothing."""
-    from cifar_dist.preflight import check_run_dir
+    from cifar_dist.rundir.preflight import check_run_dir
     from cifar_dist.validation import validate
 
     job = JobSpec.from_hydra(cfg)
@@ -136,7 +136,7 @@ class SweepLauncher(HydraLauncher):
         try:
             return self.launch_points(points, sweep_dir)
         except KeyboardInterrupt:  # Ctrl-C: the sweep's parent run ends KILLED, then the whole sweep ends
-            from cifar_dist.tracking.sweeps import close_sweep
+            from cifar_dist.tracking.sweep_parent import close_sweep
 
             close_sweep(sweep_dir, [], interrupted=True)
             raise
@@ -154,7 +154,7 @@ class SweepLauncher(HydraLauncher):
             for i, ret in zip(indices, self.launch_group([points[i] for i in indices])):
                 returns[i] = ret
         if any("launcher" in config for config in points):
-            from cifar_dist.sweep import summarize
+            from cifar_dist.sweep_summary import summarize
 
             summarize(sweep_dir)  # cumulative: every point under the sweep dir so far
         return [ret for ret in returns if ret is not None]

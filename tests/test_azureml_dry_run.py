@@ -39,7 +39,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     # Every rank runs the job's own overrides in-process, pinned to the mounted output.
     argv = shlex.split(doc["command"])
     app = argv[argv.index("--") + 1:]
-    assert argv[:3] == ["python", "-m", "cifar_dist.launchers.rank_exec"]
+    assert argv[:3] == ["python", "-m", "cifar_dist.launchers.ranks.rank_exec"]
     assert app[:3] == ["python", "-m", "cifar_dist"]
     assert "optimizer.lr=0.002" in app and "launcher=local" in app
     assert "hydra.run.dir='${{outputs.run_dir}}'" in app and "hydra.output_subdir=null" in app
@@ -50,7 +50,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     code = Path(doc["code"])
     assert (code / "cifar_dist" / "__main__.py").is_file()
     assert (code / "cifar_dist" / "conf" / "config.yaml").is_file()
-    assert (code / "cifar_dist" / "launchers" / "rank_exec.py").is_file()
+    assert (code / "cifar_dist" / "launchers" / "ranks" / "rank_exec.py").is_file()
 
     # The image: the base image, MPI, the pinned TensorFlow/tf-keras, Horovod built against them.
     docker = (run_dir / "azureml" / "environment" / "Dockerfile").read_text()

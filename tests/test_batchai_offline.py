@@ -181,7 +181,7 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
 def test_node_entry_quotes_the_run_dir_with_the_one_rule_and_reads_every_rank_variable(monkeypatch):
     from cifar_dist.launchers.base import parse_overrides
     from cifar_dist.launchers.batchai import node_entry
-    from cifar_dist.launchers.rank_exec import RANK_VARS
+    from cifar_dist.launchers.ranks.rank_exec import RANK_VARS
 
     run_dir = "/mnt/share/a\\b/it's=1,2 x"  # a backslash Hydra reads literally, a quote, '=', ',' and a space
     argv = node_entry.hydra_argv("/cfg", "job_config", run_dir, rank=1)

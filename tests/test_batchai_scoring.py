@@ -243,4 +243,4 @@ def test_the_node_resolves_the_share_path_from_its_own_environment(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     node = OmegaConf.create(proc.stdout)
     assert node.evaluate.model == "/mnt/batch/tasks/shared/LS_root/mounts/cifardist/cifar/jobs/j-0/outputs"
-    assert node.task._target_ == "cifar_dist.evaluation.evaluate"
+    assert node.task._target_ == "cifar_dist.evaluation.task.evaluate"

@@ -21,8 +21,8 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.config import register_configs
-from cifar_dist.launchers import concurrent
-from cifar_dist.launchers import hosts as hosts_mod
+from cifar_dist.launchers.ranks import concurrent_points
+from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from conftest import read_metrics, run_cli
 
@@ -66,7 +66,7 @@ def test_one_mpirun_runs_each_point_as_its_own_group(tmp_path, monkeypatch):
         job, launcher = compose_job(tmp_path / str(num), "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2",
                                     f"optimizer.lr={lr}", num=num)
         jobs.append(job)
-    argv = concurrent.Batch(launcher, jobs).command(env={})
+    argv = concurrent_points.Batch(launcher, jobs).command(env={})
     options, programs = contexts(argv)
 
     assert options[:2] == ["mpirun", "--enable-recovery"]
@@ -75,7 +75,7 @@ def test_one_mpirun_runs_each_point_as_its_own_group(tmp_path, monkeypatch):
     for group, (program, lr) in enumerate(zip(programs, (1e-4, 2e-4))):
         assert program[:2] == ["-np", "2"]
         assert "-x" in program and program[program.index("-x") + 1] == "TF_USE_LEGACY_KERAS"  # -x is per program
-        wrapper = program[program.index("cifar_dist.launchers.rank_exec"):program.index("--")]
+        wrapper = program[program.index("cifar_dist.launchers.ranks.rank_exec"):program.index("--")]
         assert wrapper[wrapper.index("--mpi-group") + 1] == str(group)
         assert wrapper[wrapper.index("--group-size") + 1] == "2"
         assert wrapper[wrapper.index("--log-dir") + 1] == str(tmp_path / str(group) / "logs")
@@ -109,7 +109,7 @@ def test_ranks_that_would_wait_forever_stop_the_mpirun(tmp_path):
     job0, launcher = compose_job(tmp_path / "0", "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2",
                                  "launcher.rank_failure_grace_s=5", num=0)
     job1, _ = compose_job(tmp_path / "1", "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2", num=1)
-    batch = concurrent.Batch(launcher, [job0, job1])
+    batch = concurrent_points.Batch(launcher, [job0, job1])
     started = time.time() - 100
     logs0, logs1 = tmp_path / "0" / "logs", tmp_path / "1" / "logs"
 

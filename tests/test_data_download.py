@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from cifar_dist.data import DataError, load_dataset
 from cifar_dist.data.download import download
-from cifar_dist.durable import TEMP_SUFFIX
+from cifar_dist.atomic_files import TEMP_SUFFIX
 from cifar_fixtures import Route, batch_files, download_cfg, load_in_child, md5_of, random_batches, serve, tar_bytes, unused_port
 
 TRAIN, TEST = random_batches(n_train_batches=2, per_batch=16, n_test=12, seed=2)

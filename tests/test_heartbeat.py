@@ -5,7 +5,7 @@ A rank that dies is covered by tests/test_launcher_mpirun.py
 that is alive but late to a collective is Horovod's stall check
 (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, set from launcher.stall_shutdown_s).
 A rank that does not run at all blocks Horovod's own coordination, so only
-the launcher's heartbeat watch ends that job (launchers/heartbeat.py).
+the launcher's heartbeat watch ends that job (launchers/ranks/heartbeat.py).
 """
 import os
 import shutil
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, HeartbeatWatch, heartbeat_path, start_from_env
+from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, HeartbeatWatch, heartbeat_path, start_from_env
 from conftest import start_cli, wait_for
 from test_launcher_mpirun import QUICK, processes_of, rank_pid
 

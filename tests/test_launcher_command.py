@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.config import register_configs
-from cifar_dist.launchers import hosts as hosts_mod
+from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from cifar_dist.launchers.gloo import GlooLauncher
 from cifar_dist.launchers.mpirun import MpirunLauncher
@@ -39,7 +39,7 @@ def make_job():
 
 def split_command(argv):
     """(runner part, wrapper part, child overrides) of a launcher command."""
-    wrapper_at = argv.index("cifar_dist.launchers.rank_exec") - 2
+    wrapper_at = argv.index("cifar_dist.launchers.ranks.rank_exec") - 2
     child_at = argv.index("--")
     assert argv[child_at + 2:child_at + 4] == ["-m", "cifar_dist"]
     return argv[:wrapper_at], argv[wrapper_at:child_at], argv[child_at + 4:]

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.failure import HOROVOD_SHUTDOWN, first_failure, tail
-from cifar_dist.launchers.hosts import Host, check_slots, is_local, parse_host, parse_hostfile
-from cifar_dist.launchers.rank_exec import core_share
+from cifar_dist.launchers.ranks.rank_failure import HOROVOD_SHUTDOWN, first_failure, tail
+from cifar_dist.launchers.ranks.hosts import Host, check_slots, is_local, parse_host, parse_hostfile
+from cifar_dist.launchers.ranks.rank_exec import core_share
 from conftest import REPO
 
 
@@ -71,7 +71,7 @@ def run_wrapper(tmp_path, rank, code, *extra, env=None, **kw):
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), **(env or {})}
     env.pop("CIFAR_DIST_CHILD", None)
     return subprocess.run(
-        [sys.executable, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(tmp_path / "logs"),
+        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"),
          "--nonchief-arg=extra-arg", *extra, "--", sys.executable, "-c", code, "x"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, **kw,
     )
@@ -111,7 +111,7 @@ def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
     pidfile = tmp_path / "child.pid"
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1", "PIDFILE": str(pidfile)}
     wrapper = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
+        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
          sys.executable, "-c", code], cwd=REPO, env=env)
     deadline = time.time() + 30
     while not pidfile.exists() or not pidfile.read_text():
@@ -125,7 +125,7 @@ def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
 
     pidfile.unlink()
     wrapper = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
+        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
          sys.executable, "-c", code], cwd=REPO, env=env)
     while not pidfile.exists() or not pidfile.read_text():
         assert time.time() < deadline + 30
@@ -211,7 +211,7 @@ RUNNER = textwrap.dedent("""
 SUPERVISE = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from cifar_dist.launchers.supervise import Supervisor
+    from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
     import os
     # "watch": stop as soon as the rank is up (as when another rank has failed).
     rank_up = lambda: Path(os.environ["PIDFILE"]).exists() and Path(os.environ["PIDFILE"]).read_text()

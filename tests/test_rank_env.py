@@ -1,4 +1,4 @@
-"""One rank environment for every launcher (launchers/rank_env.py), checked on what each launcher generates.
+"""One rank environment for every launcher (launchers/ranks/rank_env.py), checked on what each launcher generates.
 
 The rule for TF_USE_LEGACY_KERAS: the launching user's explicit value is
 carried to the ranks (an explicit "0" then gets the Keras-3 refusal at rank
@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.config import register_configs
-from cifar_dist.launchers import hosts as hosts_mod
+from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.azureml.config import AzureMLLauncherConf
 from cifar_dist.launchers.azureml.config import resolve_settings as aml_settings
 from cifar_dist.launchers.azureml.job import job_document
@@ -23,7 +23,7 @@ from cifar_dist.launchers.base import JobSpec
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf
 from cifar_dist.launchers.batchai.config import resolve_settings as batchai_settings
 from cifar_dist.launchers.batchai.job import ShareLayout, build_job_body
-from cifar_dist.launchers.rank_env import rank_environment
+from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.slurm.config import conf_from_kwargs as slurm_conf
 from cifar_dist.launchers.slurm.script import batch_script
 

@@ -6,7 +6,7 @@ every rank training and writing checkpoints into the run dir, racing the
 re-run the docs recommend. Now the runner gets SIGTERM from the kernel when
 the launcher dies (PR_SET_PDEATHSIG), SIGHUP stops the job like Ctrl-C, and
 each rank's wrapper stops its rank when its own parent goes
-(launchers/rank_exec.py). On another host the same holds: OpenMPI's orted
+(launchers/ranks/rank_exec.py). On another host the same holds: OpenMPI's orted
 and horovodrun's ssh sessions are the wrapper's parents there.
 """
 import os
@@ -89,7 +89,7 @@ def test_a_rank_wrapper_whose_parent_is_killed_stops_its_rank(tmp_path):
     parent_script = tmp_path / "runner.py"
     parent_script.write_text(
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-m', 'cifar_dist.launchers.rank_exec', '--log-dir', {str(tmp_path)!r}, "
+        f"subprocess.Popen([sys.executable, '-m', 'cifar_dist.launchers.ranks.rank_exec', '--log-dir', {str(tmp_path)!r}, "
         f"'--', sys.executable, {str(rank_script)!r}])\n"
         "time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, str(parent_script)], cwd=REPO, env=cli_env(),

@@ -9,8 +9,8 @@ import pytest
 from cifar_dist import results
 from conftest import REPO
 from cifar_dist.launchers.slurm.job import SlurmJob
-from cifar_dist.sweep import read_point
-from cifar_dist.tracking.describe import load_job
+from cifar_dist.sweep_summary import read_point
+from cifar_dist.tracking.run_description import load_job
 
 TRAINED = {"epochs": [{"epoch": 1, "loss": 1.5}], "complete": True, "ranks": 2,
            "test": {"loss": 1.1, "accuracy": 0.61}}

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli
-from cifar_dist.rundir_lock import LOCK_NAME
+from cifar_dist.rundir.lock import LOCK_NAME
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
 # so "mid-epoch" exists and the multi-step path of the default (16) is the one killed.

@@ -9,7 +9,7 @@ resume: test_rundir_lock.py (those tests also take the lock).
 from pathlib import Path
 
 from conftest import QUIET_SAMPLE_RUN, error_lines, run_cli
-from cifar_dist.rundir_lock import LOCK_NAME
+from cifar_dist.rundir.lock import LOCK_NAME
 
 BASE = QUIET_SAMPLE_RUN
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from cifar_dist import rundir_owner
-from cifar_dist.rundir_owner import MARKER, Owner, claim, owner
+from cifar_dist.rundir import owner as rundir_owner
+from cifar_dist.rundir.owner import MARKER, Owner, claim, owner
 
 QUICK = ("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
 

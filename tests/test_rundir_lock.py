@@ -19,8 +19,8 @@ import time
 import pytest
 
 from conftest import QUIET_SAMPLE_RUN, REPO, cli_env, error_lines, run_cli, start_cli
-from cifar_dist.rundir_lock import LOCK_NAME, RunDirInUse, RunDirLock
-from cifar_dist.durable import TEMP_SUFFIX
+from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
+from cifar_dist.atomic_files import TEMP_SUFFIX
 
 BASE = QUIET_SAMPLE_RUN
 
@@ -64,7 +64,7 @@ def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumber
     """Before the marker and 1-based CSV epochs: no .cifar_dist_run, training_log.csv numbered from 0."""
     import csv
 
-    from cifar_dist.rundir_owner import MARKER
+    from cifar_dist.rundir.owner import MARKER
 
     old = tmp_path / "old"
     shutil.copytree(half_run, old)
@@ -88,7 +88,7 @@ def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_re
     finished = tmp_path / "run"
     shutil.copytree(trained_run[0], finished)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from cifar_dist.rundir_lock import RunDirLock; "
+        [sys.executable, "-c", "import sys, time; from cifar_dist.rundir.lock import RunDirLock; "
          "RunDirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)", str(finished)],
         cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.failure import first_failure
+from cifar_dist.launchers.ranks.rank_failure import first_failure
 from cifar_dist.launchers.slurm.client import job_info, parse_show_job
 from cifar_dist.launchers.slurm.config import SlurmLauncherConf, check, conf_from_kwargs
 from cifar_dist.launchers.slurm.script import STOP_SIGNAL_ENV, batch_script, sbatch_options
@@ -187,7 +187,7 @@ class CountingQueue:
 
 
 def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
-    from cifar_dist.launchers.cluster import watch
+    from cifar_dist.launchers.cluster_base import watch
     from cifar_dist.launchers.slurm.job import SlurmJob
     from cifar_dist.launchers.slurm.queue import JobStates
 
@@ -257,7 +257,7 @@ def test_sbatch_values_are_quoted_and_a_percent_in_the_run_dir_is_escaped(tmp_pa
 
 def test_the_batch_scripts_lock_helper_refuses_a_foreign_holder_and_waits_for_its_launcher(tmp_path):
     from cifar_dist.launchers.slurm.rundir_hold import HELD_BY_LAUNCHER, launcher_note, main
-    from cifar_dist.rundir_lock import LOCK_NAME, RunDirLock, holder_job, note_holder
+    from cifar_dist.rundir.lock import LOCK_NAME, RunDirLock, holder_job, note_holder
 
     held = RunDirLock(tmp_path).acquire()
     try:

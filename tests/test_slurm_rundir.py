@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli, start_cli, wait_for
 from test_slurm_e2e import env_for, job_id, job_state, pytestmark, slurm, small, tiny_data  # noqa: F401
 
-from cifar_dist.rundir_lock import LOCK_NAME
+from cifar_dist.rundir.lock import LOCK_NAME
 
 EPOCHS = 50
 

@@ -14,8 +14,8 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from cifar_dist.config import register_configs  # noqa: E402
 from cifar_dist.tracking import after_download, import_run_dir  # noqa: E402
-from cifar_dist.tracking.describe import git_commit, load_job, params, sweep_dir  # noqa: E402
-from cifar_dist.tracking.guard import Guard  # noqa: E402
+from cifar_dist.tracking.run_description import git_commit, load_job, params, sweep_dir  # noqa: E402
+from cifar_dist.tracking.never_fail import Guard  # noqa: E402
 from cifar_dist.tracking.runfile import RUN_FILE, SWEEP_FILE, read_ref  # noqa: E402
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri  # noqa: E402
 
@@ -175,7 +175,7 @@ def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp
 
 def test_the_job_log_and_the_sweep_summary_show_no_password(tmp_path, capsys):
     from cifar_dist.redaction import redact_logs
-    from cifar_dist.sweep import summarize
+    from cifar_dist.sweep_summary import summarize
 
     logger = logging.getLogger("test_redaction")
     handler = logging.StreamHandler()

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from cifar_dist.data.batches import DataError, reason
-from cifar_dist.durable import atomic_path
+from cifar_dist.atomic_files import atomic_path
 
 log = logging.getLogger("cifar_dist.data")
 

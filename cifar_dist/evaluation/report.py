@@ -13,7 +13,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
-from cifar_dist.durable import atomic_write_text, save_figure
+from cifar_dist.atomic_files import atomic_write_text, save_figure
 
 
 def summarize(labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, class_names: Sequence[str]) -> Dict[str, Any]:

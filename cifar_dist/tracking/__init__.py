@@ -1,11 +1,11 @@
 """Experiment tracking: every job (single run or sweep point) recorded as an MLflow run (docs/tracking.md).
 
 ``tracking=mlflow`` turns it on. Rank 0 records; the tracker can never make
-a job fail (guard.py); the run id lives in the run dir (runfile.py) so a
+a job fail (never_fail.py); the run id lives in the run dir (runfile.py) so a
 resumed job continues its run; a run dir can be sent later with
 ``python -m cifar_dist.tracking import <run dir or sweep dir>``. MLflow is
 imported only when tracking is on (the ``tracking`` extra).
 """
-from cifar_dist.tracking.hooks import after_download, after_job, import_run_dir, open_for_training
+from cifar_dist.tracking.job_hooks import after_download, after_job, import_run_dir, open_for_training
 
 __all__ = ["after_download", "after_job", "import_run_dir", "open_for_training"]

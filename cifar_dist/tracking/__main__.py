@@ -38,10 +38,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
 
-    from cifar_dist.sweep import read_point
-    from cifar_dist.tracking.guard import one_line
-    from cifar_dist.tracking.hooks import import_run_dir
-    from cifar_dist.tracking.sweeps import close_sweep
+    from cifar_dist.sweep_summary import read_point
+    from cifar_dist.tracking.never_fail import one_line
+    from cifar_dist.tracking.job_hooks import import_run_dir
+    from cifar_dist.tracking.sweep_parent import close_sweep
 
     dirs = job_dirs(args.path) if args.path.is_dir() else []
     if not dirs:

@@ -1,4 +1,4 @@
-"""The MLflow client for a tracking URI, and whether a run is still there: what store.py and sweeps.py share.
+"""The MLflow client for a tracking URI, and whether a run is still there: what store.py and sweep_parent.py share.
 
 A SQLite store is bounded in time like a server (``tracking.http_*``): the
 file is opened once by ``sqlite3`` before MLflow sees it, so a store that

@@ -1,6 +1,6 @@
 """One job's MLflow run: open (or reopen) it, log epochs, fill gaps from the run dir, log artifacts, end it.
 
-Only this module (and sweeps.py, both through client.py) talks to MLflow, through ``MlflowClient``
+Only this module (and sweep_parent.py, both through client.py) talks to MLflow, through ``MlflowClient``
 with an explicit tracking URI and run id: no global active run, so nothing
 lingers between the points of an in-process sweep.
 """
@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 from cifar_dist.redaction import redact_text
 from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
-from cifar_dist.tracking import describe
+from cifar_dist.tracking import run_description as describe
 from cifar_dist.tracking.client import client_for, run_exists
 from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref
 from cifar_dist.tracking.settings import artifact_location, redact
@@ -59,7 +59,7 @@ class TrackedRun:
     @classmethod
     def open(cls, uri: str, experiment: str, job: describe.JobRecord, extra_tags: Dict[str, str]) -> "TrackedRun":
         """The run this run dir already has at ``uri`` (set RUNNING again), else a new one, saved in the run dir."""
-        from cifar_dist.tracking.sweeps import sweep_parent
+        from cifar_dist.tracking.sweep_parent import sweep_parent
 
         client = client_for(uri)
         ref = read_ref(job.run_dir / RUN_FILE)

@@ -1,13 +1,13 @@
 """Files the trainer leaves in the run dir besides checkpoints: metrics.json's resume, the CSV log, the plot.
 
-They are written through cifar_dist.durable (atomic) and read through cifar_dist.results.
+They are written through cifar_dist.atomic_files (atomic) and read through cifar_dist.results.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, List
 
-from cifar_dist.durable import atomic_write_text, save_figure
+from cifar_dist.atomic_files import atomic_write_text, save_figure
 from cifar_dist.results import load_json
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training import checkpoints
-from cifar_dist.durable import write_json
+from cifar_dist.atomic_files import write_json
 from cifar_dist.training.schedules import current_lr
 
 

@@ -20,7 +20,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from cifar_dist.durable import atomic_path
+from cifar_dist.atomic_files import atomic_path
 
 log = logging.getLogger(__name__)
 

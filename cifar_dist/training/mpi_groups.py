@@ -1,7 +1,7 @@
 """This rank's share of a concurrent sweep: its own MPI group, its own Horovod world.
 
 With ``launcher=mpirun launcher.concurrent=k`` one ``mpirun`` starts k sweep
-points side by side, np ranks each (``launchers/concurrent.py``). The per-rank
+points side by side, np ranks each (``launchers/ranks/concurrent_points.py``). The per-rank
 wrapper (``rank_exec --mpi-group G``) tells each rank its group through
 ``CIFAR_DIST_MPI_GROUP``; ``join_sweep_group`` then splits MPI_COMM_WORLD by
 that colour with mpi4py and ``init_world`` hands the group's communicator to

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 
 from cifar_dist.config import typed
 from cifar_dist.data import load_dataset
-from cifar_dist.durable import remove_partials, write_json
+from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.training import checkpoints, recipe

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.rank_env import rank_environment
-from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.redaction import redact_text
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -68,7 +68,7 @@ def rank_command(job: JobSpec, model_override: Optional[str] = None) -> str:
     """What Azure ML's mpirun starts on every rank: the in-process app inside the
     per-rank wrapper (rank 0's output to the job's log, every rank's own log in
     the run dir's logs/, the shared Hydra log file left to rank 0)."""
-    wrapper = ["python", "-m", "cifar_dist.launchers.rank_exec", "--log-dir", f"{OUTPUT_REF}/{LOG_DIR}"]
+    wrapper = ["python", "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", f"{OUTPUT_REF}/{LOG_DIR}"]
     wrapper += [f"--nonchief-arg={o}" for o in NONCHIEF_OVERRIDES]
     return shlex.join([*wrapper, "--", "python", "-m", "cifar_dist", *remote_overrides(job, model_override)])
 

@@ -32,7 +32,7 @@ from cifar_dist.launchers.azureml.job import (
 from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
-from cifar_dist.launchers.cluster import ClusterLauncher
+from cifar_dist.launchers.cluster_base import ClusterLauncher
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
-from cifar_dist.launchers.cluster import ClusterJob, detached, rerun_or
-from cifar_dist.launchers.failure import print_tail
+from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
+from cifar_dist.launchers.ranks.rank_failure import print_tail
 from cifar_dist.results import read_results_or_warn
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.rank_env import rank_environment
+from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 from cifar_dist.redaction import MASK, redact_text
 

@@ -12,8 +12,8 @@ from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
-from cifar_dist.launchers.cluster import detached, rerun_or
-from cifar_dist.launchers.failure import print_tail
+from cifar_dist.launchers.cluster_base import detached, rerun_or
+from cifar_dist.launchers.ranks.rank_failure import print_tail
 from cifar_dist.results import read_results_or_warn
 
 log = logging.getLogger(__name__)

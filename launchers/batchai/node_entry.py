@@ -17,7 +17,7 @@ from typing import List, Optional
 
 
 def _rank() -> int:
-    from cifar_dist.launchers.rank_exec import RANK_VARS, env_int
+    from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
 
     return env_int(RANK_VARS, 0)
 
@@ -48,7 +48,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     # environmentVariables carry rank_environment() from the launching side; what they
     # lack (a job sent by an older launcher) is filled in here, the guard always.
     from cifar_dist.launchers.base import RANK_GUARD_ENV
-    from cifar_dist.launchers.rank_env import rank_environment
+    from cifar_dist.launchers.ranks.rank_env import rank_environment
 
     os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
     sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank())]

@@ -158,7 +158,7 @@ def node_job_config(cfg: DictConfig, choices: Dict[str, Optional[str]]) -> str:
     body = OmegaConf.to_container(cfg, resolve=False)
     body["launcher"] = dict(LOCAL_LAUNCHER)
     if body.get("tracking") and body["tracking"].get("remote", "import") == "import":
-        # The launching machine imports the downloaded run dir (tracking/hooks.py after_download).
+        # The launching machine imports the downloaded run dir (tracking/job_hooks.py after_download).
         body["tracking"]["backend"] = "none"
     doc = OmegaConf.create({"defaults": defaults, **body})
     header = (

@@ -7,7 +7,7 @@ follows it instead of submitting a second one (a re-run after Ctrl-C with
 other settings would end with the job's results under the new settings'
 name, so it is refused in one line listing what differs, before Hydra
 rewrites ``.hydra/config.yaml`` (``follows_job_in``, called by the run-dir
-guard, ``cifar_dist/rundir.py``): the run dir keeps describing the job it
+guard, ``cifar_dist/rundir/guard.py``): the run dir keeps describing the job it
 holds. Only how the launcher follows may change (``FOLLOW_ONLY``).
 """
 from __future__ import annotations

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.launchers.base import LaunchError, LaunchResult
-from cifar_dist.launchers.cluster import ClusterJob, detached
-from cifar_dist.launchers.failure import first_failure, read_exit_records, tail
-from cifar_dist.launchers.multirank import LOG_DIR
+from cifar_dist.launchers.cluster_base import ClusterJob, detached
+from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, tail
+from cifar_dist.launchers.ranks.multirank import LOG_DIR
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
 from cifar_dist.launchers.slurm.queue import JobStates
@@ -70,7 +70,7 @@ def record_job_id(run_dir: Path, job_id: str) -> None:
     path.write_text(job_id + "\n")
     # The launcher holding the run dir's lock says it does so for this job: its batch script then
     # waits for the lock instead of refusing the run dir (rundir_hold.py).
-    from cifar_dist.rundir_lock import note_holder
+    from cifar_dist.rundir.lock import note_holder
 
     note_holder(run_dir, launcher_note(job_id))
 

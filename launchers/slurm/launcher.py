@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
-from cifar_dist.launchers.cluster import ClusterLauncher, watch
+from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
@@ -51,7 +51,7 @@ class SlurmLauncher(ClusterLauncher):
         """The run-dir guard's question: does this launch follow the job that holds ``run_dir``?
         Yes if the holder is the Slurm job the run dir recorded and it asks for the same settings;
         a launch with other settings is refused (follow.py), whoever holds the lock."""
-        from cifar_dist.rundir_lock import holder_job
+        from cifar_dist.rundir.lock import holder_job
 
         job_id = recorded_job_id(run_dir)
         if job_id is None or (holder is not None and holder_job(holder) != f"Slurm job {job_id}"):
@@ -196,7 +196,7 @@ def array_dir(points: List[PreparedJob]) -> Path:
 
 def _note_submitting(run_dir: Path) -> None:
     """Say in the run dir's lock (if this process holds it) that it is held for the job about to be submitted."""
-    from cifar_dist.rundir_lock import note_holder
+    from cifar_dist.rundir.lock import note_holder
 
     note_holder(run_dir, launcher_note())
 

@@ -1,6 +1,6 @@
 """The state of every watched Slurm job from one query per poll round.
 
-The watch loop (``launchers/cluster.py``) polls each job of a sweep in turn;
+The watch loop (``launchers/cluster_base.py``) polls each job of a sweep in turn;
 every ``SlurmJob.poll()`` asks ``JobStates.info(its id)``. The first ask of a
 round queries all watched jobs at once (``squeue -j a,b,c``), the others of
 that round read its answer; a job asking a second time starts the next

@@ -3,7 +3,7 @@
 The batch script opens ``<run dir>/.cifar_dist.lock`` on descriptor 9 for its
 whole life and runs this on it (``script.py``); the lock belongs to that open
 file, so it stays held after this process exits, until the job ends
-(``cifar_dist/rundir_lock.py``). Exit status:
+(``cifar_dist/rundir/lock.py``). Exit status:
 
 * 0: locked; the record names the job, its batch script's pid and host;
 * 3: the launcher that submitted (or follows) this job holds it: its record
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from cifar_dist.rundir_lock import RunDirInUse, lock_fd, write_holder
+from cifar_dist.rundir.lock import RunDirInUse, lock_fd, write_holder
 
 LAUNCHER_NOTE = ", the Slurm launcher of this run dir"
 HELD_BY_LAUNCHER = 3

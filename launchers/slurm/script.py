@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.multirank import LOG_DIR, NONCHIEF_OVERRIDES
-from cifar_dist.launchers import rank_env
-from cifar_dist.launchers.rank_env import STOP_SIGNAL_ENV
+from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers.ranks import rank_env
+from cifar_dist.launchers.ranks.rank_env import STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
 
 SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
@@ -119,7 +119,7 @@ def rank_environment(conf: SlurmLauncherConf) -> Dict[str, str]:
 
 def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str]:
     """``rank_exec`` around the job's own command (launcher=local on every rank)."""
-    wrapper = [python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+    wrapper = [python, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
     wrapper += [f"--nonchief-arg={override}" for override in NONCHIEF_OVERRIDES]
     return [*wrapper, "--", *job.child_command(python=python)]
 
@@ -139,7 +139,7 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
 
 def hold_run_dir_lines(run_dir: Path, python: str) -> List[str]:
     """Take the run dir's lock for the job's life (``rundir_hold.py``): refused, the job ends with its message."""
-    from cifar_dist.rundir_lock import LOCK_NAME
+    from cifar_dist.rundir.lock import LOCK_NAME
 
     hold = f"{shlex.quote(python)} -m cifar_dist.launchers.slurm.rundir_hold --fd {LOCK_FD} --job \"$job_id\""
     run_dir_q = shlex.quote(str(run_dir))

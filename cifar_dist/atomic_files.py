@@ -139,7 +139,7 @@ def remove_partials(*directories: Path) -> List[Path]:
 
     Only names of exactly atomic_path's form are deleted: other files in the
     run dir are the user's. Called by rank 0 before it writes anything, and
-    the run dir lock (cifar_dist/rundir.py) keeps other runs out, so no live
+    the run dir lock (cifar_dist/rundir/guard.py) keeps other runs out, so no live
     writer owns them.
     """
     removed = []

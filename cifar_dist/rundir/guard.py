@@ -5,15 +5,15 @@ before the task function runs, so a run that is refused in ``app.main`` has
 already overwritten the description of the run whose files are there. This
 callback runs earlier, in ``on_run_start`` (``conf/hydra/default.yaml``), in
 the process that launches the job (ranks are its children and share the dir:
-they skip it). It takes the run dir's lock (``rundir_lock.py``) and applies
+they skip it). It takes the run dir's lock (``lock.py``) and applies
 the resume policy (``resume_policy.py``); either failing is one line and
 exit 2, with nothing in the run dir touched. The lock is held until the run
 ends (``on_run_end``, or the process's exit). Before all that, a folder that
-cifar_dist did not make is refused (``rundir_owner.py``), and once the checks
+cifar_dist did not make is refused (``owner.py``), and once the checks
 pass the run dir gets cifar_dist's marker.
 
 A cluster job holds the lock itself while it runs (its batch script takes
-it, ``rundir_lock.py``). A launch of that job's launcher into its run dir may
+it, ``lock.py``). A launch of that job's launcher into its run dir may
 follow it: the configured launcher's ``follows_job_in`` says whether the
 holder is the job this launch follows (then it goes on without the lock) and
 refuses one that would follow it with other settings; everyone else is
@@ -33,8 +33,8 @@ from typing import Any, Dict
 from hydra.experimental.callback import Callback
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.rundir_lock import RunDirInUse, RunDirLock
-from cifar_dist.rundir_owner import claim, existing_ancestor, owner, refuse_foreign
+from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
+from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
 
 
 def _exit_with(error: CifarDistError) -> None:
@@ -65,7 +65,7 @@ class RunDirGuard(Callback):
 
     def _guard(self, run_dir: Path, config: Any) -> None:
         from cifar_dist.launchers.base import in_child_process
-        from cifar_dist.resume_policy import check_rerun
+        from cifar_dist.rundir.resume_policy import check_rerun
 
         if in_child_process() or run_dir in self._locks:
             return

@@ -38,8 +38,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
-from cifar_dist.launchers.hosts import check_slots
-from cifar_dist.launchers.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
+from cifar_dist.launchers.ranks.hosts import check_slots
+from cifar_dist.launchers.ranks.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
 from cifar_dist.results import read_results
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class Batch:
         return ", ".join(f"#{job.job_num}" for job in self.jobs)
 
     def run(self) -> List[LaunchResult]:
-        from cifar_dist.launchers.supervise import Supervisor
+        from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 
         runner = self.runner()
         if self.launcher.conf.dry_run:
@@ -117,7 +117,7 @@ class Batch:
         return [self.point_result(job, started, stopped, runner_log) for job in self.jobs]
 
     def point_result(self, job: JobSpec, started: float, stopped: str, runner_log: Path) -> LaunchResult:
-        from cifar_dist.launchers.failure import first_failure, read_exit_records
+        from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 
         log_dir = job.output_dir / LOG_DIR
         records = read_exit_records(log_dir, self.launcher.conf.np, started)
@@ -133,8 +133,8 @@ class Batch:
 
     def stuck(self, started: float) -> str:
         """Why the mpirun must be stopped because some ranks would otherwise wait forever ('' if none)."""
-        from cifar_dist.launchers.failure import read_exit_records
-        from cifar_dist.launchers.rank_exec import marker_prefix
+        from cifar_dist.launchers.ranks.rank_failure import read_exit_records
+        from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 
         grace = self.launcher.conf.rank_failure_grace_s
         now = time.time()

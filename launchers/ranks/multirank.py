@@ -4,10 +4,10 @@ A subclass only says how to spell the runner's command line
 (``runner_command``) and how the runner reaches other hosts. Everything else
 is here: pre-flight checks, the per-rank wrapper (``rank_exec``: per-rank log
 files, exit records), the environment every rank needs, streaming and
-stopping the job (``supervise``), and naming the rank that failed
-(``failure``). The flow of ``launch`` is ``start(job).wait()``; a sweep's
+stopping the job (``runner_supervisor``), and naming the rank that failed
+(``rank_failure``). The flow of ``launch`` is ``start(job).wait()``; a sweep's
 points go one after another through ``launch_all`` (mpirun's
-``launcher.concurrent=k`` runs k of them at once: ``concurrent.py``).
+``launcher.concurrent=k`` runs k of them at once: ``concurrent_points.py``).
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from cifar_dist.launchers.base import (
     Launcher,
     quote_override_value,
 )
-from cifar_dist.launchers import hosts as hostlib
-from cifar_dist.launchers.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
-from cifar_dist.launchers.rank_env import LEGACY_KERAS_ENV, rank_environment
+from cifar_dist.launchers.ranks import hosts as hostlib
+from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
+from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class MultiRankConf:
     dry_run: bool = False  # print the command and exit
     # Horovod's stall check: a rank missing from a collective this long ends
     # the job (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); so does a rank whose
-    # heartbeat stops this long (frozen or SIGSTOPped: launchers/heartbeat.py).
+    # heartbeat stops this long (frozen or SIGSTOPped: launchers/ranks/heartbeat.py).
     # 0 keeps Horovod's default and turns the heartbeat watch off.
     stall_shutdown_s: int = 120
     # How often Horovod's background thread coordinates the ranks
@@ -88,7 +88,7 @@ class MultiRankConf:
     kill_grace_s: float = 10.0  # after asking the runner to stop: SIGKILL the tree
     host_check_timeout_s: float = 10.0  # pre-flight "does every host answer"
     # Sweeps: run this many points at once, np ranks each, inside one mpirun
-    # whose world is split into groups (launchers/concurrent.py); 1: one after another.
+    # whose world is split into groups (launchers/ranks/concurrent_points.py); 1: one after another.
     concurrent: int = 1
 
 
@@ -103,9 +103,9 @@ class RunningJob:
         self.env = env
 
     def wait(self) -> LaunchResult:
-        from cifar_dist.launchers.failure import first_failure, read_exit_records, stalled_rank_failure
-        from cifar_dist.launchers.heartbeat import HeartbeatWatch
-        from cifar_dist.launchers.supervise import Supervisor
+        from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
+        from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
+        from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 
         launcher, job = self.launcher, self.job
         log_dir = job.output_dir / LOG_DIR
@@ -208,7 +208,7 @@ class MultiRankLauncher(Launcher):
     def rank_command(self, job: JobSpec, group: Optional[int] = None, group_size: int = 0) -> List[str]:
         """The per-rank wrapper around the job; in a concurrent sweep, ``group`` is its
         MPI group (of ``group_size`` ranks) inside the one mpirun."""
-        wrapper = [self.conf.python, "-m", "cifar_dist.launchers.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+        wrapper = [self.conf.python, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
         if group is not None:
             wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.conf.np)]
         if self.cores_per_rank() and not self.binds_itself():

@@ -1,6 +1,6 @@
 """The per-rank wrapper a multi-process launcher starts instead of the job itself.
 
-``python -m cifar_dist.launchers.rank_exec --log-dir DIR [options] -- CMD...``
+``python -m cifar_dist.launchers.ranks.rank_exec --log-dir DIR [options] -- CMD...``
 runs CMD as a child and
 
 * writes the rank's whole output to ``DIR/rank.<N>.log`` (appended, one header
@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from cifar_dist.durable import write_json
-from cifar_dist.launchers.heartbeat import HEARTBEAT_ENV, heartbeat_path
+from cifar_dist.atomic_files import write_json
+from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
 # they come last: a batch script's own SLURM_PROCID=0 is inherited by ranks mpirun starts.
@@ -161,7 +161,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     record = exit_record_path(log_dir, rank)
     record.unlink(missing_ok=True)
     # The child touches this file while it runs; the launcher stops a job
-    # whose rank goes quiet (launchers/heartbeat.py).
+    # whose rank goes quiet (launchers/ranks/heartbeat.py).
     alive = heartbeat_path(log_dir, rank)
     alive.unlink(missing_ok=True)
     child_env = {**(child_env or os.environ), HEARTBEAT_ENV: str(alive)}
@@ -220,7 +220,7 @@ def write_exit_record(record: Path, rank: int, pid: int, returncode: int, mpi_gr
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cifar_dist.launchers.rank_exec", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cifar_dist.launchers.ranks.rank_exec", description=__doc__.split("\n")[0])
     parser.add_argument("--log-dir", required=True, type=Path)
     parser.add_argument("--bind-cores", action="store_true")
     parser.add_argument("--nonchief-arg", action="append", default=[])

@@ -18,8 +18,8 @@ from typing import Any, Dict, Optional
 from omegaconf import DictConfig
 
 from cifar_dist.results import EVALUATION_FILE
-from cifar_dist.tracking import describe
-from cifar_dist.tracking.guard import Guard
+from cifar_dist.tracking import run_description as describe
+from cifar_dist.tracking.never_fail import Guard
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri, tracking_conf
 

@@ -6,7 +6,7 @@ batch of points, from every point's run dir under the sweep dir
 ``evaluation.json`` for its results). Reading the run dirs rather than the
 launchers' return values means the summary is the same however the points
 were run, covers every batch so far, and can be rebuilt later with
-``python -m cifar_dist.sweep <sweep dir>``.
+``python -m cifar_dist.sweep_summary <sweep dir>``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cifar_dist.durable import save_figure
+from cifar_dist.atomic_files import save_figure
 from cifar_dist.redaction import redact_text
 from cifar_dist.results import read_evaluation, read_metrics
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
@@ -221,7 +221,7 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     except Exception as exc:  # a missing plot must not hide the table and CSV
         log.warning("sweep summary plot failed: %s", exc)
     failed = [p for p in points if p.status not in ("ok", "dry_run")]
-    from cifar_dist.tracking.sweeps import close_sweep
+    from cifar_dist.tracking.sweep_parent import close_sweep
 
     close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
     dry = [p for p in points if p.status == "dry_run"]
@@ -235,5 +235,5 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        sys.exit("usage: python -m cifar_dist.sweep <sweep dir>   (rebuilds sweep_summary.csv/.png and prints the table)")
+        sys.exit("usage: python -m cifar_dist.sweep_summary <sweep dir>   (rebuilds sweep_summary.csv/.png and prints the table)")
     summarize(Path(sys.argv[1]))

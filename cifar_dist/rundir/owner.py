@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import List
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.rundir_lock import LOCK_NAME
+from cifar_dist.rundir.lock import LOCK_NAME
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
@@ -97,7 +97,7 @@ def refuse_foreign(run_dir: Path) -> None:
 
 def keep_aside(run_dir: Path) -> List[Path]:
     """Move every entry a run would write, replace or delete to ``<name>.kept-<time>``; the new paths."""
-    from cifar_dist.durable import is_temp_name
+    from cifar_dist.atomic_files import is_temp_name
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = []

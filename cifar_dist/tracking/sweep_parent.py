@@ -42,7 +42,7 @@ def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
 def close_sweep(sweep_dir: Path, failed_points: Sequence[int], interrupted: bool = False) -> None:
     """The sweep's summary as the parent run's artifacts; the parent FINISHED, FAILED when a point failed,
     KILLED when the sweep was interrupted (Ctrl-C)."""
-    from cifar_dist.tracking.guard import Guard
+    from cifar_dist.tracking.never_fail import Guard
     from cifar_dist.tracking.client import client_for
 
     ref = read_ref(Path(sweep_dir) / SWEEP_FILE)

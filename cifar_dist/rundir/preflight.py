@@ -95,7 +95,7 @@ def check_values(config: Any) -> None:
 
 def note_in_log(run_dir: Path, job_name: str, message: str) -> None:
     """Append why a command was refused to the job log of an existing cifar_dist run dir (Hydra's log format)."""
-    from cifar_dist.rundir_owner import Owner, owner
+    from cifar_dist.rundir.owner import Owner, owner
 
     if owner(run_dir) not in (Owner.OURS, Owner.LEGACY):
         return  # no run dir yet (nothing is created for a refusal), or not ours to write into

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from cifar_dist.launchers.rank_exec import exit_record_path, log_path
+from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
 

@@ -23,7 +23,7 @@ world size's scaled lr and epoch count, as docs/launchers.md describes).
 
 Refused, in one line listing every difference, before Hydra overwrites
 ``.hydra/config.yaml``/``overrides.yaml`` (``RunDirGuard`` in
-``cifar_dist/rundir.py`` calls this from Hydra's ``on_run_start``). Also
+``cifar_dist/rundir/guard.py`` calls this from Hydra's ``on_run_start``). Also
 refused there: ``trainer.resume=false`` over checkpoints, and training again
 into a finished run whose checkpoints are gone (that would silently replace
 its saved model).
