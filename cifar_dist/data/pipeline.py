@@ -129,6 +129,19 @@ def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
     return (n // size if shard else n) // batch_size
 
 
+def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
+    """steps_per_epoch, refused in one line when a rank's share of the data holds no full batch."""
+    steps = steps_per_epoch(n, batch_size, size, shard)
+    if steps < 1:
+        from cifar_dist.validation import ConfigError
+
+        per_rank = n // size if shard else n
+        raise ConfigError(
+            f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
+        )
+    return steps
+
+
 def train_stream(
     x: np.ndarray,
     y: np.ndarray,
@@ -153,13 +166,7 @@ def train_stream(
     """
     n = int(x.shape[0])
     per_rank = n // size if shard else n
-    steps = steps_per_epoch(n, batch_size, size, shard)
-    if steps < 1:
-        from cifar_dist.validation import ConfigError
-
-        raise ConfigError(
-            f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
-        )
+    steps = checked_steps(n, batch_size, size, shard)
     used = steps * batch_size
     images = tf.constant(x)
     labels = tf.one_hot(tf.constant(y, tf.int32), num_classes)

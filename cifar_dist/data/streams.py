@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar_dist.data.batches import DataError
-from cifar_dist.data.pipeline import _EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all
+from cifar_dist.data.pipeline import _EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all, checked_steps
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,7 @@ def streamed_train(
     way all ranks run the same number of full batches.
     """
     n = int(data.train_size)
-    per_rank = n // size if shard else n
-    steps = per_rank // batch_size
-    if steps < 1:
-        from cifar_dist.validation import ConfigError
-
-        raise ConfigError(f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it")
+    steps = checked_steps(n, batch_size, size, shard)
     used = steps * batch_size
     seed_t = tf.constant(seed, tf.int64)
     image_bits = tf.random.stateless_uniform([n], tf.stack([seed_t ^ 0xF11F, tf.constant(0, tf.int64)])) < 0.5

@@ -126,6 +126,14 @@ def storage_credentials(settings: Settings, reveal_key: bool) -> Dict[str, Any]:
     return {"accountKey": KEY_PLACEHOLDER}
 
 
+def check_counts(conf) -> None:
+    """Nodes and processes: at least one each (process_count null: one per node)."""
+    if conf.node_count < 1:
+        raise LaunchError(f"launcher.node_count={conf.node_count} must be >= 1")
+    if conf.process_count is not None and conf.process_count < 1:
+        raise LaunchError(f"launcher.process_count={conf.process_count} must be >= 1 (or null: one per node)")
+
+
 def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
                    secrets: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job.
@@ -134,10 +142,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
     back); their values are masked unless ``reveal_key`` (a real submission).
     """
     conf = settings.conf
-    if conf.node_count < 1:
-        raise LaunchError(f"launcher.node_count={conf.node_count} must be >= 1")
-    if conf.process_count is not None and conf.process_count < 1:
-        raise LaunchError(f"launcher.process_count={conf.process_count} must be >= 1 (or null: one per node)")
+    check_counts(conf)
     account = settings.storage_account
     file_url = f"{settings.file_endpoint}/{layout.share}"
 

@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 
-SAVED_CONFIG = Path(".hydra") / "config.yaml"
 # launcher.* keys that change how this process follows the job, not the job.
 FOLLOW_ONLY = frozenset(f"launcher.{key}" for key in (
     "wait", "poll_interval_s", "on_interrupt", "stream_output", "log_tail_lines", "dry_run"))
