@@ -15,7 +15,7 @@ def main() -> None:
         sys.exit(2)
     from cifar_dist.app import interrupted_exit
     from cifar_dist.app import main as app_main
-    from cifar_dist.launchers.base import in_child_process
+    from cifar_dist.process_role import in_child_process
 
     try:
         app_main()

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from cifar_dist.data.config import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
 from cifar_dist.options import config_option
 
 
@@ -66,58 +67,6 @@ class ScheduleConfig:
 class Compression(str, Enum):
     none = "none"
     fp16 = "fp16"  # Horovod's fp16 gradient compression
-
-
-@dataclass
-class AugmentConfig:
-    # The seed's ImageDataGenerator(width_shift_range=0.1, height_shift_range=0.1,
-    # horizontal_flip=True, fill_mode="nearest"), done on whole batches in tf.data.
-    enabled: bool = True
-    width_shift: float = 0.1
-    height_shift: float = 0.1
-    horizontal_flip: bool = True
-    # airbench's alternating flips: each image gets a fixed random bit (from
-    # the seed) and is flipped in the epochs whose parity matches it, so every
-    # image is seen both ways in any two consecutive epochs. Needs horizontal_flip.
-    alternating_flip: bool = False
-    # Random whole-pixel translation by up to this many pixels each way with
-    # reflected borders (airbench: 2). 0 = off.
-    translate: int = 0
-    # Cutout (DeVries & Taylor 2017): zero one random size x size square per image. 0 = off.
-    cutout: int = 0
-
-
-@config_option("data", "cifar10")
-@dataclass
-class DataConfig:
-    """``data=cifar10``: the real CIFAR-10 python archive (50,000 train / 10,000 test
-    images). Looked for in data.path (the .tar.gz, or a folder holding
-    cifar-10-batches-py), then in data.cache_dir; otherwise downloaded from
-    data.url, md5-checked."""
-
-    # "cifar10": the real archive (data.path, then the cache, then a download);
-    # "sample": the real-image sample that ships inside the package.
-    name: str = "cifar10"
-    path: Optional[str] = None
-    cache_dir: str = "~/.cache/cifar_dist/datasets"
-    url: str = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
-    md5: str = "c58f30108f718f92721af3b95e74349a"
-    size_bytes: int = 170498071
-    download: bool = True
-    download_timeout_s: float = 60.0
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    shuffle_buffer: int = 0  # 0: the whole (per-rank) training set
-    prefetch: int = -1  # -1: tf.data.AUTOTUNE
-
-
-@config_option("data", "sample")
-@dataclass
-class SampleDataConfig(DataConfig):
-    """``data=sample``: real CIFAR-10 images that ship inside the package (4,068 train /
-    1,017 test): the first 1,017 images of each of data_batch_1..4 and test_batch.
-    Needs no network; accuracy on it is far below full-data accuracy."""
-
-    name: str = "sample"
 
 
 @dataclass
@@ -411,8 +360,6 @@ def typed(cfg):
     """
     from omegaconf import OmegaConf, open_dict
 
-    from cifar_dist.data.config import data_schema
-
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
@@ -425,7 +372,7 @@ def register_configs() -> None:
     launcher in Hydra's ConfigStore; called before Hydra composes. Idempotent."""
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
-    from cifar_dist.data import config as data_options  # imports this module: not at the top
+    from cifar_dist.data import config as data_options
     from cifar_dist.options import store_options
 
     ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml

@@ -10,6 +10,10 @@ class CifarDistError(Exception):
     """A problem the user can fix; the message is one line that says how."""
 
 
+class ConfigError(CifarDistError, ValueError):
+    """Bad config values; the message is one line listing every problem."""
+
+
 class PointFailed(CompactHydraException):
     """A sweep point that failed: Hydra records it FAILED and, once the batch has run,
     prints this one line (no traceback) and exits with status 1."""

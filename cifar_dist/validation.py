@@ -13,17 +13,13 @@ from typing import Any, Iterator, List, Tuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
 # launcher.stall_shutdown_s: a rank beats every heartbeat.INTERVAL_S (2 s);
 # a timeout shorter than a few beats would stop healthy jobs.
 MIN_STALL_SHUTDOWN_S = 10
-
-
-class ConfigError(CifarDistError, ValueError):
-    """Bad config values; the message is one line listing every problem."""
 
 
 def _interpolations(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any, Any]]:
@@ -176,7 +172,7 @@ def launcher_problems(cfg: DictConfig) -> List[str]:
     """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
     import hydra.utils
 
-    from cifar_dist.launchers.base import in_child_process
+    from cifar_dist.process_role import in_child_process
 
     if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
         return []

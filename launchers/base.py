@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -21,13 +20,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
-# Set in the environment of every process a launcher starts; the app then runs
-# the job in-process whatever launcher the config names, so nothing recurses.
-RANK_GUARD_ENV = "CIFAR_DIST_CHILD"
 
 # Hydra overrides that describe the parent's own invocation and must not reach
 # a child: where the parent wrote its outputs, how it swept, and so on.
@@ -170,10 +167,6 @@ def _override_strings(node) -> List[str]:
     except OmegaConfBaseException:
         return [str(o) for o in OmegaConf.to_container(node, resolve=False)]
 
-
-def in_child_process() -> bool:
-    """True inside a process a launcher started (an mpirun rank, a Batch AI node)."""
-    return os.environ.get(RANK_GUARD_ENV) == "1"
 
 
 def quote_override_value(value: str) -> str:

@@ -133,7 +133,7 @@ def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
     """steps_per_epoch, refused in one line when a rank's share of the data holds no full batch."""
     steps = steps_per_epoch(n, batch_size, size, shard)
     if steps < 1:
-        from cifar_dist.validation import ConfigError
+        from cifar_dist.errors import ConfigError
 
         per_rank = n // size if shard else n
         raise ConfigError(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from hydra.experimental.callback import Callback
 
@@ -42,19 +42,19 @@ def _exit_with(error: CifarDistError) -> None:
     sys.exit(2)  # SystemExit passes through Hydra's error reporting: no traceback
 
 
-def _launcher_class(config: Any) -> type:
-    """The class of the configured launcher (``launcher._target_``), or the base class."""
+def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> bool:
+    """Whether the configured launcher (``launcher._target_``) follows the job holding ``run_dir``:
+    its class's ``follows_job_in`` (Slurm's); a launcher without one, or a bad target, never follows."""
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from cifar_dist.launchers.base import Launcher
-
     target = OmegaConf.select(config, "launcher._target_", default=None)
     try:
-        cls = get_class(str(target)) if target else Launcher
+        cls = get_class(str(target)) if target else None
     except Exception:  # noqa: BLE001 - a bad _target_ is reported where the launcher is made
-        return Launcher
-    return cls if isinstance(cls, type) and issubclass(cls, Launcher) else Launcher
+        return False
+    follows = getattr(cls, "follows_job_in", None)
+    return bool(follows(run_dir, config, holder)) if callable(follows) else False
 
 
 class RunDirGuard(Callback):
@@ -64,7 +64,7 @@ class RunDirGuard(Callback):
         self._locks: Dict[Path, RunDirLock] = {}
 
     def _guard(self, run_dir: Path, config: Any) -> None:
-        from cifar_dist.launchers.base import in_child_process
+        from cifar_dist.process_role import in_child_process
         from cifar_dist.rundir.resume_policy import check_rerun
 
         if in_child_process() or run_dir in self._locks:
@@ -78,7 +78,7 @@ class RunDirGuard(Callback):
                 lock.acquire()
             except RunDirInUse as in_use:
                 busy = in_use
-            if _launcher_class(config).follows_job_in(run_dir, config, busy.holder if busy else None):
+            if _launcher_follows_job(config, run_dir, busy.holder if busy else None):
                 return  # the job holds its run dir; this process only follows it
             if busy is not None:
                 raise busy

@@ -86,7 +86,7 @@ def _exit_with(error: CifarDistError) -> None:
 
 def check_values(config: Any) -> None:
     """The job's config values and launcher settings (not Hydra's own node), every problem in one line."""
-    from cifar_dist.launchers.base import in_child_process
+    from cifar_dist.process_role import in_child_process
     from cifar_dist.validation import validate
 
     if not in_child_process():  # a rank: its launcher checked everything before starting it

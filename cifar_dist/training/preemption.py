@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import tensorflow as tf
 
-from cifar_dist.launchers.ranks.rank_env import STOP_SIGNAL_ENV  # light: the launchers set it, defined once there
+from cifar_dist.process_role import STOP_SIGNAL_ENV
 
 log = logging.getLogger(__name__)
 

@@ -280,7 +280,7 @@ def load_data(run: Run):
 
 def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
-    from cifar_dist.validation import ConfigError
+    from cifar_dist.errors import ConfigError
 
     asked = model_cfg.get("num_classes")
     if asked is not None and int(asked) != data.num_classes:
@@ -291,7 +291,7 @@ def model_kwargs(model_cfg, data) -> Dict[str, Any]:
 
 def check_model_fits(model, data) -> None:
     """A model whose input is not the data's image shape fails here in one line, not inside fit()."""
-    from cifar_dist.validation import ConfigError
+    from cifar_dist.errors import ConfigError
 
     if tuple(model.input_shape[1:]) != tuple(data.image_shape):
         raise ConfigError(f"the model takes {tuple(model.input_shape[1:])} images but {data.source} gives "

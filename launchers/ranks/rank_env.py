@@ -21,12 +21,9 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional
 
-from cifar_dist.launchers.base import RANK_GUARD_ENV
+from cifar_dist.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
 
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
-# Set by a cluster launcher (Slurm: USR1 before the time limit); read by
-# cifar_dist.training.preemption on every rank: stop after the epoch on this signal.
-STOP_SIGNAL_ENV = "CIFAR_DIST_STOP_SIGNAL"
 
 
 def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> str:
