@@ -54,7 +54,7 @@ def _built_in_options():
         for group in loader.list_groups(""):
             for option in loader.get_group_options(group):
                 node = ConfigStore.instance().repo.get(group, {}).get(f"{option}.yaml")
-                if not group.startswith("hydra") and (node is None or node.provider != "own_launcher"):
+                if not group.startswith("hydra") and (node is None or node.provider == "cifar_dist"):
                     found.add(f"{group}={option}")
     return found
 

@@ -19,6 +19,7 @@ from typing import Dict, List, Set
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
@@ -42,7 +43,11 @@ def hydra_conf():
 
 
 def options(loader, group: str) -> List[str]:
-    return [o for o in loader.get_group_options(group) if not o.endswith("_schema")]
+    """The group's built-in options: YAML files of conf/ and cifar_dist's own ConfigStore entries
+    (not an option another test module stored in the process-wide ConfigStore)."""
+    repo = ConfigStore.instance().repo.get(group, {})
+    return [o for o in loader.get_group_options(group) if not o.endswith("_schema")
+            and (f"{o}.yaml" not in repo or repo[f"{o}.yaml"].provider == "cifar_dist")]
 
 
 def readme_commands() -> List[List[str]]:
