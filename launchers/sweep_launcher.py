@@ -43,7 +43,7 @@ from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.options import config_option
-from cifar_dist.redaction import redact_logs
+from cifar_dist.redaction import redact_logs, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,13 @@ def point_return(ret: JobReturn, job: JobSpec, result: LaunchResult) -> JobRetur
     return ret
 
 
+def masked(ret: JobReturn) -> JobReturn:
+    """The point's JobReturn with secrets masked in its overrides: Hydra writes them to stderr
+    ("Error executing job with overrides: [...]") for a failed point; nothing else reads them."""
+    ret.overrides = [redact_text(str(o)) for o in ret.overrides or []]
+    return ret
+
+
 class SweepLauncher(HydraLauncher):
     def __init__(self) -> None:
         self.config: Optional[DictConfig] = None
@@ -157,7 +164,7 @@ class SweepLauncher(HydraLauncher):
             from cifar_dist.sweep_summary import summarize
 
             summarize(sweep_dir)  # cumulative: every point under the sweep dir so far
-        return [ret for ret in returns if ret is not None]
+        return [masked(ret) for ret in returns if ret is not None]
 
     def sweep_config(self, overrides: List[str], idx: int) -> DictConfig:
         """One point's config, composed as Hydra's BasicLauncher composes it."""

@@ -519,3 +519,19 @@ def test_ctrl_c_of_a_sweep_is_one_line_and_ends_its_parent_run_killed(tmp_path):
     assert client.get_run(read_ref(sweep / "0" / RUN_FILE).run_id).info.status == "KILLED"
     assert client.get_run(read_ref(sweep / SWEEP_FILE).run_id).info.status == "KILLED"
     assert not (sweep / "1").exists()  # the sweep ended: no later point started
+
+
+def test_a_failed_sweep_points_overrides_reach_hydras_error_line_masked(capsys):
+    """Hydra writes "Error executing job with overrides: [...]" for a failed point: no password in it."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from cifar_dist.errors import PointFailed
+    from cifar_dist.launchers.sweep_launcher import masked
+
+    ret = JobReturn(overrides=[f"tracking.uri={SECRET_URI}", "optimizer.lr=0.9"], status=JobStatus.FAILED,
+                    _return_value=PointFailed("point #1 failed"))
+    with pytest.raises(PointFailed):
+        masked(ret).return_value
+    err = capsys.readouterr().err
+    assert "Error executing job with overrides" in err and "mlflow.example:8443" in err
+    assert "Pa55word-in-uri" not in err and "Sig-in-query" not in err and "optimizer.lr=0.9" in err
