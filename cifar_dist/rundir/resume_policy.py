@@ -68,18 +68,27 @@ def _plain(cfg: DictConfig) -> Dict[str, Any]:
         return OmegaConf.to_container(cfg, resolve=False, enum_to_str=True)
 
 
+def all_settings(cfg: DictConfig) -> Dict[str, Any]:
+    """Every setting of ``cfg`` by dotted name (``hydra`` excluded before resolving: its
+    ``${hydra:...}`` values resolve only inside a running app)."""
+    return _flat(_plain(OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"})))
+
+
 def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:
     """The settings of ``cfg`` that a resume must keep, by dotted name."""
-    flat = _flat({k: v for k, v in _plain(cfg).items() if k != "hydra"})
-    return {k: v for k, v in flat.items()
+    return {k: v for k, v in all_settings(cfg).items()
             if k in FIXED_KEYS or any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)}
 
 
-def differences(saved: DictConfig, new: DictConfig) -> List[str]:
-    """``name (was X, now Y)`` for each fixed setting that differs (keys one side lacks count too)."""
-    old, now = fixed_settings(saved), fixed_settings(new)
-    return [f"{k} (was {old.get(k, 'unset')}, now {now.get(k, 'unset')})"
+def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_label: str = "now ") -> List[str]:
+    """``name (was X, now Y)`` for each setting that differs (keys one side lacks count too)."""
+    return [f"{k} ({was}{old.get(k, 'unset')}, {now_label}{now.get(k, 'unset')})"
             for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)]
+
+
+def differences(saved: DictConfig, new: DictConfig) -> List[str]:
+    """The fixed settings that differ, as ``changed`` says them."""
+    return changed(fixed_settings(saved), fixed_settings(new))
 
 
 def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
@@ -105,9 +114,9 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
     saved = run_dir / SAVED_CONFIG
     if not saved.is_file():
         return  # written by hand or by another tool: nothing to compare with
-    changed = differences(OmegaConf.load(saved), cfg)
-    if changed:
+    differing = differences(OmegaConf.load(saved), cfg)
+    if differing:
         raise ResumeConflict(
             f"{run_dir} holds checkpoints of another experiment; a resume must keep its settings, but these "
-            f"differ: {'; '.join(changed)}. Re-run with the old values, or choose a new hydra.run.dir "
+            f"differ: {'; '.join(differing)}. Re-run with the old values, or choose a new hydra.run.dir "
             "(trainer.epochs, the launcher, ranks and speed settings may change)")

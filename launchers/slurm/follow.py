@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.rundir.resume_policy import SAVED_CONFIG, all_settings, changed
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 
 # launcher.* keys that change how this process follows the job, not the job.
@@ -36,40 +36,23 @@ def live_job(client: SlurmClient, job_id: str) -> Optional[JobInfo]:
     return info if info is not None and not info.finished else None
 
 
-def _settings(cfg: Any) -> Dict[str, Any]:
-    """Every setting by dotted name (``hydra`` excluded), interpolations resolved where they can be."""
-    node = OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"}) if isinstance(cfg, DictConfig) else cfg
-    try:
-        plain = OmegaConf.to_container(node, resolve=True, enum_to_str=True)
-    except Exception:  # an interpolation that no longer resolves (hydra:...): compare what is written
-        plain = OmegaConf.to_container(node, resolve=False, enum_to_str=True)
-    flat: Dict[str, Any] = {}
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, dict):
-            for key, sub in value.items():
-                walk(sub, f"{prefix}.{key}" if prefix else str(key))
-        else:
-            flat[prefix] = value
-
-    walk(plain, "")
-    return {k: v for k, v in flat.items() if k not in FOLLOW_ONLY}
+def _settings(cfg: DictConfig) -> Dict[str, Any]:
+    """Every setting that describes the job (the launcher's follow-only keys excluded)."""
+    return {k: v for k, v in all_settings(cfg).items() if k not in FOLLOW_ONLY}
 
 
-def differences(saved: Any, new: Any) -> List[str]:
+def differences(saved: DictConfig, new: DictConfig) -> List[str]:
     """``name (job: X, now: Y)`` for every setting of the job's config that the new one changes."""
-    old, now = _settings(saved), _settings(new)
-    return [f"{k} (job: {old.get(k, 'unset')}, now: {now.get(k, 'unset')})"
-            for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)]
+    return changed(_settings(saved), _settings(new), was="job: ", now_label="now: ")
 
 
 def check_same_settings(run_dir: Path, cfg: DictConfig, job_id: str, info: JobInfo) -> None:
     saved = run_dir / SAVED_CONFIG
     if not saved.is_file():
         return
-    changed = differences(OmegaConf.load(saved), cfg)
-    if changed:
+    differing = differences(OmegaConf.load(saved), cfg)
+    if differing:
         raise FollowConflict(
             f"run dir {run_dir} holds Slurm job {job_id} ({info.state}), submitted with other settings: "
-            f"{'; '.join(changed)}. Re-run with the job's settings to follow it, or cancel it (scancel {job_id}; "
+            f"{'; '.join(differing)}. Re-run with the job's settings to follow it, or cancel it (scancel {job_id}; "
             "its checkpoints are kept) and re-run to go on with the new ones, or choose another hydra.run.dir")
