@@ -16,7 +16,7 @@ import numpy as np
 
 from cifar_dist.data.batches import DataError
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif"}
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif"})
 
 Files = List[Tuple[str, int]]  # (path, class index)
 
