@@ -71,6 +71,10 @@ class Compression(str, Enum):
 
 @dataclass
 class ModelConfig:
+    """The base of the built-in models' options. ``Config.model`` itself is untyped so that a
+    user's own ``model/<name>.yaml`` (``_target_`` and its builder's arguments) composes; its keys
+    are checked against the builder's signature instead (``cifar_dist/models/builder.py``)."""
+
     _target_: str = MISSING
     num_classes: Optional[int] = None  # None: the data's class count (set it only to assert it)
 
@@ -342,7 +346,9 @@ class LauncherConfig:
 @dataclass
 class Config:
     data: DataConfig = MISSING
-    model: ModelConfig = MISSING
+    # A built-in option is typed by its dataclass (a misspelt key is refused by Hydra); a user's
+    # model/<name>.yaml is checked against its builder's signature (models/builder.py).
+    model: Any = MISSING
     optimizer: OptimizerConfig = MISSING
     trainer: TrainerConfig = MISSING
     launcher: Any = MISSING

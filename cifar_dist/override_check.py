@@ -121,7 +121,49 @@ def overrides_problem(loader, config_name: str, overrides: List[str]) -> Optiona
         problem = unknown_key(cfg, o.key_or_group)
         if problem:
             return f"{o.input_line}: {problem}"
-    return None
+    return None if "model" in swept else model_arguments_problem(cfg, parsed)
+
+
+def _model_choice(cfg: DictConfig) -> str:
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices", default=None) or {}
+    return f"model/{choices['model']}" if choices.get("model") else "the model's config"
+
+
+def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
+    """The first ``model`` key (of its config or of an override) that the builder named by ``_target_``
+    does not take, checked against the builder's declared parameters (models/builder.py; nothing is imported)."""
+    from cifar_dist.errors import ConfigError
+    from cifar_dist.models.builder import declared_parameters, unknown_argument
+
+    model = cfg.get("model")
+    if not isinstance(model, DictConfig):
+        return None
+    keys = {key: None for key in model.keys()}  # key -> the override that set it (None: the model's config)
+    for o in parsed:
+        parts = o.key_or_group.split(".")
+        if parts[0] != "model" or len(parts) != 2 or o.is_hydra_override() or o.is_sweep_override():
+            continue
+        if o.is_delete():
+            keys.pop(parts[1], None)
+        else:
+            keys[parts[1]] = o
+    target_override = keys.get("_target_")
+    target = target_override.value() if target_override is not None else model.get("_target_")
+    if "_target_" not in keys or not isinstance(target, str) or "${" in target:
+        return None
+    where = target_override.input_line if target_override is not None else f"model._target_ ({_model_choice(cfg)})"
+    try:
+        params = declared_parameters(target)
+    except ConfigError as exc:
+        return f"{where}: {exc}"
+    found = None if params is None else unknown_argument(target, list(keys), params)
+    if found is None:
+        return None
+    key, why = found
+    if key == "_target_":
+        return f"{where}: {why}"
+    o = keys[key]
+    return f"{o.input_line if o is not None else f'model.{key} ({_model_choice(cfg)})'}: {why}"
 
 
 def command_line_problem(argv: Sequence[str]) -> Optional[str]:

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
+from cifar_dist.models.builder import model_node_problem
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
@@ -71,7 +72,8 @@ def _model_problems(m: DictConfig, data: DictConfig) -> List[str]:
     for key in ("conv_dropout", "dense_dropout"):
         if key in m and not 0 <= m[key] < 1:
             found.append(f"model.{key}={m[key]} must be in [0, 1) (the fraction of units dropped)")
-    return found
+    arguments = model_node_problem(m)  # a key its builder does not take (a user's model/<name>.yaml)
+    return found + ([arguments] if arguments else [])
 
 
 def _optimizer_problems(o: DictConfig) -> List[str]:

@@ -38,38 +38,56 @@ def resolve_model_path(model: str) -> Path:
     raise EvaluationInputError(f"evaluate.model={model}: no such file or directory; point it at a training run dir or a .h5 file")
 
 
-def check_no_code(path: Path, trust_model: bool) -> None:
-    """Refuse a model file whose architecture would run code on loading, unless the user trusts it."""
+def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] = ()) -> None:
+    """Refuse a model file whose architecture would run code on loading, unless the user trusts it
+    (the file, or the module its layers come from: ``trusted_layers``)."""
     from cifar_dist.evaluation.model_trust import code_in_model_file
 
     if trust_model:
         return
     try:
-        found = code_in_model_file(path)
+        found = code_in_model_file(path, set(trusted_layers))
     except Exception:  # not HDF5 or damaged: load_model reports it
         return
     if found:
         raise EvaluationInputError(
             f"{path} holds layers that run Python code when loaded ({', '.join(found)}); refusing to load it. "
-            "Set evaluate.trust_model=true only if you trust whoever made this file"
+            "If they are your own model's layers, evaluate with the model option that built it (model=<name>: "
+            "the module of its _target_ is trusted); set evaluate.trust_model=true only if you trust whoever made this file"
         )
 
 
-def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False, image_size: Optional[int] = 32):
+def trusted_layers_of(modules: Sequence[str]):
+    """The layer classes of the user's named modules (model_trust.trusted_module_layers); one line if one cannot be imported."""
+    from cifar_dist.evaluation.model_trust import trusted_module_layers
+
+    try:
+        return trusted_module_layers(modules)
+    except Exception as exc:  # ImportError, or an error inside the module
+        raise EvaluationInputError(
+            f"cannot import {', '.join(modules)} to load its layers ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); run from the directory that holds it or add that to PYTHONPATH"
+        ) from None
+
+
+def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False, image_size: Optional[int] = 32,
+               trusted_modules: Sequence[str] = ()):
     """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked against the data's shapes.
 
     ``num_classes`` / ``image_size`` None: not known before the images are read; not checked here.
 
-    Built-in Keras layers only, unless ``trust_model`` (model_trust.py): a
-    model file someone sent must not run their code here.
+    Built-in Keras layers and this package's only, plus the layers of ``trusted_modules`` (the user's
+    own model module, named by the model option evaluated with), unless ``trust_model`` (model_trust.py):
+    a model file someone sent must not run their code here.
     """
     import tensorflow as tf
 
     import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
 
-    check_no_code(path, trust_model)
+    own = trusted_layers_of(trusted_modules) if trusted_modules else {}
+    check_no_code(path, trust_model, list(own))
     try:
-        model = tf.keras.models.load_model(path, compile=False)
+        model = tf.keras.models.load_model(path, compile=False, custom_objects=own or None)
     except Exception as exc:  # h5py/Keras raise many types for a bad file
         raise EvaluationInputError(
             f"{path} is not a loadable Keras model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "

@@ -9,6 +9,14 @@ someone sent must not run their code, so ``task=evaluate`` reads the JSON
 with h5py first and refuses such a model in one line unless the user says
 they trust it (``evaluate.trust_model=true``).
 
+Your own model's layers (a ``keras.layers.Layer`` subclass in ``mymodels.py``)
+are code you wrote, not the file's: the module of the ``model._target_`` you
+evaluate with (``model=mine``) is trusted by name. It is imported (it is on
+your PYTHONPATH, not in the file) and the layer classes it defines or
+imports are accepted under their registered names and class names, and
+handed to Keras as ``custom_objects``. A class name that resolves to
+nothing trusted is still refused: the file cannot name a module to import.
+
 Resume needs no such check: it rebuilds the configured architecture and
 reads only arrays from a checkpoint (``checkpoints.restore``:
 ``model.load_weights`` plus the optimizer's arrays), never its code.
@@ -17,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator, List, Set
+from typing import Any, Dict, Iterator, List, Sequence, Set
 
 # Layers whose config is code (bytecode, an op name or a method name to call).
 CODE_LAYERS = {"Lambda", "TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}
@@ -81,8 +89,27 @@ def code_in_config(config: Any, builtins: Set[str], own: Set[str] = frozenset())
     return list(dict.fromkeys(found))
 
 
-def code_in_model_file(path: Path) -> List[str]:
-    """What in ``path``'s architecture would run code on loading ([] for built-in layers only, or no architecture)."""
+def trusted_module_layers(modules: Sequence[str]) -> Dict[str, type]:
+    """The Layer classes each named module defines or imports, by the names a model file calls them
+    (registered name, class name): what ``load_model`` may build from those modules. Imports the modules."""
+    import importlib
+
+    import tensorflow as tf
+
+    found: Dict[str, type] = {}
+    for name in modules:
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, tf.keras.layers.Layer)
+                    and value.__module__.split(".")[0] not in (*KERAS_MODULES, "tensorflow")):
+                found[tf.keras.utils.get_registered_name(value)] = value
+                found[value.__name__] = value
+    return found
+
+
+def code_in_model_file(path: Path, trusted: Set[str] = frozenset()) -> List[str]:
+    """What in ``path``'s architecture would run code on loading ([] for built-in layers only, or no architecture);
+    ``trusted``: names of the layers of trusted modules (``trusted_module_layers``), accepted as this package's are."""
     import h5py
 
     with h5py.File(path, "r") as f:
@@ -90,4 +117,4 @@ def code_in_model_file(path: Path) -> List[str]:
     if raw is None:
         return []
     text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-    return code_in_config(json.loads(text), builtin_names(), own_layers())
+    return code_in_config(json.loads(text), builtin_names(), own_layers() | set(trusted))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 from omegaconf import DictConfig
@@ -49,6 +49,14 @@ def _default_class_names(data_cfg, num_classes: int):
     return CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
 
 
+def user_model_modules(model_cfg) -> List[str]:
+    """The module of the evaluated model option's ``_target_`` when it is the user's (not cifar_dist's):
+    its layers are trusted (model_trust.py), since naming ``model=<name>`` names that code."""
+    target = str(model_cfg.get("_target_") or "") if model_cfg is not None else ""
+    module = target.rpartition(".")[0]
+    return [module] if module and module.split(".")[0] != "cifar_dist" else []
+
+
 def _model_and_images(cfg: DictConfig, model_path: Path):
     """The model, the images to score and the class count, checked to agree with each other."""
     from cifar_dist.data import num_classes_of
@@ -57,7 +65,8 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
     ev = cfg.evaluate
     expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
     model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
-                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None)
+                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None,
+                       trusted_modules=user_model_modules(cfg.model))
     num_classes = int(model.output_shape[-1])
     images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes), int(cfg.trainer.seed))
     if len(images.class_names) != num_classes:

@@ -38,6 +38,7 @@ from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.training import checkpoints, recipe
+from cifar_dist.models.builder import check_builder
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.hardware import cpu_supports_bfloat16
 from cifar_dist.training.horovod_env import init_world
@@ -264,6 +265,7 @@ def start_run(cfg: DictConfig, output_dir: Path):
     tf.keras.utils.set_random_seed(t.seed + world.rank)
     check_jit_compile(bool(t.jit_compile), bool(world.gpu))
     policy = _set_precision(t.precision.value, bool(world.gpu))
+    check_builder(cfg.model)  # imported now, after init_world; checked against its signature before any data is read
     run = Run(cfg=cfg, world=world, output_dir=output_dir, epochs=planned_epochs(t, world.size),
               lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, world.size), wall_start=wall_start)
     return run, policy
