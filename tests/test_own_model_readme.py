@@ -1,0 +1,109 @@
+"""The README's "Your own model and data", done exactly as it reads, in a directory outside the checkout.
+
+Every fenced block of that section is taken from the README: a block whose
+first line is ``# <path>`` is written to that path, every ``python -m
+cifar_dist`` line of its ``bash`` block is run in order (train one epoch,
+resume to the second, evaluate), and its ``text`` block's command must fail
+with exactly the error line shown. A change to the README that breaks what
+it tells a user breaks this test.
+
+The one file the README leaves to the user, ``mydata.npz``, is made here from
+the packaged sample's real CIFAR-10 pixels (the first 256 images of each of
+its four train batches and 256 test images) to keep the runs short.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import numpy as np
+import pytest
+
+from cifar_fixtures import sample_batches
+from conftest import REPO, cli_env, one_error_line, read_metrics, run_cli
+
+SECTION = "## Your own model and data"
+
+
+def section() -> str:
+    text = (REPO / "README.md").read_text("utf-8")
+    assert SECTION in text, f"the README has no section {SECTION!r}"
+    return text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+
+
+def blocks(kind: str):
+    return re.findall(rf"```{kind}\n(.*?)```", section(), re.S)
+
+
+def readme_files() -> dict:
+    """``path -> text`` of every block whose first line is ``# <path>``."""
+    files = {}
+    for kind in ("python", "yaml"):
+        for block in blocks(kind):
+            first = block.splitlines()[0]
+            assert first.startswith("# "), f"a {kind} block of the section names no file: {first!r}"
+            files[first[2:].strip()] = block
+    return files
+
+
+def readme_commands():
+    """The argv after ``python -m cifar_dist`` of every command of the section's bash block."""
+    (block,) = blocks("bash")
+    commands = [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+    assert all(c[:3] == ["python", "-m", "cifar_dist"] for c in commands), commands
+    return [c[3:] for c in commands]
+
+
+def readme_refusal():
+    """The command and the error line of the section's ``text`` block (``$ command``, then its output)."""
+    (block,) = blocks("text")
+    command, error = block.strip().splitlines()
+    assert command.startswith("$ python -m cifar_dist ")
+    return shlex.split(command[2:])[3:], error
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("user")
+    assert REPO not in folder.parents
+    files = readme_files()
+    assert {"mymodels.py", "mydata.py", "myconf/model/mine.yaml"} <= set(files)
+    for path, text in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    train, (x_test, y_test) = sample_batches(per_batch=256)
+    np.savez(folder / "mydata.npz", x_train=np.concatenate([x for x, _ in train]),
+             y_train=np.concatenate([y for _, y in train]), x_test=x_test, y_test=y_test)
+    return folder
+
+
+def _ok(proc):
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc
+
+
+def test_the_readme_trains_resumes_and_evaluates_a_users_model(user_dir):
+    train, resume, evaluate = readme_commands()
+    env = cli_env()
+    _ok(run_cli(*train, cwd=user_dir, env=env))
+    run = user_dir / "outputs" / "mine"
+    assert (run / "checkpoints" / "checkpoint-001.h5").is_file() and not read_metrics(run).get("complete")
+    _ok(run_cli(*resume, cwd=user_dir, env=env))
+    assert "resuming after epoch 1" in (run / "cifar_dist.log").read_text()
+    m = read_metrics(run)
+    assert m["complete"] and m["test"]["samples"] == 256 and m["run"]["class_names"] == [str(i) for i in range(10)]
+    _ok(run_cli(*evaluate, cwd=user_dir, env=env))
+    ev = json.loads((user_dir / "outputs" / "mine-eval" / "evaluation.json").read_text())
+    assert ev["labelled"] == 256 and ev["correct"] == m["test"]["correct"]  # the saved model, custom layer and all
+    # Without model=mine nothing names the user's module: the same model is refused, its code not run.
+    others = [a for a in evaluate if a != "model=mine" and not a.startswith("hydra.run.dir=")]
+    refused = run_cli(*others, f"hydra.run.dir={user_dir / 'refused'}", cwd=user_dir, env=env)
+    assert "holds layers that run Python code when loaded (mymodels>Scale 'scale'); refusing" in one_error_line(refused)
+
+
+def test_the_readme_refusal_is_what_a_user_sees(user_dir):
+    argv, error = readme_refusal()
+    proc = run_cli(*argv, cwd=user_dir, env=cli_env(), timeout=120)
+    assert one_error_line(proc) == error
+    assert not (user_dir / "outputs" / "runs").exists()  # no run dir was created for it
