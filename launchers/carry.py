@@ -101,7 +101,7 @@ class Carried:
 
     def code_roots(self) -> List[str]:
         """The sys.path entries that hold the user's modules, for the ranks' PYTHONPATH."""
-        roots = [str(Path(d).parent) for m in self.modules for d in m.namespace_dirs] or []
+        roots = [str(Path(d).parent) for m in self.modules for d in m.namespace_dirs]
         return list(dict.fromkeys([m.root for m in self.modules] + roots))
 
     # ---- jobs that run from a copy of the code (Azure ML, Batch AI) -------------------------------

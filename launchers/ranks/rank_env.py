@@ -12,7 +12,7 @@ Azure ML job, a Batch AI job) sets these for them:
 * ``PYTHONPATH`` with the user's own module roots first (``code_roots``: the
   dirs that hold a ``model._target_``/``data._target_`` module, from
   ``JobSpec.carried``; launchers/carry.py is the rule), then the launching
-  process's own PYTHONPATH (a snapshot job passes ``environ={}``: the
+  process's own PYTHONPATH (not for a snapshot job, ``same_files=False``: the
   launching machine's paths mean nothing there);
 * Horovod's stall check, when the launcher asks for one;
 * the launcher's extras (the stop signal for Slurm), then the user's
@@ -53,17 +53,20 @@ def rank_environment(
     stall_shutdown_s: int = 0,
     environ: Optional[Mapping[str, str]] = None,
     code_roots: Sequence[str] = (),
+    same_files: bool = True,
 ) -> Dict[str, str]:
     """Every variable a rank needs, in that order: the fixed ones, PYTHONPATH when ``code_roots`` are
     given, the stall check, ``extra``, then ``user_env``.
 
     ``environ`` is the launching process's environment (default: os.environ),
-    where the user's own TF_USE_LEGACY_KERAS and PYTHONPATH are looked up.
+    where the user's own TF_USE_LEGACY_KERAS and PYTHONPATH are looked up;
+    ``same_files``: the ranks see this machine's files (False: a job that runs
+    from a snapshot, whose ``code_roots`` are relative to it).
     """
     from cifar_dist.launchers.carry import python_path
 
     env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", LEGACY_KERAS_ENV: legacy_keras(environ)}
-    path = python_path(list(code_roots), environ) if code_roots else None
+    path = python_path(list(code_roots), environ if same_files else {}) if code_roots else None
     if path:
         env["PYTHONPATH"] = path
     env.update(stall_check_env(stall_shutdown_s))
