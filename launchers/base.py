@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.launchers.carry import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.redaction import redact_text
 
@@ -61,6 +62,8 @@ class JobSpec:
     job_num: int = 0
     # The config group choices (data=..., model=...) Hydra composed this job from.
     choices: Dict[str, Optional[str]] = field(default_factory=dict)
+    # --config-dir/-path/-name, search path dirs and the user's _target_ modules it was composed from.
+    carried: Carried = field(default_factory=Carried)
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
@@ -78,6 +81,7 @@ class JobSpec:
             multirun=hc.mode == RunMode.MULTIRUN,
             job_num=int(hc.job.get("num", 0) or 0),
             choices=dict(hc.runtime.choices),
+            carried=Carried.from_hydra(hc, cfg),
         )
 
     def child_overrides(self, launcher: str = "local") -> List[str]:
@@ -100,8 +104,10 @@ class JobSpec:
         )
 
     def child_command(self, python: Optional[str] = None, launcher: str = "local") -> List[str]:
-        """``python -m cifar_dist <child overrides>`` as an argv list."""
-        return [python or sys.executable, "-m", "cifar_dist", *self.child_overrides(launcher)]
+        """``python -m cifar_dist <config flags> <child overrides>`` as an argv list: the launch's own
+        ``--config-path/--config-dir/--config-name`` (``carry.py``), then the overrides."""
+        return [python or sys.executable, "-m", "cifar_dist", *self.carried.hydra_args(),
+                *self.child_overrides(launcher)]
 
 
 @dataclass

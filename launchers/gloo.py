@@ -58,7 +58,7 @@ class GlooLauncher(MultiRankLauncher):
         # horovodrun tags every line "[rank]<stdout>:"; only rank 0 reaches the console anyway.
         return lambda line: _RANK_PREFIX.sub(b"", line)
 
-    def environment(self) -> Dict[str, str]:
+    def environment(self, *jobs) -> Dict[str, str]:
         """Only what the ranks need, not this shell's whole environment.
 
         horovodrun starts every rank as ``env NAME=VALUE ... <command>``, so
@@ -68,7 +68,7 @@ class GlooLauncher(MultiRankLauncher):
         (``launcher.env``, ``launcher.forward_env``, the project's own) plus
         the basics a process needs.
         """
-        full = super().environment()
+        full = super().environment(*jobs)
         keep = set(self.forwarded_names(full)) | set(_BASIC_ENV)
         return {k: v for k, v in full.items() if k in keep or k.startswith("LC_")}
 

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
+from cifar_dist.launchers.carry import Shipped, without_searchpath
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.redaction import redact_text
@@ -52,25 +53,32 @@ def check_name(kind: str, value: str) -> None:
         )
 
 
-def remote_overrides(job: JobSpec, model_override: Optional[str] = None) -> List[str]:
+def remote_overrides(job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None) -> List[str]:
     """The job's own overrides, pinned to the run dir mounted as the job's output
-    (and, for task=evaluate, to the model mounted as its input). The ranks log to
+    (and, for task=evaluate, to the model mounted as its input), its search path
+    pointing at the copies in the snapshot (``carry.Shipped``). The ranks log to
     cifar_dist_node.log, which the downloaded outputs bring home beside the
     launching side's own cifar_dist.log."""
-    overrides = dataclasses.replace(job, output_dir=Path(OUTPUT_REF)).child_overrides() + [f"hydra.job.name={NODE_JOB_NAME}"]
+    shipped = shipped or Shipped()
+    overrides = without_searchpath(dataclasses.replace(job, output_dir=Path(OUTPUT_REF)).child_overrides())
+    searchpath = shipped.searchpath_override()
+    overrides += ([searchpath] if searchpath else []) + [f"hydra.job.name={NODE_JOB_NAME}"]
     if model_override is not None:
         overrides = [o for o in overrides if not o.lstrip("+").startswith("evaluate.model=")]
         overrides.insert(0, model_override)
     return overrides
 
 
-def rank_command(job: JobSpec, model_override: Optional[str] = None) -> str:
+def rank_command(job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None) -> str:
     """What Azure ML's mpirun starts on every rank: the in-process app inside the
     per-rank wrapper (rank 0's output to the job's log, every rank's own log in
-    the run dir's logs/, the shared Hydra log file left to rank 0)."""
+    the run dir's logs/, the shared Hydra log file left to rank 0), with the
+    launch's config flags pointing at the user's copies in the snapshot."""
+    shipped = shipped or Shipped()
     wrapper = ["python", "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", f"{OUTPUT_REF}/{LOG_DIR}"]
     wrapper += [f"--nonchief-arg={o}" for o in NONCHIEF_OVERRIDES]
-    return shlex.join([*wrapper, "--", "python", "-m", "cifar_dist", *remote_overrides(job, model_override)])
+    app = ["python", "-m", "cifar_dist", *shipped.hydra_args(), *remote_overrides(job, model_override, shipped)]
+    return shlex.join([*wrapper, "--", *app])
 
 
 def environment_reference(settings: Settings) -> Any:
@@ -120,17 +128,21 @@ def job_document(
     name: str,
     code_dir: Path,
     model_input: Optional[Dict[str, str]] = None,
+    shipped: Optional[Shipped] = None,
 ) -> Dict[str, Any]:
     """The command job, as ``az ml job create --file`` reads it.
 
     ``model_input`` (task=evaluate) is the job's ``model`` input: a local file
     or folder (the SDK uploads it) or an ``azureml://`` URI of an earlier job's outputs.
+    ``shipped``: the user's files in ``code_dir`` (their modules reach the ranks'
+    PYTHONPATH relative to it; the launching machine's own PYTHONPATH does not).
     """
     conf = settings.conf
     check_name("job name", name)
     check_name("launcher.compute", settings.compute)
     check_name("launcher.experiment", conf.experiment)
-    env = rank_environment(conf.env)
+    shipped = shipped or Shipped()
+    env = rank_environment(conf.env, same_files=False, code_roots=[shipped.code_dir] if shipped.code_dir else [])
     model_override = f"evaluate.model=${{{{inputs.{MODEL_INPUT}}}}}" if model_input else None
     doc: Dict[str, Any] = {
         "$schema": JOB_SCHEMA,
@@ -140,7 +152,7 @@ def job_document(
         "experiment_name": conf.experiment,
         "description": redact_text(f"cifar_dist run {job.output_dir.name}: {' '.join(job.task_overrides) or 'defaults'}"),
         "code": str(code_dir),
-        "command": rank_command(job, model_override),
+        "command": rank_command(job, model_override, shipped),
         "environment": environment_reference(settings),
         "environment_variables": env,
         "compute": f"azureml:{settings.compute}",

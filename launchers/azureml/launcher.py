@@ -67,13 +67,14 @@ class AzureMLLauncher(ClusterLauncher):
         if task == "train" and self.conf.vm_priority == VmPriority.low_priority:
             _warn_if_requeue_cannot_resume(job)
         name = job_name(job.output_dir, job.job_num)
-        code = source_snapshot(Path(self.conf.cache_dir).expanduser())
+        shipped = job.carried.shipped("azureml")  # refused in one line when something cannot go along
+        code = source_snapshot(Path(self.conf.cache_dir).expanduser(), shipped.files)
         out = job.output_dir / LOCAL_SUBDIR
         out.mkdir(parents=True, exist_ok=True)
         if not self.conf.environment:
             (out / ENVIRONMENT_DIR).mkdir(exist_ok=True)
             (out / ENVIRONMENT_DIR / "Dockerfile").write_text(dockerfile(settings), "utf-8")
-        doc = job_document(settings, job, name, code, _model_input(job) if task == "evaluate" else None)
+        doc = job_document(settings, job, name, code, _model_input(job) if task == "evaluate" else None, shipped)
         job_file = out / JOB_FILE
         _write_yaml(job_file, doc)
         compute_file = None

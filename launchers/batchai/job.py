@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import LaunchError
+from cifar_dist.launchers.carry import Shipped
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 from cifar_dist.redaction import MASK, redact_text
@@ -134,12 +135,26 @@ def check_counts(conf) -> None:
         raise LaunchError(f"launcher.process_count={conf.process_count} must be >= 1 (or null: one per node)")
 
 
+def node_arguments(layout: ShareLayout, shipped: Optional[Shipped] = None) -> List[str]:
+    """``node_entry.py``'s arguments: the composed config, the run dir, and the user's files
+    copied beside them (``carry.Shipped``: every config dir a search dir, the modules' dir)."""
+    args = ["--config-dir", layout.on_node(layout.job_dir), "--config-name", CONFIG_NAME,
+            "--run-dir", layout.on_node(layout.run_dir)]
+    if shipped is not None:
+        for rel in ([shipped.config_dir] if shipped.config_dir else []) + list(shipped.search_dirs):
+            args += ["--search-dir", layout.on_node(f"{layout.job_dir}/{rel}")]
+        if shipped.code_dir:
+            args += ["--code-dir", layout.on_node(f"{layout.job_dir}/{shipped.code_dir}")]
+    return args
+
+
 def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
-                   secrets: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+                   secrets: Optional[Dict[str, str]] = None, shipped: Optional[Shipped] = None) -> Dict[str, Any]:
     """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job.
 
     ``secrets`` become the job's secret variables (Batch AI never reports them
     back); their values are masked unless ``reveal_key`` (a real submission).
+    ``shipped``: the user's config dirs and modules, uploaded under the job's folder.
     """
     conf = settings.conf
     check_counts(conf)
@@ -148,16 +163,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
 
     horovod: Dict[str, Any] = {
         "pythonScriptFilePath": layout.on_node(layout.entry_file),
-        "commandLineArgs": " ".join(
-            [
-                "--config-dir",
-                layout.on_node(layout.job_dir),
-                "--config-name",
-                CONFIG_NAME,
-                "--run-dir",
-                layout.on_node(layout.run_dir),
-            ]
-        ),
+        "commandLineArgs": " ".join(node_arguments(layout, shipped)),
         "processCount": conf.process_count or conf.node_count,
     }
     if conf.python:

@@ -33,6 +33,7 @@ from cifar_dist.launchers.batchai.job import (
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
+from cifar_dist.launchers.carry import Shipped
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 from cifar_dist.tracking.settings import node_credentials
 from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher
@@ -52,6 +53,7 @@ class StagedJob:
     output_dir: Path  # the run dir the job's outputs are fetched into
     scoring: Optional[ScoringPlan] = None  # task=evaluate: the model (and images) on the share
     secrets: Dict[str, str] = field(default_factory=dict)  # the job's secret variables (tracking credentials)
+    shipped: Shipped = field(default_factory=Shipped)  # the user's config dirs and modules, among the uploads
 
 
 class BatchAIJob(ClusterJob):
@@ -101,6 +103,7 @@ class BatchAILauncher(ClusterLauncher):
             wheel=f"{settings.share_dir}/{wheel.share_path}",
         )
         check_names(settings, layout)
+        shipped = job.carried.shipped("batchai")  # refused in one line when something cannot go along
         scoring = plan_scoring(job.cfg, settings, job.original_cwd)
         _warn_if_requeue_cannot_resume(job.cfg, conf)
 
@@ -112,16 +115,17 @@ class BatchAILauncher(ClusterLauncher):
         entry_file.write_text(node_entry_source(), "utf-8")
 
         secrets = node_credentials(job.cfg)
-        doc = az_job_file(build_job_body(settings, layout, reveal_key=False, secrets=secrets))
+        doc = az_job_file(build_job_body(settings, layout, reveal_key=False, secrets=secrets, shipped=shipped))
         validate_job_file(doc)
         job_file = job.output_dir / "job.json"
         job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
-        uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file}
+        uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file,
+                   **{f"{layout.job_dir}/{rel}": local for rel, local in shipped.files.items()}}
         if scoring is not None:
             uploads.update(scoring.uploads)
             for item in scoring.items:
                 log.info("scoring job: %s is %s on the nodes", item.origin, item.shown)
-        return StagedJob(settings, layout, wheel, uploads, job_file, job.output_dir, scoring, secrets)
+        return StagedJob(settings, layout, wheel, uploads, job_file, job.output_dir, scoring, secrets, shipped)
 
     def _dry_run(self, staged: StagedJob) -> LaunchResult:
         commands = az_commands(staged.settings, staged.layout, staged.job_file, staged.uploads)
@@ -178,7 +182,7 @@ class BatchAILauncher(ClusterLauncher):
                     share.ensure_dir(layout.job_dir)
                     for remote, local in staged.uploads.items():
                         share.upload(remote, local.read_bytes())
-                body = build_job_body(settings, layout, reveal_key=True, secrets=staged.secrets)
+                body = build_job_body(settings, layout, reveal_key=True, secrets=staged.secrets, shipped=staged.shipped)
                 service.create_job(layout.job, body, key.reveal())
                 log.info(
                     "submitted Batch AI job %s to cluster %s (%d node(s)); outputs go to share %s/%s",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 
 def _rank() -> int:
@@ -22,14 +22,18 @@ def _rank() -> int:
     return env_int(RANK_VARS, 0)
 
 
-def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int) -> List[str]:
+def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int, search_dirs: Sequence[str] = ()) -> List[str]:
     """Hydra arguments for this rank: rank 0 writes .hydra/ and cifar_dist_node.log,
     the others log to their own file and write no .hydra/ (all share one dir;
     the names differ from the launching side's cifar_dist.log, which the
-    downloaded outputs must not overwrite)."""
+    downloaded outputs must not overwrite). ``search_dirs``: the user's config
+    dirs copied to the share, where the composed config's choices
+    (``model: mine``) are found again."""
     from cifar_dist.launchers.base import quote_override_value
 
     argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir={quote_override_value(run_dir)}"]
+    if search_dirs:
+        argv.append("hydra.searchpath=[" + ",".join(quote_override_value(f"file://{d}") for d in search_dirs) + "]")
     if rank == 0:
         argv.append("hydra.job.name=cifar_dist_node")
     else:
@@ -42,6 +46,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--config-dir", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--search-dir", action="append", default=[], help="a config dir of the user's, copied")
+    parser.add_argument("--code-dir", action="append", default=[], help="the user's _target_ modules, copied")
     args = parser.parse_args(argv)
 
     # A launched process always trains in-process (see launchers/base.py). The job's
@@ -51,7 +57,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     from cifar_dist.launchers.ranks.rank_env import rank_environment
 
     os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
-    sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank())]
+    sys.path[:0] = args.code_dir  # the app runs in this process: the user's modules import from here
+    sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank(), args.search_dir)]
     from cifar_dist.app import main as app_main
 
     app_main()

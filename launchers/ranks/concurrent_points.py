@@ -77,7 +77,7 @@ class Batch:
 
     def command(self, env: Optional[dict] = None) -> List[str]:
         runner = self.runner()
-        env = env if env is not None else runner.environment()
+        env = env if env is not None else runner.environment(*self.jobs)
         contexts: List[Tuple[int, List[str]]] = [
             (self.launcher.conf.np, runner.rank_command(job, group=g, group_size=self.launcher.conf.np))
             for g, job in enumerate(self.jobs)
@@ -97,7 +97,7 @@ class Batch:
             print(shlex.join(self.command()), flush=True)
             return [LaunchResult(exit_code=0, message="dry run: nothing started") for _ in self.jobs]
         runner.preflight()
-        env = runner.environment()
+        env = runner.environment(*self.jobs)
         argv = self.command(env)
         for job in self.jobs:
             (job.output_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)

@@ -217,10 +217,12 @@ class MultiRankLauncher(Launcher):
             wrapper.append(f"--nonchief-arg={override}")
         return [*wrapper, "--", *job.child_command(python=self.conf.python)]
 
-    def rank_environment(self) -> Dict[str, str]:
-        """Variables set for the ranks (on top of this process's environment)."""
+    def rank_environment(self, *jobs: JobSpec) -> Dict[str, str]:
+        """Variables set for the ranks (on top of this process's environment); the user modules
+        of ``jobs`` first on PYTHONPATH (launchers/carry.py)."""
         extra = {"HOROVOD_CYCLE_TIME": f"{self.conf.cycle_time_ms:g}"} if self.conf.cycle_time_ms > 0 else {}
-        return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s)
+        roots = [root for job in jobs for root in job.carried.code_roots()]
+        return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s, code_roots=roots)
 
     def forwarded_names(self, env: Dict[str, str]) -> List[str]:
         names = list(ALWAYS_FORWARDED) + [k for k in self.rank_environment() if k not in ALWAYS_FORWARDED]
@@ -233,12 +235,13 @@ class MultiRankLauncher(Launcher):
         return list(dict.fromkeys(names))
 
     def command(self, job: JobSpec, env: Optional[Dict[str, str]] = None) -> List[str]:
-        env = env if env is not None else self.environment()
+        env = env if env is not None else self.environment(job)
         return self.runner_command(self.rank_command(job), self.forwarded_names(env))
 
-    def environment(self) -> Dict[str, str]:
+    def environment(self, *jobs: JobSpec) -> Dict[str, str]:
+        """This process's environment plus the ranks' own (``rank_environment``) for ``jobs``."""
         env = dict(os.environ)
-        env.update(self.rank_environment())
+        env.update(self.rank_environment(*jobs))
         return env
 
     def preflight(self) -> None:
@@ -250,7 +253,7 @@ class MultiRankLauncher(Launcher):
 
     def start(self, job: JobSpec) -> RunningJob:
         self.preflight()
-        env = self.environment()
+        env = self.environment(job)
         return RunningJob(self, job, self.command(job, env), env)
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:

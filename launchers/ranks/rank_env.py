@@ -9,6 +9,11 @@ Azure ML job, a Batch AI job) sets these for them:
 * ``TF_USE_LEGACY_KERAS``: the launching user's own value when they set one
   (``cifar_dist/__init__.py`` promises that an explicit ``0`` is kept: the
   rank then refuses Keras 3 in one line at start), else ``1``;
+* ``PYTHONPATH`` with the user's own module roots first (``code_roots``: the
+  dirs that hold a ``model._target_``/``data._target_`` module, from
+  ``JobSpec.carried``; launchers/carry.py is the rule), then the launching
+  process's own PYTHONPATH (not for a snapshot job, ``same_files=False``: the
+  launching machine's paths mean nothing there);
 * Horovod's stall check, when the launcher asks for one;
 * the launcher's extras (the stop signal for Slurm), then the user's
   ``launcher.env``, which wins.
@@ -19,7 +24,7 @@ Light on purpose (no TensorFlow): the trainer's stop-signal callback reads
 from __future__ import annotations
 
 import os
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 from cifar_dist.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
 
@@ -47,13 +52,23 @@ def rank_environment(
     extra: Optional[Mapping[str, str]] = None,
     stall_shutdown_s: int = 0,
     environ: Optional[Mapping[str, str]] = None,
+    code_roots: Sequence[str] = (),
+    same_files: bool = True,
 ) -> Dict[str, str]:
-    """Every variable a rank needs, in that order: the fixed ones, the stall check, ``extra``, then ``user_env``.
+    """Every variable a rank needs, in that order: the fixed ones, PYTHONPATH when ``code_roots`` are
+    given, the stall check, ``extra``, then ``user_env``.
 
     ``environ`` is the launching process's environment (default: os.environ),
-    where the user's own TF_USE_LEGACY_KERAS is looked up.
+    where the user's own TF_USE_LEGACY_KERAS and PYTHONPATH are looked up;
+    ``same_files``: the ranks see this machine's files (False: a job that runs
+    from a snapshot, whose ``code_roots`` are relative to it).
     """
+    from cifar_dist.launchers.carry import python_path
+
     env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", LEGACY_KERAS_ENV: legacy_keras(environ)}
+    path = python_path(list(code_roots), environ if same_files else {}) if code_roots else None
+    if path:
+        env["PYTHONPATH"] = path
     env.update(stall_check_env(stall_shutdown_s))
     env.update(extra or {})
     env.update({str(k): str(v) for k, v in (user_env or {}).items()})

@@ -111,10 +111,12 @@ def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
     return opts + [str(line) for line in conf.sbatch_lines]
 
 
-def rank_environment(conf: SlurmLauncherConf) -> Dict[str, str]:
-    """What every rank needs (rank_env: the same as under every launcher), the stop signal, then the user's env."""
+def rank_environment(conf: SlurmLauncherConf, job: Optional[JobSpec] = None) -> Dict[str, str]:
+    """What every rank needs (rank_env: the same as under every launcher, the job's own module
+    roots on PYTHONPATH), the stop signal, then the user's env."""
     extra = {STOP_SIGNAL_ENV: STOP_SIGNAL} if conf.signal_grace_s else {}
-    return rank_env.rank_environment(conf.env, extra, stall_shutdown_s=conf.stall_shutdown_s or 0)
+    roots = job.carried.code_roots() if job is not None else []
+    return rank_env.rank_environment(conf.env, extra, stall_shutdown_s=conf.stall_shutdown_s or 0, code_roots=roots)
 
 
 def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str]:
@@ -173,7 +175,7 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     check_path(job.output_dir)
     check_path(job.original_cwd, "working directory")
     python = python or conf.python or sys.executable
-    env = rank_environment(conf)
+    env = rank_environment(conf, job)
     ranks = starter_command(conf, list(env)) + rank_command(conf, job, python)
     q = shlex.quote
     lines = [

@@ -43,10 +43,10 @@ class NodeRun(NodeProcess):
         for name, item in (props.get("inputs") or {}).items():
             command = command.replace("${{inputs.%s}}" % name, str(_materialize_input(state, item["uri"], folder / "inputs" / name)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_", "HTTPS_PROXY", "https_proxy"))}
-        env.update(props.get("environmentVariables") or {})
+        env.pop("PYTHONPATH", None)  # the code asset, not the source tree, is what runs
+        env.update(props.get("environmentVariables") or {})  # the job's own (PYTHONPATH=user/code), as on a node
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-        env.pop("PYTHONPATH", None)  # the code asset, not the source tree, is what runs
         with open(log_file, "wb") as out:
             super().__init__(["bash", "-c", command], env=env, cwd=self.code, stdout=out, stderr=subprocess.STDOUT,
                              run_dir=self.outputs, preempt=preempt)

@@ -1,0 +1,77 @@
+"""A user's own project, outside the checkout: a model builder, a tf.data factory and a config dir.
+
+``write_user_project(folder)`` writes what a user brings, as README's "Your own
+model and data" shows it::
+
+    folder/mymodels.py           build(num_classes, width=8, **kw) -> keras.Model (layer "mine_conv")
+    folder/mydata.py             make(seed, n_train, n_test) -> DataStreams: the packaged sample's first images
+    folder/myconf/model/tiny.yaml   _target_: mymodels.build
+    folder/myconf/data/mine.yaml    data=custom with _target_: mydata.make and its kwargs
+
+and the tests run ``python -m cifar_dist --config-dir myconf model=tiny data=mine``
+with ``folder`` as the working directory (``python -m`` puts it on sys.path,
+as for a user), never on the tests' own PYTHONPATH.
+"""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+MODEL = textwrap.dedent('''
+    """A user's model: one small conv layer, named so that a test can find it in the saved model."""
+    from tensorflow import keras
+
+
+    def build(num_classes, width=8, **kw):
+        inputs = keras.Input((32, 32, 3))
+        x = keras.layers.Conv2D(width, 3, activation="relu", name="mine_conv")(inputs)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x), name="mine")
+''')
+
+DATA = textwrap.dedent('''
+    """A user's data: the first images of cifar_dist's packaged sample (real pixels), as a tf.data factory."""
+    import tensorflow as tf
+    from omegaconf import OmegaConf
+
+    from cifar_dist.config import DataConfig
+    from cifar_dist.data import load_dataset
+    from cifar_dist.data.streams import DataStreams
+
+
+    def _split(x, y, n):
+        return tf.data.Dataset.from_tensor_slices((x[:n].astype("float32") / 255.0, y[:n].astype("int64")))
+
+
+    def make(seed, n_train=256, n_test=128):
+        sample = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
+        return DataStreams(train=_split(sample.x_train, sample.y_train, n_train),
+                           test=_split(sample.x_test, sample.y_test, n_test),
+                           num_classes=sample.num_classes, class_names=list(sample.class_names))
+''')
+
+MODEL_YAML = "_target_: mymodels.build\n"
+DATA_YAML = textwrap.dedent("""\
+    defaults:
+      - custom
+      - _self_
+    _target_: mydata.make
+    kwargs:
+      n_train: 256
+      n_test: 128
+""")
+
+# What a user types (cwd: the project folder); QUIET keeps runs short and their output small.
+USER_ARGS = ("--config-dir", "myconf", "model=tiny", "data=mine")
+QUIET = ("trainer.batch_size=32", "trainer.plot=false", "trainer.tensorboard=false", "trainer.verbose=2")
+
+
+def write_user_project(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "mymodels.py").write_text(MODEL)
+    (folder / "mydata.py").write_text(DATA)
+    (folder / "myconf" / "model").mkdir(parents=True, exist_ok=True)
+    (folder / "myconf" / "data").mkdir(parents=True, exist_ok=True)
+    (folder / "myconf" / "model" / "tiny.yaml").write_text(MODEL_YAML)
+    (folder / "myconf" / "data" / "mine.yaml").write_text(DATA_YAML)
+    return folder
