@@ -20,7 +20,7 @@ import pytest
 from conftest import cli_env, read_metrics, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from slurm_cluster import missing_packages, start_cluster
-from user_project import QUIET, USER_ARGS, write_user_project
+from user_project import QUIET, USER_ARGS, WIDTH, write_user_project
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 no_slurm = pytest.mark.skipif(bool(missing_packages()) or os.geteuid() != 0,
@@ -40,7 +40,7 @@ def _ok(proc):
 
 def train(project: Path, run_dir: Path, epochs: int, *launch: str, env=None):
     """The user's command, from their folder: ``--config-dir myconf model=tiny data=mine`` + a launcher."""
-    return _ok(run_cli(*USER_ARGS, *QUIET, f"trainer.epochs={epochs}", *launch, f"hydra.run.dir={run_dir}",
+    return _ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, f"trainer.epochs={epochs}", *launch, f"hydra.run.dir={run_dir}",
                        cwd=project, env=env or cli_env(), timeout=900))
 
 
@@ -50,8 +50,19 @@ def assert_trained_the_users_model(run_dir: Path, ranks: int, epochs: int) -> di
     assert m["run"]["model"] == "mymodels.build" and m["run"]["data"] == "tf.data factory mydata.make"
     assert m["run"]["train_images"] == 256 and m["test"]["samples"] == 128
     saved = run_dir / "saved_models" / "keras_cifar10_trained_model.h5"
-    assert b"mine_conv" in saved.read_bytes()  # the user's layer, in the model the ranks saved
+    assert conv_filters(saved) == WIDTH  # the user's layer, built with the command line's width, as the ranks saved it
     return m
+
+
+def conv_filters(saved: Path) -> int:
+    """The output channels of the user's ``mine_conv`` layer in a saved Keras .h5 model."""
+    import h5py
+
+    with h5py.File(saved, "r") as h5:
+        kernels = []
+        h5["model_weights"]["mine_conv"].visititems(lambda name, obj: kernels.append(obj.shape) if "kernel" in name else None)
+    assert len(kernels) == 1, kernels
+    return int(kernels[0][-1])
 
 
 def resume_and_evaluate(project: Path, run_dir: Path, ranks: int, *launch: str, env=None) -> None:
@@ -104,5 +115,5 @@ def test_an_azureml_job_trains_the_users_project_from_its_snapshot(project, fake
     no PYTHONPATH of this machine: only what the snapshot holds can be imported."""
     run_dir = tmp_path / "runs" / "azureml"
     args = [a for a in aml_overrides(fake_aml, run_dir, snapshot_cache) if not a.startswith(("data=", "trainer."))]
-    _ok(run_cli(*USER_ARGS, *QUIET, "trainer.epochs=1", *args, cwd=project, env=aml_env(fake_aml), timeout=600))
+    _ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", *args, cwd=project, env=aml_env(fake_aml), timeout=600))
     assert_trained_the_users_model(run_dir, 1, 1)

@@ -3,9 +3,9 @@
 ``write_user_project(folder)`` writes what a user brings, as README's "Your own
 model and data" shows it::
 
-    folder/mymodels.py           build(num_classes, width=8, **kw) -> keras.Model (layer "mine_conv")
+    folder/mymodels.py           build(num_classes, width=8) -> keras.Model (layer "mine_conv")
     folder/mydata.py             make(seed, n_train, n_test) -> DataStreams: the packaged sample's first images
-    folder/myconf/model/tiny.yaml   _target_: mymodels.build
+    folder/myconf/model/tiny.yaml   _target_: mymodels.build, width: 8
     folder/myconf/data/mine.yaml    data=custom with _target_: mydata.make and its kwargs
 
 and the tests run ``python -m cifar_dist --config-dir myconf model=tiny data=mine``
@@ -22,7 +22,7 @@ MODEL = textwrap.dedent('''
     from tensorflow import keras
 
 
-    def build(num_classes, width=8, **kw):
+    def build(num_classes, width=8):
         inputs = keras.Input((32, 32, 3))
         x = keras.layers.Conv2D(width, 3, activation="relu", name="mine_conv")(inputs)
         x = keras.layers.GlobalAveragePooling2D()(x)
@@ -50,7 +50,7 @@ DATA = textwrap.dedent('''
                            num_classes=sample.num_classes, class_names=list(sample.class_names))
 ''')
 
-MODEL_YAML = "_target_: mymodels.build\n"
+MODEL_YAML = "_target_: mymodels.build\nwidth: 8\n"
 DATA_YAML = textwrap.dedent("""\
     defaults:
       - custom
@@ -63,6 +63,8 @@ DATA_YAML = textwrap.dedent("""\
 
 # What a user types (cwd: the project folder); QUIET keeps runs short and their output small.
 USER_ARGS = ("--config-dir", "myconf", "model=tiny", "data=mine")
+# The builder argument the e2e runs set on the command line, over the yaml's width: 8.
+WIDTH = 4
 QUIET = ("trainer.batch_size=32", "trainer.plot=false", "trainer.tensorboard=false", "trainer.verbose=2")
 
 
