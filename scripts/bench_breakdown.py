@@ -110,13 +110,23 @@ def fixed_cost(t_n: Optional[float], t_2n: Optional[float], n: int) -> Optional[
             "whole_vs_epochs_cost": t_n / (n * epoch)}
 
 
+def fixed_costs(runs: List[dict], config: str, n: int) -> Dict[str, Optional[dict]]:
+    """fixed_cost of a config's N and 2N runs, as measured and without each run's wait as model.fit returns."""
+    by_epochs = {r["epochs_asked"]: r for r in runs if r["config"] == config and r.get("ok")}
+    if n not in by_epochs or 2 * n not in by_epochs:
+        return {"measured": None, "without_fit_return_wait": None}
+    short, long = by_epochs[n], by_epochs[2 * n]
+    wait = lambda r: (r.get("breakdown") or {}).get("fit_return_wait_s", 0.0)  # noqa: E731
+    return {"measured": fixed_cost(short["process_wall_s"], long["process_wall_s"], n),
+            "without_fit_return_wait": fixed_cost(short["process_wall_s"] - wait(short),
+                                                  long["process_wall_s"] - wait(long), n),
+            "fit_return_wait_s": [wait(short), wait(long)]}
+
+
 def ratios(runs: List[dict], n_seed: int, n_speed: int) -> Dict[str, object]:
     """Issue 24's goals from the sitting's whole-command times."""
-    wall = {(r["config"], r["epochs_asked"]): r["process_wall_s"] for r in runs if r.get("ok")}
-    out: Dict[str, object] = {
-        "seed_1_fixed": fixed_cost(wall.get(("seed_1", n_seed)), wall.get(("seed_1", 2 * n_seed)), n_seed),
-        "speedrun_2_fixed": fixed_cost(wall.get(("speedrun_2", n_speed)), wall.get(("speedrun_2", 2 * n_speed)), n_speed),
-    }
+    out: Dict[str, object] = {"seed_1_fixed": fixed_costs(runs, "seed_1", n_seed),
+                              "speedrun_2_fixed": fixed_costs(runs, "speedrun_2", n_speed)}
     port = next((r for r in runs if r["config"] == "seed_port" and r.get("ok")), None)
     speed = next((r for r in runs if r["config"] == "speedrun_2" and r["epochs_asked"] == n_speed and r.get("ok")), None)
     if port and speed:
@@ -156,6 +166,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed-port-epochs", type=int, default=25, help="epochs of scripts/seed_reference.py (0: skip)")
     p.add_argument("--train-images", type=int, default=0, help="only the first N sample training images (0 = all)")
     p.add_argument("--test-images", type=int, default=0, help="only the first N sample test images (0 = all)")
+    p.add_argument("--recut", action="store_true",
+                   help="train nothing: cut OUT.json's runs again from the event files in --work, rewrite OUT.json and OUT.md")
     p.add_argument("--smoke", action="store_true", help="seed CNN on 1 rank, 1 vs 2 epochs, 640/256 images, no seed port")
     p.add_argument("--out", required=True, help="writes OUT.json and OUT.md (e.g. docs/benchmark_breakdown_before)")
     p.add_argument("--work", help="run dirs and event files, kept (default outputs/bench/breakdown-<timestamp>)")
@@ -174,7 +186,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(SCRIPTS))
     import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
-    from bench_breakdown_report import markdown
     from bench_training import machine, prepare_data, work_dir
 
     work = work_dir(a.work or str(REPO / "outputs" / "bench" / time.strftime("breakdown-%Y%m%d-%H%M%S")))
@@ -186,6 +197,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log_file.write(msg + "\n")
         log_file.flush()
 
+    if a.recut:
+        return recut(Path(a.out), work, a, log)
     data = prepare_data(a.train_images, a.test_images, work)
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "command": "python scripts/bench_breakdown.py "
             + " ".join(argv if argv is not None else sys.argv[1:]), "machine": machine(), "data": data}
@@ -196,16 +209,34 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["runs"].append(run_config(config, epochs, data, work, log, explicit))
     if a.seed_port_epochs:
         result["runs"].append(run_seed_port(a.seed_port_epochs, data, work, log))
-    n_speed = a.speedrun_epochs or speedrun_epochs()
-    result["ratios"] = ratios(result["runs"], a.seed_epochs, n_speed)
     info.update(sitting_s=time.time() - started, load_avg_at_end=os.getloadavg())
-    out = Path(a.out)
+    return write(result, Path(a.out), a, log)
+
+
+def write(result: dict, out: Path, a: argparse.Namespace, log) -> int:
+    """The sitting's ratios, then OUT.json and OUT.md (no local paths in either)."""
+    from bench_breakdown_report import markdown
+
+    result["ratios"] = ratios(result["runs"], a.seed_epochs, a.speedrun_epochs or speedrun_epochs())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(without_local_paths(json.dumps(result, indent=1)))
     text = without_local_paths(markdown(result))
     out.with_suffix(".md").write_text(text)
     log("\n" + text)
     return 0 if all(r.get("ok") for r in result["runs"]) else 1
+
+
+def recut(out: Path, work: Path, a: argparse.Namespace, log) -> int:
+    """OUT.json's runs cut again from their event files (after a change to bench_phases.py); timings unchanged."""
+    from bench_phases import breakdown
+
+    result = json.loads(out.with_suffix(".json").read_text())
+    for r in result["runs"]:
+        events_path = work / f"{r['variant']}.events.jsonl"
+        if r.get("ok") and events_path.exists():
+            events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+            r["breakdown"] = breakdown(events, r["started_at"], r["ended_at"])
+    return write(result, out, a, log)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,24 @@ def breakdown(events: List[dict], cmd_start: float, cmd_end: float) -> Dict[str,
     t = walk(AFTER_FIT + (RANK_END if rank0 is not launching else []) + END, procs, t, phases)
     phases.append({"phase": "interpreter teardown", "category": "exit", "seconds": max(cmd_end - t, 0.0)})
     return {"whole_s": cmd_end - cmd_start, "phases": phases, "categories": by_category(phases),
-            "epochs": fit["epochs"], "callbacks": callback_seconds(rank0)}
+            "epochs": fit["epochs"], "callbacks": callback_seconds(rank0), "fit_return_wait_s": fit_return_wait(events)}
+
+
+def fit_return_wait(events: List[dict]) -> float:
+    """The longest wait of any rank between Keras' last on_train_end and the trainer's next step (``finish``).
+
+    Measured 2026-11-25: 0 in most runs, 16-40 s in others, on one rank or both,
+    with no Python frame running (model.fit's frame being torn down). The other
+    ranks wait for that rank at the next collective, so it delays the whole job.
+    """
+    waits = [0.0]
+    for pid in {e["pid"] for e in events}:
+        mine = [e for e in events if e["pid"] == pid]
+        end = [e["t"] for e in mine if e["event"] == "fit.train_end.last"]
+        finish = [e["t"] for e in mine if e["event"] == TRAINER + "finish:enter"]
+        if end and finish:
+            waits.append(finish[0] - end[-1])
+    return max(waits)
 
 
 def by_category(phases: List[dict]) -> Dict[str, float]:

@@ -148,7 +148,7 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
     for train, val in ((8.0, 0.0), (3.0, 0.0), (3.0, 1.0)):  # validation at the end only; the first epoch traces
         epoch, t = _epoch(t, train, val)
         marks += epoch
-    marks += [("fit.train_end.first", t + 0.2), (T + "finish:enter", t + 1.0),
+    marks += [("fit.train_end.first", t + 0.2), ("fit.train_end.last", t + 0.2), (T + "finish:enter", t + 1.0),
               ("cifar_dist.training.recipe.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
               ("cifar_dist.training.recipe.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
               (T + "finish:exit", t + 4.6), (T + "train:exit", t + 4.7), ("process_exit", t + 5.0)]
@@ -169,6 +169,7 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
     assert phases["model save + learning-curve plot + metrics.json"] == pytest.approx(0.3)
     assert phases["rank's end of job + atexit handlers (Horovod shutdown)"] == pytest.approx(0.3)
     assert phases["atexit handlers"] == pytest.approx(0.2) and phases["interpreter teardown"] == pytest.approx(0.8)
+    assert result["fit_return_wait_s"] == pytest.approx(0.8)  # Keras' on_train_end to the trainer's finish
     cats = result["categories"]
     assert cats["launcher start to ranks up (Horovod init)"] == pytest.approx(0.9 + 0.5 + 0.1 + 0.9 + 0.5 + 4.0 + 0.1)
     assert cats["checkpoints and logs"] == pytest.approx(1.5 + 0.3)

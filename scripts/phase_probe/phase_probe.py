@@ -65,9 +65,27 @@ def process_start_time() -> float:
     return time.time() - (uptime - start_ticks / ticks)
 
 
+def watch_for_a_stall(where: str) -> None:
+    """With CIFAR_DIST_PHASE_STACKS=S: every thread's Python stack into <log>.stacks-<pid> if the next timed
+    function is not entered within S seconds (a diagnosis of an unexplained wait)."""
+    seconds = float(os.environ.get("CIFAR_DIST_PHASE_STACKS") or 0)
+    if seconds > 0:
+        import faulthandler
+
+        stacks = open(f"{_STATE['path']}.stacks-{os.getpid()}", "a")
+        stacks.write(f"--- {where}: stacks after {seconds} s\n")
+        stacks.flush()
+        _STATE["stacks"] = stacks
+        faulthandler.dump_traceback_later(seconds, repeat=True, file=stacks)
+
+
 def timed(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if _STATE.pop("stacks", None) is not None:
+            import faulthandler
+
+            faulthandler.cancel_dump_traceback_later()
         emit(name + ":enter")
         try:
             result = fn(*args, **kwargs)
@@ -111,6 +129,8 @@ def with_epoch_marks(callbacks):
 
         def on_train_end(self, logs=None):
             self._mark("train_end")
+            if self.where == "last":
+                watch_for_a_stall("after fit")
 
         def on_epoch_begin(self, epoch, logs=None):
             self._mark("epoch_begin", epoch)
