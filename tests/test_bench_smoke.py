@@ -217,3 +217,17 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
     assert result["ratios"]["seed_1_fixed"]["epochs"] == 1
     table = (tmp_path / "bd.md").read_text()
     assert "| training steps |" in table and "whole / N epochs' cost" in table and str(REPO) not in table
+
+
+def test_breakdown_plan_pairs_n_with_2n_and_adds_the_recipe_as_configured(monkeypatch):
+    """The speedrun's fixed cost compares N with 2N epochs; when N is not the recipe's own epochs (to compare
+    with an earlier sitting), the recipe as configured runs too: issue 15's budget is about that command."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bench_breakdown
+
+    monkeypatch.setattr(bench_breakdown, "speedrun_epochs", lambda: 30)
+    plan = bench_breakdown.plan(bench_breakdown.parse_args(["--out", "x", "--speedrun-epochs", "12"]))
+    assert ("speedrun_2", 12, True) in plan and ("speedrun_2", 24, True) in plan and ("seed_1", 10, True) in plan
+    assert plan[-1] == ("speedrun_2", 30, False)
+    plan = bench_breakdown.plan(bench_breakdown.parse_args(["--out", "x"]))
+    assert ("speedrun_2", 30, False) in plan and ("speedrun_2", 60, True) in plan and len(plan) == 6
