@@ -214,7 +214,9 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
     b = runs["seed_1_1ep"]["breakdown"]
     assert sum(p["seconds"] for p in b["phases"]) == pytest.approx(runs["seed_1_1ep"]["process_wall_s"], abs=0.05)
     assert b["categories"]["training steps"] > 0 and b["categories"]["launcher start to ranks up (Horovod init)"] > 0
-    assert result["ratios"]["seed_1_fixed"]["epochs"] == 1
+    fixed = result["ratios"]["seed_1_fixed"]  # None where a wait as fit returned made T(2N) <= T(N)
+    assert len(fixed["fit_return_wait_s"]) == 2 and all(f is None or f["epochs"] == 1 for f in (
+        fixed["measured"], fixed["without_fit_return_wait"]))
     table = (tmp_path / "bd.md").read_text()
     assert "| training steps |" in table and "whole / N epochs' cost" in table and str(REPO) not in table
 
