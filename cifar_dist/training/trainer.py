@@ -94,6 +94,14 @@ def planned_epochs(trainer_cfg, size: int) -> int:
     return int(trainer_cfg.epochs)
 
 
+def validation_epochs(every: int, epochs: int):
+    """Keras' ``validation_freq`` for trainer.validate_every: 1 (every epoch) as is, else the
+    1-based epochs to validate after: every ``every``-th and always the last (0: the last only)."""
+    if every == 1:
+        return 1
+    return sorted({e for e in range(1, epochs + 1) if every and e % every == 0} | {epochs})
+
+
 def scaled_lr(lr: float, rule: str, size: int) -> float:
     # HOROVOD: the effective batch is size x larger; scale the lr with it.
     return lr * size if rule == "linear" else lr
@@ -241,6 +249,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             steps_per_epoch=train_data.steps_per_epoch,
             validation_data=val_data.dataset,
             validation_steps=val_data.steps,
+            validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
             callbacks=make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker),
             verbose=run.trainer.verbose if run.world.is_chief else 0,
         )
