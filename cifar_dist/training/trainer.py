@@ -27,7 +27,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import hydra.utils
 from omegaconf import DictConfig
@@ -172,27 +172,30 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
     return epoch
 
 
-def _evaluate_exact(model, stream, hvd) -> Dict[str, float]:
-    """Test loss/accuracy over the whole test set, equal to a single-rank run.
+def _evaluate_exact(model, stream, hvd, outputs=("",)) -> List[Dict[str, float]]:
+    """Test loss/accuracy over the whole test set, equal to a single-rank run, for each of the
+    model's ``outputs`` (the prefixes of their metric names; "" for a one-output model).
 
     Every rank evaluates its own slice (all ranks together cover each image
     once); sums, not means, are combined, so uneven slices weigh right.
     """
-    loss = acc = 0.0
+    logs = {}
     if stream.samples:
-        loss, acc = model.evaluate(stream.dataset, steps=stream.steps, verbose=0)
+        logs = model.evaluate(stream.dataset, steps=stream.steps, verbose=0, return_dict=True)
     # Keras reports a float32 mean; the count of correct images behind it is
     # exact after rounding, so the combined accuracy is an exact fraction.
-    correct = round(float(acc) * stream.samples)
-    # HOROVOD: one collective for the three numbers of every rank.
-    parts = hvd.allgather_object((float(loss) * stream.samples, correct, stream.samples))
-    total = sum(p[2] for p in parts)
-    return {
-        "loss": sum(p[0] for p in parts) / total,
-        "accuracy": sum(p[1] for p in parts) / total,
-        "correct": int(sum(p[1] for p in parts)),
-        "samples": int(total),
-    }
+    mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
+             round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)))
+            for o in outputs]
+    # HOROVOD: one collective for the numbers of every rank.
+    parts = hvd.allgather_object((mine, stream.samples))
+    total = sum(p[1] for p in parts)
+    results = []
+    for i in range(len(outputs)):
+        correct = sum(p[0][i][1] for p in parts)
+        results.append({"loss": sum(p[0][i][0] for p in parts) / total, "accuracy": correct / total,
+                        "correct": int(correct), "samples": int(total)})
+    return results
 
 
 def weights_digest(model) -> str:
@@ -529,7 +532,7 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     if finished:
         test_stream = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=False)
         metrics.update(recipe.final_test(
-            model, lambda m: _evaluate_exact(m, test_stream, hvd), t.tta.value, compile_kwargs))
+            model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, hvd, outputs), t.tta.value, compile_kwargs))
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
