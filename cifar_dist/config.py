@@ -204,6 +204,9 @@ class TrainerConfig:
     # their slow average, with this decay per 5 steps reached at the last step
     # (rising as (step/total)^3 from 0). 0 = off; airbench: 0.77 (0.95^5).
     lookahead_decay: float = 0.0
+    # Validate (val_loss/val_accuracy) after every k-th epoch and always after
+    # the last; 0: after the last only (airbench). 1 (the seed's): every epoch.
+    validate_every: int = 1
     seed: int = 42
     deterministic: bool = False  # tf.config.experimental.enable_op_determinism()
     # auto: resume when the run dir holds checkpoints, else start fresh;

@@ -101,6 +101,9 @@ def _trainer_problems(t: DictConfig) -> List[str]:
         found.append(f"trainer.seed={t.seed} must be in [0, {MAX_SEED})")
     if t.keep_checkpoints < 0:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
+    if t.validate_every < 0:
+        found.append(f"trainer.validate_every={t.validate_every} must be >= 0 (k: every k-th epoch and the last; "
+                     "0: the last only)")
     if t.max_epochs_per_run < 0:
         found.append(f"trainer.max_epochs_per_run={t.max_epochs_per_run} must be >= 0 (0 = no limit)")
     if t.steps_per_execution < 1:

@@ -237,7 +237,7 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     shown = shlex.join([f"{k}={val}" for k, val in v.env.items()] + cmd)
     log(f"[{time.strftime('%H:%M:%S')}] {v.name} (rep {rep}): {shown}")
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
     proc = subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=v.timeout_s,
                           stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -245,6 +245,7 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     (run_dir / "stderr.txt").write_text(proc.stderr)
     result = normalise(v, run_dir, wall, proc)
     result["command"] = shown
+    result["started_at"], result["ended_at"] = started_at, started_at + wall  # epoch seconds: for scripts/bench_breakdown.py
     # The 1-minute load average around the run: other users of the machine show up here.
     result["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     log(f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s, "

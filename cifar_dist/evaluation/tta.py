@@ -4,7 +4,8 @@
 its mirror image and averages the two; ``"flip_translate"`` adds both views
 shifted by one pixel down-right and up-left (reflected borders), weighted as
 airbench's level-2 TTA (0.25 for each unshifted view, 0.125 for each
-shifted one). The wrapper shares the trained model's weights, so it can be
+shifted one). All views go through the model in one call, stacked along the
+batch. The wrapper shares the trained model's weights, so it can be
 compiled and evaluated like the model itself (the trainer's exact sharded
 test and ``task=evaluate`` use it).
 """
@@ -44,6 +45,25 @@ def with_tta(model, mode: str):
     if mode == "none":
         return model
     inputs = tf.keras.Input(shape=model.input_shape[1:])
-    scored = [tf.keras.layers.Lambda(lambda p, w=weight: p * w, dtype="float32")(model(view))
-              for weight, view in views(inputs, mode)]
-    return tf.keras.Model(inputs, tf.keras.layers.Add(dtype="float32")(scored), name=f"{model.name}_tta_{mode}")
+    _, averaged = _scored_views(model, inputs, mode)
+    return tf.keras.Model(inputs, averaged, name=f"{model.name}_tta_{mode}")
+
+
+def plain_and_tta(model, mode: str):
+    """A model with two outputs, ``plain`` (the model's own probabilities) and ``tta`` (``with_tta``'s),
+    from one pass: the plain scores are those of the unchanged view the average already needs."""
+    inputs = tf.keras.Input(shape=model.input_shape[1:])
+    plain, averaged = _scored_views(model, inputs, mode)
+    plain = tf.keras.layers.Lambda(lambda p: p, dtype="float32", name="plain")(plain)
+    return tf.keras.Model(inputs, {"plain": plain, "tta": averaged}, name=f"{model.name}_plain_and_tta_{mode}")
+
+
+def _scored_views(model, inputs, mode: str):
+    """(the unchanged view's probabilities, their weighted average over ``views``), the views scored by one
+    call of ``model`` on all of them stacked along the batch (one compiled step, whatever the mode)."""
+    weighted = views(inputs, mode)
+    stacked = tf.keras.layers.Concatenate(axis=0, dtype=inputs.dtype)([view for _, view in weighted])
+    scored = tf.split(model(stacked), len(weighted), axis=0)
+    parts = [tf.keras.layers.Lambda(lambda p, w=weight: p * w, dtype="float32")(probs)
+             for (weight, _), probs in zip(weighted, scored)]
+    return scored[0], tf.keras.layers.Add(dtype="float32", name="tta")(parts)

@@ -75,12 +75,13 @@ def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    xs = [e["epoch"] for e in epochs]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
         for prefix, style in (("", "-"), ("val_", "--")):
-            ys = [e.get(prefix + key) for e in epochs]
-            if any(v is not None for v in ys):
+            # Epochs without validation (trainer.validate_every) have no val_ numbers: the line joins those that do.
+            points = [(e["epoch"], e[prefix + key]) for e in epochs if e.get(prefix + key) is not None]
+            if points:
+                xs, ys = zip(*points)
                 ax.plot(xs, ys, style, marker="o", markersize=3, label=("validation " if prefix else "train ") + label)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, never 1.5

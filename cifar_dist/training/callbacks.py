@@ -21,9 +21,16 @@ from cifar_dist.training.schedules import current_lr
 
 class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
     """Keras' CSVLogger with epochs numbered as Keras prints them ("Epoch 1/3"), as in metrics.json
-    and the checkpoint names (``checkpoint-001.h5`` holds epoch 1)."""
+    and the checkpoint names (``checkpoint-001.h5`` holds epoch 1).
+
+    Its columns are the model's metrics and their ``val_`` twins whether or not
+    the first epoch it logs validated (trainer.validate_every): an epoch without
+    validation gets "NA" there. (Keras would otherwise add ``val_`` twins of
+    every key, timings included, or, resuming, columns unlike the file's header.)"""
 
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
+        if self.keys is None and logs:
+            self.keys = sorted(set(logs) | {"val_" + name for name in self.model.metrics_names})
         super().on_epoch_end(epoch + 1, logs)
 
 

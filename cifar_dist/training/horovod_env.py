@@ -10,8 +10,10 @@ and Horovod's Keras layer is patched only after tf.keras is known to be Keras 2.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import sys
 from dataclasses import dataclass
 
 from cifar_dist.errors import CifarDistError
@@ -62,17 +64,39 @@ def bind_horovod_to_tf_keras() -> None:
     MetricAverageCallback, the lr warmup/schedule callbacks and
     hvd.broadcast_global_variables would call a backend that lacks
     ``constant``/``get_value``/``set_value`` (AttributeError at the first
-    epoch end). Horovod reads ``K`` when a callback is constructed, so
-    re-binding the module globals makes Horovod's own implementations work
-    unchanged. A no-op where ``keras`` already is Keras 2 (TF <= 2.15).
+    epoch end). Horovod's Keras layer is therefore imported while ``keras``
+    means tf.keras (``horovod_sees_tf_keras``): Keras 3, which nothing here
+    uses, is never loaded (it costs ~1.5 s per rank and pulls in scikit-learn
+    and matplotlib). Horovod reads ``K`` when a callback is constructed; the
+    module globals are re-bound in case Horovod's layer was loaded earlier
+    elsewhere. A no-op where ``keras`` already is Keras 2 (TF <= 2.15).
     """
-    import horovod.tensorflow.keras as hvd_keras
-    import horovod.tensorflow.keras.callbacks as hvd_callbacks
     import tensorflow as tf
+
+    with horovod_sees_tf_keras(tf.keras):
+        import horovod.tensorflow.keras as hvd_keras
+        import horovod.tensorflow.keras.callbacks as hvd_callbacks
 
     for module in (hvd_keras, hvd_callbacks):
         if getattr(module, "K", None) is not tf.keras.backend:
             module.K = tf.keras.backend
+
+
+@contextlib.contextmanager
+def horovod_sees_tf_keras(tf_keras_module):
+    """While it lasts, ``import keras`` gives ``tf_keras_module`` unless a ``keras`` is loaded already.
+
+    Only for the duration of Horovod's import: afterwards ``import keras`` is
+    the installed package again."""
+    if "keras" in sys.modules:
+        yield
+        return
+    sys.modules["keras"] = tf_keras_module
+    try:
+        yield
+    finally:
+        if sys.modules.get("keras") is tf_keras_module:
+            del sys.modules["keras"]
 
 
 @dataclass(frozen=True)

@@ -60,15 +60,21 @@ def sync_model(model) -> None:
 
 
 def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """metrics.json's "test" (with TTA when configured, "tta" says which) and "test_plain" (without)."""
-    plain = evaluate_exact(model)
-    if tta == "none":
-        return {"test": plain}
-    from cifar_dist.evaluation.tta import with_tta
+    """metrics.json's "test" (with TTA when configured, "tta" says which) and "test_plain" (without).
 
-    tta_model = with_tta(model, tta)
-    tta_model.compile(**compile_kwargs)
-    return {"test": dict(evaluate_exact(tta_model), tta=tta), "test_plain": plain}
+    ``evaluate_exact(model, outputs)`` scores each output (metric-name prefix).
+    Without TTA the model's own compiled test step (validation's) is reused;
+    with it, one model scores every view in one pass and gives both numbers."""
+    if tta == "none":
+        (plain,) = evaluate_exact(model)
+        return {"test": plain}
+    from cifar_dist.evaluation.tta import plain_and_tta
+
+    both = plain_and_tta(model, tta)
+    both.compile(loss={"plain": compile_kwargs["loss"], "tta": compile_kwargs["loss"]},
+                 metrics={"plain": compile_kwargs["metrics"], "tta": compile_kwargs["metrics"]})
+    plain, averaged = evaluate_exact(both, ("plain_", "tta_"))
+    return {"test": dict(averaged, tta=tta), "test_plain": plain}
 
 
 def run_info(trainer_cfg) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import hydra.utils
 from omegaconf import DictConfig
@@ -93,6 +93,14 @@ def planned_epochs(trainer_cfg, size: int) -> int:
     if trainer_cfg.epoch_policy.value == "divide":
         return int(math.ceil(trainer_cfg.epochs / size))
     return int(trainer_cfg.epochs)
+
+
+def validation_epochs(every: int, epochs: int):
+    """Keras' ``validation_freq`` for trainer.validate_every: 1 (every epoch) as is, else the
+    1-based epochs to validate after: every ``every``-th and always the last (0: the last only)."""
+    if every == 1:
+        return 1
+    return sorted({e for e in range(1, epochs + 1) if every and e % every == 0} | {epochs})
 
 
 def scaled_lr(lr: float, rule: str, size: int) -> float:
@@ -165,27 +173,30 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
     return epoch
 
 
-def _evaluate_exact(model, stream, hvd) -> Dict[str, float]:
-    """Test loss/accuracy over the whole test set, equal to a single-rank run.
+def _evaluate_exact(model, stream, hvd, outputs=("",)) -> List[Dict[str, float]]:
+    """Test loss/accuracy over the whole test set, equal to a single-rank run, for each of the
+    model's ``outputs`` (the prefixes of their metric names; "" for a one-output model).
 
     Every rank evaluates its own slice (all ranks together cover each image
     once); sums, not means, are combined, so uneven slices weigh right.
     """
-    loss = acc = 0.0
+    logs = {}
     if stream.samples:
-        loss, acc = model.evaluate(stream.dataset, steps=stream.steps, verbose=0)
+        logs = model.evaluate(stream.dataset, steps=stream.steps, verbose=0, return_dict=True)
     # Keras reports a float32 mean; the count of correct images behind it is
     # exact after rounding, so the combined accuracy is an exact fraction.
-    correct = round(float(acc) * stream.samples)
-    # HOROVOD: one collective for the three numbers of every rank.
-    parts = hvd.allgather_object((float(loss) * stream.samples, correct, stream.samples))
-    total = sum(p[2] for p in parts)
-    return {
-        "loss": sum(p[0] for p in parts) / total,
-        "accuracy": sum(p[1] for p in parts) / total,
-        "correct": int(sum(p[1] for p in parts)),
-        "samples": int(total),
-    }
+    mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
+             round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)))
+            for o in outputs]
+    # HOROVOD: one collective for the numbers of every rank.
+    parts = hvd.allgather_object((mine, stream.samples))
+    total = sum(p[1] for p in parts)
+    results = []
+    for i in range(len(outputs)):
+        correct = sum(p[0][i][1] for p in parts)
+        results.append({"loss": sum(p[0][i][0] for p in parts) / total, "accuracy": correct / total,
+                        "correct": int(correct), "samples": int(total)})
+    return results
 
 
 def weights_digest(model) -> str:
@@ -242,6 +253,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
             steps_per_epoch=train_data.steps_per_epoch,
             validation_data=val_data.dataset,
             validation_steps=val_data.steps,
+            validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
             callbacks=make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker),
             verbose=run.trainer.verbose if run.world.is_chief else 0,
         )
@@ -522,7 +534,7 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     if finished:
         test_stream = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=False)
         metrics.update(recipe.final_test(
-            model, lambda m: _evaluate_exact(m, test_stream, hvd), t.tta.value, compile_kwargs))
+            model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, hvd, outputs), t.tta.value, compile_kwargs))
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)

@@ -193,9 +193,10 @@ class Supervisor:
                 for orphan in set(_children(os.getpid())) - before:
                     tree[orphan] = _start_time(orphan)
                     tree.update(process_tree(orphan))
-            kill_tree(tree)
+            killed = kill_tree(tree)
             if subreaper:
-                time.sleep(0.1)
+                if killed:  # give what was just SIGKILLed a moment to die before collecting it
+                    time.sleep(0.1)
                 _reap_adopted()
                 _set_child_subreaper(False)
             reader.join(timeout=5)
