@@ -29,7 +29,7 @@ class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
     every key, timings included, or, resuming, columns unlike the file's header.)"""
 
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
-        if self.keys is None and logs:
+        if self.keys is None and logs and self.model is not None:
             self.keys = sorted(set(logs) | {"val_" + name for name in self.model.metrics_names})
         super().on_epoch_end(epoch + 1, logs)
 
