@@ -104,3 +104,19 @@ def test_eval_stream_slices_cover_the_set_exactly_once(arrays):
     assert sorted(seen) == list(range(N))
     equal = [eval_stream(x, y, batch_size=10, rank=r, size=4, equal_shards=True) for r in range(4)]
     assert len({(s.samples, s.steps) for s in equal}) == 1
+
+
+def test_every_stream_keras_iterates_runs_without_the_autotune_model_thread(arrays):
+    """tf.data's autotuning thread re-plans at a period doubling up to 60 s and an iterator's destructor
+    waits for it (TF 2.18): fit stalled 16-54 s as it returned on 2 ranks. Every train and eval stream, of
+    arrays or of a user's DataStreams, turns it off; the elements are what the tests above check."""
+    from cifar_dist.data.streams import DataStreams, eval_input, train_input
+
+    x, y = arrays
+    streams = DataStreams(train=tf.data.Dataset.from_tensor_slices((x, y)),
+                          test=tf.data.Dataset.from_tensor_slices((x, y)), num_classes=10)
+    train_args = dict(batch_size=8, rank=0, size=1, shard=True, seed=1, initial_epoch=0, epochs=2,
+                      augment=OmegaConf.structured(AugmentConfig(enabled=False)))
+    for data in (streams, type("Arrays", (), dict(x_train=x, y_train=y, x_test=x, y_test=y, num_classes=10))()):
+        for stream in (train_input(data, **train_args), eval_input(data, batch_size=8, rank=0, size=1, equal_shards=True)):
+            assert stream.dataset.options().autotune.enabled is False, (type(data).__name__, stream)

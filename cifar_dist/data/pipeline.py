@@ -124,6 +124,20 @@ def _prefetch(value: int) -> int:
     return tf.data.AUTOTUNE if value < 0 else value
 
 
+def without_model_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """``dataset`` without tf.data's autotuning model thread: same elements, same order.
+
+    That thread re-plans the pipeline at a period that doubles up to 60 s, and
+    (TF 2.18) an iterator's destructor waits for its next wake-up: Keras' fit
+    stalled 0-60 s as it returned (16-54 s measured with 2 ranks; see
+    docs/benchmarks.md). Without it, AUTOTUNE parallelism is the runner thread
+    pool's size and prefetch grows its buffer by the legacy autotuner; the
+    pipeline still feeds the model many times faster than it trains."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
     """Full batches per epoch on every rank: of n // size images (shard) or of all n (the seed's policy)."""
     return (n // size if shard else n) // batch_size
@@ -199,7 +213,7 @@ def train_stream(
         .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(_prefetch(prefetch))
     )
-    return TrainStream(ds, steps, used)
+    return TrainStream(without_model_thread(ds), steps, used)
 
 
 def eval_stream(
@@ -234,4 +248,4 @@ def eval_stream(
         .map(lambda a, b: (to_float(a), b), num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
-    return EvalStream(ds, steps, len(idx))
+    return EvalStream(without_model_thread(ds), steps, len(idx))

@@ -30,7 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 from cifar_dist.data.batches import DataError
-from cifar_dist.data.pipeline import _EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all, checked_steps
+from cifar_dist.data.pipeline import (_EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all,
+                                      checked_steps, without_model_thread)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def streamed_train(
 
     ds = (tf.data.Dataset.range(initial_epoch, epochs).flat_map(epoch_batches)
           .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(_prefetch(prefetch)))
-    return TrainStream(ds, steps, used)
+    return TrainStream(without_model_thread(ds), steps, used)
 
 
 def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, equal_shards: bool) -> EvalStream:
@@ -146,7 +147,7 @@ def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, e
     ds = (data.images(mine).batch(batch_size)
           .map(lambda x, y: (x, tf.one_hot(tf.cast(y, tf.int32), data.num_classes)), num_parallel_calls=tf.data.AUTOTUNE)
           .prefetch(tf.data.AUTOTUNE))
-    return EvalStream(ds, max(1, math.ceil(count / batch_size)) if count else 0, count)
+    return EvalStream(without_model_thread(ds), max(1, math.ceil(count / batch_size)) if count else 0, count)
 
 
 def train_input(data, *, batch_size: int, rank: int, size: int, shard: bool, seed: int, initial_epoch: int,
