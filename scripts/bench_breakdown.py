@@ -128,8 +128,9 @@ def ratios(runs: List[dict], n_seed: int, n_speed: int) -> Dict[str, object]:
     out: Dict[str, object] = {"seed_1_fixed": fixed_costs(runs, "seed_1", n_seed),
                               "speedrun_2_fixed": fixed_costs(runs, "speedrun_2", n_speed)}
     port = next((r for r in runs if r["config"] == "seed_port" and r.get("ok")), None)
-    speed = next((r for r in runs if r["config"] == "speedrun_2" and r.get("ok")
-                  and r.get("as_configured", r["epochs_asked"] == n_speed)), None)
+    speed = next((r for r in runs if r["config"] == "speedrun_2" and r.get("ok") and r.get("as_configured")), None) \
+        or next((r for r in runs if r["config"] == "speedrun_2" and r.get("ok")
+                 and r["epochs_asked"] == speedrun_epochs()), None)
     if port and speed:
         out["speedrun_2_vs_seed_port"] = {
             "speedrun_2_s": speed["process_wall_s"], "seed_port_s": port["process_wall_s"],
@@ -156,7 +157,7 @@ def plan(a: argparse.Namespace) -> List[tuple]:
     runs = [("seed_1", a.seed_epochs, True), ("speedrun_2", n_speed, bool(a.speedrun_epochs)),
             ("seed_1", 2 * a.seed_epochs, True), ("speedrun_2", 2 * n_speed, True),
             ("seed_2", a.seed_epochs, True), ("speedrun_1", n_speed, bool(a.speedrun_epochs))]
-    if n_speed != speedrun_epochs():  # the recipe as configured, for issue 15's budget
+    if speedrun_epochs() not in (n_speed, 2 * n_speed):  # the recipe as configured, for issue 15's budget
         runs.append(("speedrun_2", speedrun_epochs(), False))
     return [r for r in runs if r[0] in wanted]
 
