@@ -191,17 +191,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(SCRIPTS))
     import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
-    from bench_training import machine, prepare_data, work_dir
+    from bench_training import machine, prepare_data, sitting_log, work_dir
 
     work = work_dir(a.work or str(REPO / "outputs" / "bench" / time.strftime("breakdown-%Y%m%d-%H%M%S")))
-    work.mkdir(parents=True, exist_ok=True)
-    log_file = (work / "bench.log").open("a")
-
-    def log(msg: str) -> None:
-        print(msg, flush=True)
-        log_file.write(msg + "\n")
-        log_file.flush()
-
+    log = sitting_log(work)
     if a.recut:
         return recut(Path(a.out), work, a, log)
     data = prepare_data(a.train_images, a.test_images, work)

@@ -328,6 +328,19 @@ def work_dir(work: Optional[str]) -> Path:
     return (Path(work) if work else REPO / "outputs" / "bench" / time.strftime("%Y%m%d-%H%M%S")).resolve()
 
 
+def sitting_log(work: Path):
+    """A ``log(msg)`` that prints and appends to ``work/bench.log`` (made if missing)."""
+    work.mkdir(parents=True, exist_ok=True)
+    log_file = (work / "bench.log").open("a")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        log_file.write(msg + "\n")
+        log_file.flush()
+
+    return log
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     sys.path.insert(0, str(REPO))
@@ -336,13 +349,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     out = Path(a.out)
     work = work_dir(a.work)
-    work.mkdir(parents=True, exist_ok=True)
-    log_file = (work / "bench.log").open("a")
-
-    def log(msg: str) -> None:
-        print(msg, flush=True)
-        log_file.write(msg + "\n")
-        log_file.flush()
+    log = sitting_log(work)
 
     table = variant_table(a.ranks)
     variants = TIME_TO_ACCURACY if a.variants == "time_to_accuracy" else a.variants
