@@ -3,7 +3,17 @@
 Raise a subclass with a message that names what is wrong and says what to
 do; ``app.main`` prints it as ``cifar_dist: error: <message>`` and exits 2.
 """
+import difflib
+from typing import Iterable
+
 from hydra.errors import CompactHydraException
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean `epochs`?"`` for the nearest known name (difflib), else ``""``: the hint
+    every one-line error about a misspelt name ends with (config keys, options, builder parameters)."""
+    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean `{match[0]}`?" if match else ""
 
 
 class CifarDistError(Exception):

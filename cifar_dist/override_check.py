@@ -21,20 +21,15 @@ composes again and reports as before.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
-from typing import Iterable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.errors import did_you_mean
+
 SEE_KEYS = "python -m cifar_dist --cfg job [group=option] lists every key"
 SEE_OPTIONS = "python -m cifar_dist --help lists every option"
-
-
-def did_you_mean(word: str, known: Iterable[str]) -> str:
-    """``"; did you mean `epochs`?"`` for the nearest known name (difflib), else ``""``."""
-    match = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
-    return f"; did you mean `{match[0]}`?" if match else ""
 
 
 def typed_keys(node: object) -> Optional[List[str]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from cifar_dist.errors import ConfigError
+from cifar_dist.errors import ConfigError, did_you_mean
 
 DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (trainer.model_kwargs)
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys
@@ -123,7 +123,6 @@ def declared_parameters(target: str) -> Optional[Parameters]:
         return None  # importing it reports that in Python's own words
     node = _declared_in(tree, attr)
     if node is None:
-        from cifar_dist.override_check import did_you_mean
 
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         raise ConfigError(f"{source.name} defines no `{attr}`{did_you_mean(attr, defined)} (name a function or "
@@ -158,7 +157,6 @@ def signature_parameters(target: str) -> Parameters:
 def unknown_argument(target: str, keys: Iterable[str], params: Parameters) -> Optional[Tuple[str, str]]:
     """(key, why) for the first key ``params`` does not take, naming its nearest parameter; ("_target_", why)
     for a builder without ``num_classes``; None when it takes them all."""
-    from cifar_dist.override_check import did_you_mean
 
     if not params.takes(DATA_ARGUMENT):
         return "_target_", (f"{target} takes no `{DATA_ARGUMENT}` argument; add one (def "
