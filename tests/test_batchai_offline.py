@@ -217,17 +217,3 @@ def test_secret_variables_are_revealed_only_in_a_real_submission():
     assert body["secrets"] == [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "pw"}]
     body = build_job_body(_settings(), LAYOUT, reveal_key=False, secrets={"MLFLOW_TRACKING_PASSWORD": "pw"})
     assert body["secrets"] == [{"name": "MLFLOW_TRACKING_PASSWORD", "value": "<redacted>"}]
-
-
-def test_the_wheel_source_keeps_conf_local_as_a_package_but_none_of_its_settings(tmp_path):
-    """conf/local holds a user's cluster names and own options (git-ignored): never shipped; its
-    __init__.py is (setup.cfg packages cifar_dist.conf.local, and a wheel build without it fails)."""
-    from cifar_dist.launchers.batchai.staging import source_files
-
-    for rel in ("setup.cfg", "conf/config.yaml", "conf/local/__init__.py", "conf/local/default.yaml",
-                "conf/local/model/mine.yaml", "cifar_dist/__init__.py"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("x")
-    files = {str(f) for f in source_files(tmp_path)}
-    assert {"conf/local/__init__.py", "conf/config.yaml", "cifar_dist/__init__.py"} <= files
-    assert not {f for f in files if f.startswith("conf/local/") and f != "conf/local/__init__.py"}

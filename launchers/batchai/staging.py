@@ -31,10 +31,8 @@ _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICEN
 _SOURCE_DIRS = ("cifar_dist", "conf", "launchers", "hydra_plugins")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
-# The user's own cluster/storage names and options (git-ignored) stay on the user's
-# machine; only the folder's package marker goes (setup.cfg packages cifar_dist.conf.local).
+# The user's own cluster/storage names (git-ignored) stay on the user's machine.
 _SKIP_PARTS = ("conf", "local")
-_LOCAL_KEPT = ("__init__.py",)
 
 # Groups not repeated in the node's defaults list: hydra's own (the nodes get
 # their own run dir), the presets (their effect is already in the other
@@ -77,7 +75,7 @@ def source_files(root: Path) -> List[Path]:
             rel_dir = Path(dirpath).relative_to(root)
             if rel_dir.parts[-2:] == _SKIP_PARTS:
                 dirnames[:] = []
-                filenames = [name for name in filenames if name in _LOCAL_KEPT]
+                continue
             for name in sorted(filenames):
                 if Path(name).suffix not in _SKIP_SUFFIXES:
                     files.append(rel_dir / name)
