@@ -11,7 +11,6 @@ The user's files are written into temporary directories outside the checkout.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 import textwrap
 import uuid
 
@@ -224,31 +223,3 @@ def test_an_unimportable_trusted_module_is_one_line(tmp_path):
 def test_a_config_error_is_a_config_error():
     with pytest.raises(ConfigError, match="is not module.function"):
         declared_parameters("build")
-
-
-@pytest.fixture
-def local_option(user):
-    """The user's model option in the checkout's git-ignored conf/local/model/ (removed afterwards)."""
-    from cifar_dist import conf
-
-    folder, name = user
-    option = f"mine_{uuid.uuid4().hex[:8]}"
-    model_dir = Path(conf.__file__).parent / "local" / "model"
-    created = not model_dir.exists()
-    model_dir.mkdir(exist_ok=True)
-    path = model_dir / f"{option}.yaml"
-    path.write_text(f"_target_: {name}.build\nwidth: 8\n")
-    yield option, name
-    path.unlink()
-    if created:
-        model_dir.rmdir()
-
-
-def test_an_option_in_conf_local_is_found_without_any_flag(local_option, recwarn):
-    option, name = local_option
-    cfg = compose_cfg(f"model={option}", "model.width=32")
-    assert OmegaConf.to_container(cfg.model) == {"_target_": f"{name}.build", "width": 32}
-    assert command_line_problem([f"model={option}", "model.width=32"]) is None
-    assert command_line_problem([f"model={option}", "model.widht=3"]).endswith(
-        f"{name}.build has no parameter `widht`; did you mean `width`? (its parameters: width, dropout)")
-    assert not [w for w in recwarn if "is not available" in str(w.message)]  # conf/local is a package Hydra can read
