@@ -127,8 +127,7 @@ def _model_choice(cfg: DictConfig) -> str:
 def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
     """The first ``model`` key (of its config or of an override) that the builder named by ``_target_``
     does not take, checked against the builder's declared parameters (models/builder.py; nothing is imported)."""
-    from cifar_dist.errors import ConfigError
-    from cifar_dist.models.builder import declared_parameters, unknown_argument
+    from cifar_dist.models.builder import builder_problem
 
     model = cfg.get("model")
     if not isinstance(model, DictConfig):
@@ -147,11 +146,7 @@ def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
     if "_target_" not in keys or not isinstance(target, str) or "${" in target:
         return None
     where = target_override.input_line if target_override is not None else f"model._target_ ({_model_choice(cfg)})"
-    try:
-        params = declared_parameters(target)
-    except ConfigError as exc:
-        return f"{where}: {exc}"
-    found = None if params is None else unknown_argument(target, list(keys), params)
+    found = builder_problem(target, list(keys))
     if found is None:
         return None
     key, why = found

@@ -123,7 +123,6 @@ def declared_parameters(target: str) -> Optional[Parameters]:
         return None  # importing it reports that in Python's own words
     node = _declared_in(tree, attr)
     if node is None:
-
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
         raise ConfigError(f"{source.name} defines no `{attr}`{did_you_mean(attr, defined)} (name a function or "
                           f"class of {module})")
@@ -170,6 +169,16 @@ def unknown_argument(target: str, keys: Iterable[str], params: Parameters) -> Op
     return None
 
 
+def builder_problem(target: str, keys: Iterable[str], params_of=declared_parameters) -> Optional[Tuple[str, str]]:
+    """(key, why) for the first of ``keys`` the builder ``target`` does not take; ("_target_", why) when the
+    builder cannot be found or takes no ``num_classes``; None when all is well or its parameters are not known."""
+    try:
+        params = params_of(target)
+    except ConfigError as exc:
+        return "_target_", str(exc)
+    return None if params is None else unknown_argument(target, keys, params)
+
+
 def model_node_problem(model, params_of=declared_parameters) -> Optional[str]:
     """One line for a composed ``model`` node whose builder cannot be found or does not take one of its keys."""
     from omegaconf import DictConfig, OmegaConf
@@ -178,11 +187,7 @@ def model_node_problem(model, params_of=declared_parameters) -> Optional[str]:
             or OmegaConf.is_interpolation(model, "_target_"):
         return None
     target = str(model._target_)
-    try:
-        params = params_of(target)
-    except ConfigError as exc:
-        return f"model._target_={target}: {exc}"
-    found = None if params is None else unknown_argument(target, list(model.keys()), params)
+    found = builder_problem(target, list(model.keys()), params_of)
     if found is None:
         return None
     key, why = found

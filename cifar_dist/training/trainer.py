@@ -36,9 +36,9 @@ from cifar_dist.config import typed
 from cifar_dist.data import load_dataset
 from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
+from cifar_dist.models.builder import check_builder
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.training import checkpoints, recipe
-from cifar_dist.models.builder import check_builder
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.hardware import cpu_supports_bfloat16
 from cifar_dist.training.horovod_env import init_world
