@@ -11,7 +11,7 @@ then
 * ranks on this machine or a shared file system (mpirun, Gloo, Slurm; every
   sweep point) get the same flags with absolute paths (``hydra_args``, used
   by ``JobSpec.child_command``) and the user's module roots first on
-  ``PYTHONPATH`` (``python_path``, used by ``rank_env.rank_environment``);
+  ``PYTHONPATH`` (``code_roots``, put there by ``rank_env.rank_environment``);
 * jobs that run from a copy of the code (Azure ML's snapshot, Batch AI's
   share) get the user's files copied in (``shipped_files``): module files or
   packages under ``user/code/``, config dirs under ``user/conf/<n>/``, and
@@ -152,13 +152,6 @@ class Shipped:
 def without_searchpath(overrides: List[str]) -> List[str]:
     """The overrides minus ``hydra.searchpath`` (a snapshot job gets its own, pointing at the copies)."""
     return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != "hydra.searchpath"]
-
-
-def python_path(roots: List[str], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """``roots`` first, then the launching process's own PYTHONPATH (None when both are empty)."""
-    current = (os.environ if environ is None else environ).get("PYTHONPATH", "")
-    entries = list(dict.fromkeys([*roots, *(p for p in current.split(os.pathsep) if p)]))
-    return os.pathsep.join(entries) or None
 
 
 # ---- finding the user's modules ----------------------------------------------------------------

@@ -24,8 +24,8 @@ from fake_azure.fixtures import cli_env as azure_env, fake_azure, launcher_overr
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from user_project import USER_ARGS, write_user_project
 
-from cifar_dist.launchers.carry import CarryError, Carried, python_path
-from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.carry import CarryError, Carried
+from cifar_dist.launchers.ranks.rank_env import python_path, rank_environment
 
 
 @pytest.fixture(scope="module")

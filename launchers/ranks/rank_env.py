@@ -47,6 +47,13 @@ def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:
     }
 
 
+def python_path(roots: Sequence[str], environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``roots`` first, then the launching process's own PYTHONPATH (None when both are empty)."""
+    current = (os.environ if environ is None else environ).get("PYTHONPATH", "")
+    entries = list(dict.fromkeys([*roots, *(p for p in current.split(os.pathsep) if p)]))
+    return os.pathsep.join(entries) or None
+
+
 def rank_environment(
     user_env: Optional[Mapping[str, str]] = None,
     extra: Optional[Mapping[str, str]] = None,
@@ -63,8 +70,6 @@ def rank_environment(
     ``same_files``: the ranks see this machine's files (False: a job that runs
     from a snapshot, whose ``code_roots`` are relative to it).
     """
-    from cifar_dist.launchers.carry import python_path
-
     env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", LEGACY_KERAS_ENV: legacy_keras(environ)}
     path = python_path(list(code_roots), environ if same_files else {}) if code_roots else None
     if path:
