@@ -239,25 +239,29 @@ class Run:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     run, policy = start_run(cfg, Path(output_dir))
+    from cifar_dist.training.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
+
     data = load_data(run)
     model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
     train_data, val_data = make_streams(run, data, initial_epoch)
     metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
-    tracker = open_tracker(run)
-    if initial_epoch < run.epochs:
-        model.fit(
-            train_data.dataset,
-            epochs=run.epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=train_data.steps_per_epoch,
-            validation_data=val_data.dataset,
-            validation_steps=val_data.steps,
-            validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
-            callbacks=make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker),
-            verbose=run.trainer.verbose if run.world.is_chief else 0,
-        )
-    return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker, compile_kwargs)
+    with interrupts_kept() as kept_interrupt:  # a Ctrl-C Python could not raise is raised at the next batch
+        tracker = open_tracker(run)
+        if initial_epoch < run.epochs:
+            callbacks = make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker)
+            model.fit(
+                train_data.dataset,
+                epochs=run.epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=train_data.steps_per_epoch,
+                validation_data=val_data.dataset,
+                validation_steps=val_data.steps,
+                validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
+                callbacks=[kept_interrupt, *callbacks],
+                verbose=run.trainer.verbose if run.world.is_chief else 0,
+            )
+        return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker, compile_kwargs)
 
 
 def start_run(cfg: DictConfig, output_dir: Path):

@@ -1,0 +1,85 @@
+"""A Ctrl-C that Python could not raise (it landed in a __del__ or a weakref callback) still stops the run.
+
+CI saw it: SIGINT arrived while SQLAlchemy's weakref callback ran under MLflow,
+Python printed "Exception ignored in ... KeyboardInterrupt" and the 50-epoch
+run trained to its end. Here the interrupt is lost on purpose, the same way:
+SIGINT raised inside a ``__del__``.
+"""
+import signal
+import sys
+
+import cifar_dist  # noqa: F401  (tf.keras is Keras 2)
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from cifar_dist.training.interrupts import interrupts_kept
+
+
+class InterruptOnDelete:
+    def __del__(self):
+        signal.raise_signal(signal.SIGINT)  # Python's handler raises here, where it cannot propagate
+
+
+def lose_an_interrupt():
+    InterruptOnDelete()  # dropped at once: its __del__ runs now
+
+
+class LoseAnInterruptAt(tf.keras.callbacks.Callback):
+    def __init__(self, batch):
+        super().__init__()
+        self.batch, self.batches_begun = batch, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.batches_begun += 1
+        if batch == self.batch:
+            lose_an_interrupt()
+
+
+def tiny_fit(callbacks, epochs=3):
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    x, y = np.zeros((64, 4), "float32"), np.zeros((64, 2), "float32")
+    model.fit(x, y, batch_size=8, epochs=epochs, callbacks=callbacks, verbose=0)
+
+
+def test_an_interrupt_lost_in_a_del_stops_fit_at_that_batch_end_and_prints_nothing(capsys):
+    lose_at = LoseAnInterruptAt(batch=2)
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_kept() as kept:
+            tiny_fit([kept, lose_at])
+    assert lose_at.batches_begun == 3  # batches 0, 1, 2: stopped at the end of batch 2, not after 24 batches
+    assert "KeyboardInterrupt" not in capsys.readouterr().err
+
+
+def test_without_the_keeper_python_loses_it_and_fit_runs_to_the_end():
+    """The premise: this is what happened in CI."""
+    lost = []
+    lose_at = LoseAnInterruptAt(batch=2)
+    previous, sys.unraisablehook = sys.unraisablehook, lost.append
+    try:
+        tiny_fit([lose_at])
+    finally:
+        sys.unraisablehook = previous
+    assert lose_at.batches_begun == 24  # 3 epochs of 8 batches
+    assert [u.exc_type for u in lost] == [KeyboardInterrupt] * 3  # one lost at batch 2 of each epoch
+
+
+def test_an_interrupt_lost_outside_fit_is_raised_when_the_block_ends():
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_kept():
+            lose_an_interrupt()
+
+
+def test_other_unraisable_exceptions_still_reach_the_previous_hook(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    class FailsOnDelete:
+        def __del__(self):
+            raise ValueError("from __del__")
+
+    with interrupts_kept():
+        FailsOnDelete()
+    assert [u.exc_type for u in seen] == [ValueError]
+    assert sys.unraisablehook == seen.append  # restored
