@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import logging
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from omegaconf import DictConfig
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.carry import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
+from cifar_dist.override_syntax import override_key, quote_override_value
 from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)
@@ -174,31 +174,13 @@ def _override_strings(node) -> List[str]:
         return [str(o) for o in OmegaConf.to_container(node, resolve=False)]
 
 
-
-def quote_override_value(value: str) -> str:
-    """Quote a string for Hydra's override grammar (paths may hold '=', ',', spaces...).
-
-    In a quoted value Hydra reads a backslash literally unless it precedes a
-    quote or ends the string: only those runs are doubled (doubling every
-    backslash, as before, turned a run dir ``/a\\b`` into ``/a\\\\b`` on the ranks).
-    """
-    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
-    escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
-    return f"'{escaped}'"
-
-
-def _override_key(override: str) -> str:
-    key = override.split("=", 1)[0]
-    return key.lstrip("+~")
-
-
 def _names_group(override: str, group: str) -> bool:
-    key = _override_key(override)
+    key = override_key(override)
     return key == group or key.startswith(group + ".") or key.startswith(group + "/")
 
 
 def _is_parent_only(override: str) -> bool:
-    key = _override_key(override)
+    key = override_key(override)
     return any(key == p or key.startswith(p + ".") or key.startswith(p + "/") for p in _PARENT_ONLY_HYDRA_PREFIXES)
 
 
