@@ -1,15 +1,14 @@
 """``python -m cifar_dist [overrides]`` (and the ``cifar-dist`` script): see README."""
 import sys
-from pathlib import Path
 
 
 def main() -> None:
     """The app, after a YAML syntax check of the user's config files (one line, before Hydra);
     Ctrl-C of the launching process ends in one line (a rank keeps Python's own end: its
     launcher tells a rank stopped by a signal from one that failed)."""
-    from cifar_dist.config_files import check_user_yaml
+    from cifar_dist.config_files import check_user_yaml, local_dir
 
-    error = check_user_yaml(sys.argv[1:], Path(__file__).parent / "conf" / "local")
+    error = check_user_yaml(sys.argv[1:], local_dir())
     if error:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)

@@ -11,9 +11,11 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.config import register_configs
+from cifar_dist.config_files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
-from cifar_dist.override_check import command_line_problem
+from cifar_dist.launchers.carry import with_searchpath
+from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.redaction import redact_logs
 from cifar_dist.results import final_accuracy
@@ -103,11 +105,26 @@ def interrupted_exit() -> None:
     sys.exit(INTERRUPTED_EXIT)
 
 
+def with_local_options(argv: List[str]) -> List[str]:
+    """``argv`` with ``conf/local`` on Hydra's search path when it holds options of the user's own
+    (``conf/local/model/mine.yaml``: ``model=mine``). Hydra's primary config cannot put it there for every
+    primary config that includes ours, so the command line does; Hydra records it like any search path,
+    and the launchers carry it to every rank and job (carry.py). Without such options: ``argv`` as given."""
+    local = local_dir()
+    args = parsed_command_line(argv) if holds_options(local) else None
+    if args is None:
+        return argv
+    given = list(args.overrides)  # one run of argv (argparse reads positionals so): replaced where it stands
+    at = next(i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given)
+    return argv[:at] + with_searchpath(given, local, primary_searchpath(args)) + argv[at + len(given):]
+
+
 def main() -> None:
-    """``python -m cifar_dist [overrides]``: a misspelt option or key is refused in one line
-    before Hydra composes or writes anything (override_check.py), then Hydra runs the job.
-    A launched rank skips the check: its launcher checked the same overrides."""
+    """``python -m cifar_dist [overrides]``: ``conf/local``'s options join the search path, a misspelt
+    option or key is refused in one line before Hydra composes or writes anything (override_check.py),
+    then Hydra runs the job. A launched rank skips both: its launcher did them, and its overrides say so."""
     if not in_child_process():
+        sys.argv[1:] = with_local_options(sys.argv[1:])
         problem = command_line_problem(sys.argv[1:])
         if problem:
             fail(problem, 2)

@@ -1,4 +1,9 @@
-"""A user's YAML config files read before Hydra composes them: a syntax error is one line, not a traceback.
+"""A user's YAML config files, before Hydra composes them: where they are, and their syntax in one line.
+
+``conf/local/`` (``local_dir``, beside the package's own configs, git-ignored)
+holds a user's settings (``default.yaml``, loaded last by the primary config)
+and options of their own (``<group>/<name>.yaml``, e.g. ``model/mine.yaml``,
+selected as ``model=mine``); ``holds_options`` tells whether it has any.
 
 Hydra reports a YAML error in a config dir (``--config-dir``/``-cd``,
 ``--config-path``/``-cp``, or ``conf/local/``) with a 30-line traceback from
@@ -23,6 +28,18 @@ def config_dirs(argv: Sequence[str]) -> List[Path]:
             if value:
                 dirs.append(Path(value))
     return dirs
+
+
+def local_dir() -> Path:
+    """``conf/local/`` where the package's configs are (the checkout's ``conf/`` in an editable install)."""
+    import cifar_dist.conf
+
+    return Path(cifar_dist.conf.__file__).resolve().parent / "local"
+
+
+def holds_options(directory: Path) -> bool:
+    """True when ``directory`` has a group folder with a YAML option in it (``model/mine.yaml``)."""
+    return directory.is_dir() and any(next(group.glob("*.yaml"), None) for group in directory.iterdir() if group.is_dir())
 
 
 def _yaml_files(directory: Path) -> Iterator[Path]:

@@ -156,20 +156,48 @@ def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
     return f"{o.input_line if o is not None else f'model.{key} ({_model_choice(cfg)})'}: {why}"
 
 
+def parsed_command_line(argv: Sequence[str]):
+    """``argv`` read by Hydra's own argument parser (its flags, then ``.overrides``); None when Hydra's
+    parser refuses it (it says why when Hydra parses it again, so nothing is printed here)."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return get_args_parser().parse_args(list(argv))
+    except SystemExit:
+        return None
+
+
+def primary_searchpath(args) -> List[str]:
+    """``hydra.searchpath`` as the primary config of a parsed command line sets it (a user's
+    ``--config-name`` may; cifar_dist's own does not): [] when it sets none or cannot be read (Hydra says why)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    loader = _loader(args)
+    if loader is None:
+        return []
+    try:
+        loaded = loader.repository.load_config(args.config_name or "config")
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return []
+    value = OmegaConf.select(loaded.config, "hydra.searchpath", default=None) if loaded is not None else None
+    return [str(v) for v in value] if OmegaConf.is_list(value) else []
+
+
 def command_line_problem(argv: Sequence[str]) -> Optional[str]:
     """One line naming the first misspelt option or key of ``python -m cifar_dist <argv>``, or None.
 
     Parses ``argv`` with Hydra's own argument parser and search path, so that
     ``--config-dir``, ``--config-name`` and ``hydra.searchpath`` count as for Hydra."""
-    from hydra._internal.utils import get_args_parser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        args = get_args_parser().parse_args(list(argv))
-    except SystemExit:
-        return None  # Hydra's parser reports it again, as Hydra does
-    if args.shell_completion or not args.overrides:
+    args = parsed_command_line(argv)
+    if args is None or args.shell_completion or not args.overrides:
         return None
     loader = _loader(args)
     if loader is None:

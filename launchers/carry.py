@@ -34,9 +34,10 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.override_syntax import override_key, quote_override_value
 
 DEFAULT_CONFIG_NAME = "config"
 PACKAGE_CONFIGS = "pkg://cifar_dist.conf"  # the app's own config_path (app.py's @hydra.main)
@@ -149,9 +150,40 @@ class Shipped:
         return "hydra.searchpath=[" + ",".join(f"file://{prefix}{d}" for d in self.search_dirs) + "]"
 
 
+def _names_searchpath(override: str) -> bool:
+    return override_key(override) == "hydra.searchpath"
+
+
+def with_searchpath(overrides: Sequence[str], directory: Path, inherited: Sequence[str] = ()) -> List[str]:
+    """``overrides`` with ``file://<directory>`` last on ``hydra.searchpath``: added to their own
+    ``hydra.searchpath=[...]`` or, without one, to ``inherited`` (the primary config's, which a value on the
+    command line replaces). Unchanged when it is there already or the value does not parse (Hydra says why)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    overrides = list(overrides)
+    at = next((i for i, o in enumerate(overrides) if _names_searchpath(o)), None)
+    paths = list(inherited)
+    if at is not None:
+        try:
+            paths = OverridesParser.create().parse_override(overrides[at]).value()
+        except HydraException:
+            return overrides
+        if not isinstance(paths, list):
+            return overrides
+    uri = f"file://{directory}"
+    if uri in paths:
+        return overrides
+    override = "hydra.searchpath=[" + ",".join(quote_override_value(str(p)) for p in [*paths, uri]) + "]"
+    if at is None:
+        return overrides + [override]
+    overrides[at] = override
+    return overrides
+
+
 def without_searchpath(overrides: List[str]) -> List[str]:
     """The overrides minus ``hydra.searchpath`` (a snapshot job gets its own, pointing at the copies)."""
-    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != "hydra.searchpath"]
+    return [o for o in overrides if not _names_searchpath(o)]
 
 
 # ---- finding the user's modules ----------------------------------------------------------------
