@@ -28,16 +28,16 @@ LOCAL = ("model=local_tiny", "data=local_mine")
 
 @pytest.fixture
 def local_options():
-    """``write(rel, text)``: a file under ``conf/local``; every file written is removed afterwards (and the
-    group folders the test made). A file already there is a user's own: the test stops rather than touch it."""
+    """``write(rel, text)``: a file under ``conf/local``; every file written is removed afterwards (and every
+    folder the test made). A file already there is a user's own: the test stops rather than touch it."""
     written, made = [], []
 
     def write(rel: str, text: str) -> Path:
         path = local_dir() / rel
         assert not path.exists(), f"{path} exists (a user's own file): remove or rename it to run this test"
-        if not path.parent.is_dir():
-            path.parent.mkdir(parents=True)
-            made.append(path.parent)
+        missing = [d for d in (path.parent, *path.parent.parents) if not d.exists()]  # deepest first
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made.extend(reversed(missing))
         path.write_text(text)
         written.append(path)
         return path
