@@ -13,17 +13,21 @@ its four train batches and 256 test images) to keep the runs short.
 """
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
+from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from cifar_fixtures import sample_batches
 from conftest import REPO, cli_env, one_error_line, read_metrics, run_cli
 
 SECTION = "## Your own model and data"
+SCORED = 8  # images in my_images/
 
 
 def section() -> str:
@@ -75,6 +79,9 @@ def user_dir(tmp_path_factory):
     train, (x_test, y_test) = sample_batches(per_batch=256)
     np.savez(folder / "mydata.npz", x_train=np.concatenate([x for x, _ in train]),
              y_train=np.concatenate([y for _, y in train]), x_test=x_test, y_test=y_test)
+    (folder / "my_images").mkdir()
+    for i, image in enumerate(x_test[:SCORED]):  # the user's own unlabelled images to batch-score
+        Image.fromarray(np.asarray(image, np.uint8)).save(folder / "my_images" / f"photo-{i}.png")
     return folder
 
 
@@ -83,8 +90,8 @@ def _ok(proc):
     return proc
 
 
-def test_the_readme_trains_resumes_and_evaluates_a_users_model(user_dir):
-    train, resume, evaluate = readme_commands()
+def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user_dir):
+    train, resume, evaluate, score = readme_commands()
     env = cli_env()
     _ok(run_cli(*train, cwd=user_dir, env=env))
     run = user_dir / "outputs" / "mine"
@@ -96,6 +103,11 @@ def test_the_readme_trains_resumes_and_evaluates_a_users_model(user_dir):
     _ok(run_cli(*evaluate, cwd=user_dir, env=env))
     ev = json.loads((user_dir / "outputs" / "mine-eval" / "evaluation.json").read_text())
     assert ev["labelled"] == 256 and ev["correct"] == m["test"]["correct"]  # the saved model, custom layer and all
+    _ok(run_cli(*score, cwd=user_dir, env=env))
+    with open(user_dir / "outputs" / "mine-scores" / "predictions.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(Path(r["source"]).name for r in rows) == sorted(f"photo-{i}.png" for i in range(SCORED))
+    assert all(r["predicted_name"] in m["run"]["class_names"] and r["label"] == "" and 0 < float(r["confidence"]) <= 1 for r in rows), rows[:2]
     # Without model=mine nothing names the user's module: the same model is refused, its code not run.
     others = [a for a in evaluate if a != "model=mine" and not a.startswith("hydra.run.dir=")]
     refused = run_cli(*others, f"hydra.run.dir={user_dir / 'refused'}", cwd=user_dir, env=env)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from omegaconf import DictConfig
 
-from cifar_dist.results import EVALUATION_FILE, as_metrics
+from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,21 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return loss
 
 
-def _default_class_names(data_cfg, num_classes: int):
-    """Names for images given by evaluate.input: an image tree's class folders, CIFAR-10's, or "0", "1", ..."""
+def trained_class_names(model_path: Path, num_classes: int) -> Optional[Tuple[str, ...]]:
+    """The class names recorded by the training run that saved ``model_path`` (its run dir's metrics.json:
+    ``saved_models/`` or ``checkpoints/`` of it), when they fit the model; None for a model file elsewhere."""
+    if model_path.parent.name not in ("saved_models", "checkpoints"):
+        return None
+    names = ((read_metrics(model_path.parent.parent) or {}).get("run") or {}).get("class_names")
+    return tuple(str(n) for n in names) if names and len(names) == num_classes else None
+
+
+def _default_class_names(data_cfg, num_classes: int, model_path: Path):
+    """Names for images given by evaluate.input: those the model was trained with, an image tree's class
+    folders, CIFAR-10's, or "0", "1", ..."""
+    trained = trained_class_names(model_path, num_classes)
+    if trained:
+        return trained
     if data_cfg.name == "folder" and data_cfg.path:
         from cifar_dist.data.folder import folder_class_names
 
@@ -68,7 +81,8 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
                        image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None,
                        trusted_modules=user_model_modules(cfg.model))
     num_classes = int(model.output_shape[-1])
-    images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes), int(cfg.trainer.seed))
+    images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes, model_path),
+                         int(cfg.trainer.seed))
     if len(images.class_names) != num_classes:
         raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
                                    f"{len(images.class_names)}; evaluate it with the data it was trained on")
