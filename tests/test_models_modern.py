@@ -8,6 +8,7 @@ import tensorflow as tf
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from cifar_fixtures import sample_batches
 from cifar_dist.config import AirbenchConfig, ResNet9Config
 from cifar_dist.models.blocks import PatchWhitening, Scale, adapt, partial_identity
 
@@ -70,6 +71,22 @@ def test_patch_whitening_whitens_the_training_patches():
     np.testing.assert_allclose(np.diag(cov), 1, atol=1e-3)
     assert np.abs(cov - np.diag(np.diag(cov))).max() < 1e-3
     assert not layer.kernel.trainable and layer.bias.trainable
+
+
+def test_patch_whitening_fits_the_same_filters_as_numpys_float64_covariance():
+    """The fit's statistics come from TensorFlow's kernels (fast); on the packaged sample's real images the
+    filters and bias are those of the plain numpy float64 recipe (airbench's), to the float32 bit."""
+    train, _ = sample_batches(per_batch=250)
+    images = np.concatenate([x for x, _ in train]).astype(np.float32) / 255.0
+    layer = PatchWhitening(2)
+    adapt(tf.keras.Sequential([tf.keras.Input((32, 32, 3)), layer]), images)
+    patches = tf.image.extract_patches(images, [1, 2, 2, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID").numpy()
+    patches = patches.reshape(-1, 12).astype(np.float64)
+    eigenvalues, eigenvectors = np.linalg.eigh(np.cov(patches, rowvar=False))
+    basis = eigenvectors / np.sqrt(eigenvalues + layer.epsilon)
+    filters = np.concatenate([basis, -basis], axis=1)
+    np.testing.assert_array_equal(layer.kernel.numpy(), filters.reshape(2, 2, 3, 24).astype(np.float32))
+    np.testing.assert_array_equal(layer.bias.numpy(), (-patches.mean(axis=0) @ filters).astype(np.float32))
 
 
 def test_a_saved_model_with_the_blocks_loads(tmp_path):

@@ -87,9 +87,8 @@ class PatchWhitening(layers.Layer):
         if not self.built:
             self.build(x.shape)
         patches = tf.image.extract_patches(x, [1, k, k, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")
-        patches = tf.reshape(patches, [-1, patches.shape[-1]]).numpy().astype(np.float64)  # (kh, kw, c) order
-        mean = patches.mean(axis=0)
-        eigenvalues, eigenvectors = np.linalg.eigh(np.cov(patches, rowvar=False))
+        mean, covariance = patch_statistics(tf.reshape(patches, [-1, patches.shape[-1]]))  # (kh, kw, c) order
+        eigenvalues, eigenvectors = np.linalg.eigh(covariance)
         basis = eigenvectors / np.sqrt(eigenvalues + self.epsilon)  # columns whiten
         filters = np.concatenate([basis, -basis], axis=1)
         c = int(x.shape[-1])
@@ -98,6 +97,20 @@ class PatchWhitening(layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "kernel_size": self.kernel_size, "epsilon": self.epsilon}
+
+
+def patch_statistics(patches: tf.Tensor):
+    """The mean and the sample covariance (``np.cov``'s, N - 1) of the rows of ``patches``, in float64.
+
+    The same sums as ``np.cov`` on a float64 copy, done by TensorFlow's threaded
+    kernels without numpy's copies: 0.6 s instead of 2-2.7 s for the sample's
+    3.9 M patches, and the same float32 filters to the bit (tests/test_models_modern.py).
+    """
+    rows = tf.cast(patches, tf.float64)
+    mean = tf.reduce_mean(rows, axis=0)
+    centered = rows - mean
+    n = tf.cast(tf.shape(rows)[0] - 1, tf.float64)
+    return mean.numpy(), (tf.matmul(centered, centered, transpose_a=True) / n).numpy()
 
 
 def batch_norm(x, momentum: float, scale: bool = True, name=None):
