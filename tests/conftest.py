@@ -1,6 +1,7 @@
 """Shared test helpers, one home each: the CLI in a subprocess (run to the end or started in the
 background) and its one-line errors, waiting for a condition, composing the config, the shared
-reference data beside the repo, a private tmpfs, and the trained runs several test files reuse.
+reference data beside the repo, a private tmpfs, the session's one real Slurm, and the trained runs several
+test files reuse.
 
 Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
 """
@@ -114,6 +115,23 @@ needs_tmpfs = pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a t
 
 def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The session's one real single-node Slurm (tests/slurm_cluster.py), started when a test first asks."""
+    from slurm_cluster import start_cluster
+
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def cluster(slurm):
+    """The session's cluster, its node free again after each test."""
+    yield slurm
+    slurm.cancel_all()
 
 
 @pytest.fixture(scope="session")

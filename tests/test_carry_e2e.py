@@ -19,7 +19,7 @@ import pytest
 
 from conftest import cli_env, read_metrics, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
-from slurm_cluster import missing_packages, start_cluster
+from slurm_cluster import missing_packages
 from user_project import QUIET, USER_ARGS, WIDTH, write_user_project
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
@@ -87,13 +87,6 @@ def test_two_mpirun_ranks_train_resume_and_evaluate_the_users_project(project, t
     train(project, run_dir, 1, *launch)
     assert_trained_the_users_model(run_dir, 2, 1)
     resume_and_evaluate(project, run_dir, 2, *launch)
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    cluster.stop()
 
 
 @pytest.mark.mpi

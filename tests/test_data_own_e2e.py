@@ -121,7 +121,8 @@ def _user_env(user_dir):
     return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [str(user_dir), os.environ.get("PYTHONPATH")])))
 
 
-@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=needs_mpirun)])
+# 2 ranks shard the factory's data (the default suite); 1 rank (also what the README's test runs) with -m slow.
+@pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=needs_mpirun)])
 def test_a_users_factory_trains_sharded_and_evaluates(user_dir, tmp_path, ranks):
     data = ("data=custom", "data._target_=mydata.make")
     run = tmp_path / "run"

@@ -49,8 +49,13 @@ RUNNERS = {"mpirun": shutil.which("mpirun"), "gloo": shutil.which("horovodrun", 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
-@pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
+# Each launcher and each signal once in the default suite; the other two pairings (about 9 s each) with -m slow.
+@pytest.mark.parametrize("launcher, sig", [
+    pytest.param("mpirun", signal.SIGHUP, id="mpirun-SIGHUP"),
+    pytest.param("gloo", signal.SIGKILL, id="gloo-SIGKILL"),
+    pytest.param("mpirun", signal.SIGKILL, id="mpirun-SIGKILL", marks=pytest.mark.slow),
+    pytest.param("gloo", signal.SIGHUP, id="gloo-SIGHUP", marks=pytest.mark.slow),
+])
 def test_killing_the_launcher_leaves_no_rank_and_no_writer_behind(tmp_path, launcher, sig):
     if RUNNERS[launcher] is None:
         pytest.skip(f"{launcher} not installed")

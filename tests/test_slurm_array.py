@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from conftest import read_metrics, run_cli
-from test_slurm_e2e import cluster, env_for, job_id, pytestmark, slurm, small, tiny_data  # noqa: F401 - fixtures
+from test_slurm_e2e import env_for, job_id, pytestmark, small, tiny_data  # noqa: F401 - fixtures
 
 from cifar_dist.override_syntax import quote_override_value
 

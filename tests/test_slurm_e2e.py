@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, cli_env, read_metrics, run_cli, start_cli, wait_for
-from slurm_cluster import missing_packages, start_cluster
+from slurm_cluster import missing_packages
 
 pytestmark = [
     pytest.mark.mpi,
@@ -25,20 +25,6 @@ pytestmark = [
 
 SMALL = ("trainer.batch_size=32", "trainer.epoch_policy=shard", "trainer.plot=false", "trainer.tensorboard=false",
          "trainer.verbose=2", "model.dense_units=64", "launcher=slurm", "launcher.poll_interval_s=1")
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture
-def cluster(slurm):
-    """The session's cluster, its node free again after each test."""
-    yield slurm
-    slurm.cancel_all()
 
 
 @pytest.fixture(scope="session")

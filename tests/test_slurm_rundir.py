@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import run_cli, start_cli, wait_for
-from test_slurm_e2e import env_for, job_id, job_state, pytestmark, slurm, small, tiny_data  # noqa: F401
+from test_slurm_e2e import env_for, job_id, job_state, pytestmark, small, tiny_data  # noqa: F401
 
 from cifar_dist.rundir.lock import LOCK_NAME
 
