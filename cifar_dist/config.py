@@ -378,12 +378,15 @@ def typed(cfg):
 
 def register_configs() -> None:
     """Store every built-in option (this module's and every launcher's) and the sweep
-    launcher in Hydra's ConfigStore; called before Hydra composes. Idempotent."""
+    launcher in Hydra's ConfigStore, and register --help's resolver; called before
+    Hydra composes. Idempotent."""
     from cifar_dist.launchers import register_built_in
     from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
     from cifar_dist.data import config as data_options
+    from cifar_dist.option_listing import register_resolver
     from cifar_dist.options import store_options
 
+    register_resolver()  # ${cifar_dist_groups:}, --help's list of options
     ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml
     store_options(sys.modules[__name__])
     store_options(data_options)  # cifar100, folder, custom

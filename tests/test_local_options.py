@@ -152,6 +152,17 @@ def test_a_yaml_error_in_conf_local_is_one_line(local_options, tmp_path):
     assert proc.stderr.startswith(f"cifar_dist: error: {broken}, line 2") and "fix that file" in proc.stderr
 
 
+def test_help_lists_local_and_search_path_options_under_their_groups(project):
+    (project / "more" / "optimizer").mkdir(parents=True)
+    (project / "more" / "optimizer" / "quick.yaml").write_text("defaults:\n  - sgd\n  - _self_\nlr: 0.01\n")
+    proc = _ok(run_cli("--help", f"hydra.searchpath=[file://{project / 'more'}]", cwd=project, timeout=120))
+    groups = dict(line.split(": ", 1) for line in proc.stdout.split("== Config groups (group=option) ==\n", 1)[1]
+                  .split("\n\n", 1)[0].splitlines())
+    assert groups["model"] == "airbench, local_tiny, resnet9, seed_cnn"  # conf/local's, with the built-in ones
+    assert groups["optimizer"] == "adam, quick, rmsprop, sgd, sgdw"  # a hydra.searchpath dir's
+    assert "local_mine" in groups["data"] and not [g for g in groups if g.startswith(("local/", "hydra"))]
+
+
 # ---- carried to the ranks and into a job's snapshot ---------------------------------------------
 @needs_mpirun
 def test_two_mpirun_ranks_train_a_local_option(project, tmp_path):
