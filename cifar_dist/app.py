@@ -115,7 +115,9 @@ def with_local_options(argv: List[str]) -> List[str]:
     if args is None:
         return argv
     given = list(args.overrides)  # one run of argv (argparse reads positionals so): replaced where it stands
-    at = next(i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given)
+    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given), None)
+    if at is None:  # not one run after all: Hydra reads argv as given
+        return argv
     return argv[:at] + with_searchpath(given, local, primary_searchpath(args)) + argv[at + len(given):]
 
 

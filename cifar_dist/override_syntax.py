@@ -3,7 +3,8 @@
 Launchers rebuild a child's command line from overrides (``launchers/base.py``),
 a Batch AI node writes its search path (``launchers/batchai/node_entry.py``)
 and the launching command gets ``conf/local`` on its search path
-(``launchers/carry.py``); each quotes a value this way.
+(``launchers/carry.py``); each quotes a value this way, and the last two
+write ``hydra.searchpath`` with ``searchpath_override``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ def quote_override_value(value: str) -> str:
     escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
     escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
     return f"'{escaped}'"
+
+
+def searchpath_override(paths) -> str:
+    """``hydra.searchpath=[...]`` of ``paths`` (``file://...``, ``pkg://...``), each quoted."""
+    return "hydra.searchpath=[" + ",".join(quote_override_value(str(p)) for p in paths) + "]"
 
 
 def override_key(override: str) -> str:

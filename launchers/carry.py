@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.override_syntax import override_key, quote_override_value
+from cifar_dist.override_syntax import override_key, searchpath_override
 
 DEFAULT_CONFIG_NAME = "config"
 PACKAGE_CONFIGS = "pkg://cifar_dist.conf"  # the app's own config_path (app.py's @hydra.main)
@@ -174,7 +174,7 @@ def with_searchpath(overrides: Sequence[str], directory: Path, inherited: Sequen
     uri = f"file://{directory}"
     if uri in paths:
         return overrides
-    override = "hydra.searchpath=[" + ",".join(quote_override_value(str(p)) for p in [*paths, uri]) + "]"
+    override = searchpath_override([*paths, uri])
     if at is None:
         return overrides + [override]
     overrides[at] = override

@@ -29,11 +29,11 @@ def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int, searc
     downloaded outputs must not overwrite). ``search_dirs``: the user's config
     dirs copied to the share, where the composed config's choices
     (``model: mine``) are found again."""
-    from cifar_dist.override_syntax import quote_override_value
+    from cifar_dist.override_syntax import quote_override_value, searchpath_override
 
     argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir={quote_override_value(run_dir)}"]
     if search_dirs:
-        argv.append("hydra.searchpath=[" + ",".join(quote_override_value(f"file://{d}") for d in search_dirs) + "]")
+        argv.append(searchpath_override(f"file://{d}" for d in search_dirs))
     if rank == 0:
         argv.append("hydra.job.name=cifar_dist_node")
     else:
