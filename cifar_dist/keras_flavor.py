@@ -1,0 +1,62 @@
+"""The two Keras a model may be written in, and how to tell which one an object belongs to.
+
+cifar_dist runs models of either:
+
+* **Keras 2** (``tf.keras`` with ``TF_USE_LEGACY_KERAS=1``, the ``tf_keras``
+  package), the Keras Horovod's Keras layer was written for;
+* **Keras 3** (``import keras``, what every Keras guide writes today), on
+  TensorFlow's backend under Horovod, or on JAX's under ``engine=jax``.
+
+Both are importable in one process. Code that must build Keras objects takes
+the Keras *module* it builds with (``keras_module(2)`` is ``tf.keras``,
+``keras_module(3)`` is ``keras``), so each piece is written once; code that
+receives a Keras object asks ``flavor_of`` which Keras made it. Keras 3 is
+imported only where a Keras 3 object is asked for: a Keras 2 run never loads
+it (it costs ~1.5 s per rank).
+"""
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+
+KERAS2, KERAS3 = 2, 3
+
+
+def keras_module(version: int) -> ModuleType:
+    """The Keras namespace of ``version``: ``tf.keras`` (tf-keras) for 2, the ``keras`` package for 3."""
+    if int(version) == KERAS2:
+        import tensorflow as tf
+
+        return tf.keras
+    if int(version) == KERAS3:
+        import keras
+
+        return keras
+    raise ValueError(f"Keras {version!r}: cifar_dist runs Keras 2 (tf-keras) or Keras 3")
+
+
+def flavor_of(obj) -> int:
+    """2 or 3: the Keras whose class ``obj`` (a model, layer, optimizer or loss) or its class derives from.
+
+    Decided from the class hierarchy, so a user's subclass defined in any module is recognised.
+    0 for an object of neither.
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    for klass in cls.__mro__:
+        root = klass.__module__.split(".")[0]
+        if root == "tf_keras":
+            return KERAS2
+        if root == "keras" and _is_keras3(klass):
+            return KERAS3
+    return 0
+
+
+def _is_keras3(klass) -> bool:
+    """A class of the ``keras`` package counts as Keras 3 only where that package is Keras 3 (TF >= 2.16)."""
+    keras = sys.modules.get("keras")
+    return keras is not None and str(getattr(keras, "__version__", "")).startswith("3.")
+
+
+def name(version: int) -> str:
+    """How messages name a Keras: 'Keras 2 (tf.keras)' or 'Keras 3 (keras)'."""
+    return "Keras 2 (tf.keras)" if int(version) == KERAS2 else "Keras 3 (keras)"
