@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import List, Optional
 
@@ -165,8 +166,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
         fail(str(full), 2)
     except KeyboardInterrupt:  # Ctrl-C; a sweep's launcher ends the sweep the same way
         result = None
-    except BaseException:
+    except BaseException as exc:
         record_end(cfg, job, ok=False)
+        # The terminal gets Hydra's traceback; the run's log keeps what failed too.
+        to_log_file_only(logging.ERROR, "failed: %s", "".join(traceback.format_exception(exc)).rstrip())
         raise
     if result is None:  # outside the except block: the interrupted frames are gone (see after_job)
         record_end(cfg, job, ok=False, interrupted=True)

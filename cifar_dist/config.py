@@ -342,6 +342,25 @@ class MlflowTrackingConfig(TrackingConfig):
 
 
 @dataclass
+class EngineConfig:
+    """What makes the ranks one data-parallel job (cifar_dist/training/engines/)."""
+
+    name: str = MISSING
+    # The Keras the built-in models are built with: 2 (tf.keras, i.e. tf-keras) or 3 (``import keras``).
+    # Your own model is built with the Keras its module imports, whatever this says.
+    keras: int = 2
+
+
+@config_option("engine", "horovod")
+@dataclass
+class HorovodEngineConfig(EngineConfig):
+    """engine=horovod (the default): Horovod averages the gradients over MPI or Gloo; Keras 2 and Keras 3
+    (on TensorFlow) models alike. docs/engines.md."""
+
+    name: str = "horovod"
+
+
+@dataclass
 class LauncherConfig:
     _target_: str = MISSING
 
@@ -354,6 +373,7 @@ class Config:
     model: Any = MISSING
     optimizer: OptimizerConfig = MISSING
     trainer: TrainerConfig = MISSING
+    engine: EngineConfig = MISSING
     launcher: Any = MISSING
     task: TaskConfig = MISSING
     evaluate: Optional[EvaluateConfig] = None
@@ -365,7 +385,8 @@ def typed(cfg):
 
     A config composed by Hydra is typed already; one loaded from a run's
     saved ``.hydra/config.yaml`` (to re-run it) is plain YAML, so enums are
-    strings and typos would pass. Merging onto the schemas restores both.
+    strings and typos would pass. Merging onto the schemas restores both
+    (and gives a config saved before ``engine`` existed its default).
     """
     from omegaconf import OmegaConf, open_dict
 
@@ -373,6 +394,8 @@ def typed(cfg):
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
         out.data = OmegaConf.merge(OmegaConf.structured(data_schema(cfg.data.get("name"))), cfg.data)
+        # A run's config saved before engines existed trained on Horovod with Keras 2: the defaults.
+        out.engine = OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
     return out
 
 

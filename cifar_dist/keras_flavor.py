@@ -60,3 +60,18 @@ def _is_keras3(klass) -> bool:
 def name(version: int) -> str:
     """How messages name a Keras: 'Keras 2 (tf.keras)' or 'Keras 3 (keras)'."""
     return "Keras 2 (tf.keras)" if int(version) == KERAS2 else "Keras 3 (keras)"
+
+
+KERAS_ARGUMENT = "keras"  # what the trainer passes to a builder or optimizer factory that declares it
+
+
+def takes_keras_argument(fn) -> bool:
+    """Whether ``fn`` (a builder or optimizer factory) declares a ``keras`` parameter: the trainer then passes
+    the Keras module to build with, as it passes ``num_classes`` from the data. Built-ins declare it; a user's
+    builder needs not (it builds with the Keras it imports)."""
+    import inspect
+
+    try:
+        return KERAS_ARGUMENT in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a class without a readable signature
+        return False

@@ -156,7 +156,17 @@ def problems(cfg: DictConfig) -> List[str]:
     found += _model_problems(cfg.model, cfg.data)
     found += _tracking_problems(cfg)
     found += _data_problems(cfg.data)
+    found += _engine_problems(cfg)
     return found + _task_problems(cfg)
+
+
+def _engine_problems(cfg: DictConfig) -> List[str]:
+    engine = cfg.get("engine")
+    if engine is None:  # a run dir's config saved before engines existed: Horovod, Keras 2
+        return []
+    if engine.keras not in (2, 3):
+        return [f"engine.keras={engine.keras} must be 2 (tf.keras) or 3 (keras)"]
+    return []
 
 
 def _data_problems(data: DictConfig) -> List[str]:

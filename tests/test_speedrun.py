@@ -31,7 +31,12 @@ BN_SCRIPT = textwrap.dedent(
     rng = np.random.default_rng(100 + hvd.rank())  # each rank its own images: its own batch statistics
     x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
     y = tf.one_hot(rng.integers(0, 10, 64), 10)
-    callbacks = [AverageBatchNormStatistics()] if sys.argv[2] == "average" else []
+    from cifar_dist.training.engines.horovod import HorovodEngine
+    from cifar_dist.training.horovod_env import World
+    from cifar_dist.training.threads import plan_threads
+
+    engine = HorovodEngine(World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False))
+    callbacks = [AverageBatchNormStatistics(engine)] if sys.argv[2] == "average" else []
     model.fit(x, y, epochs=1, batch_size=16, callbacks=callbacks, verbose=0)
     stats = hvd_tf.allgather_object([v.numpy() for v in moving_statistics(model)])
     trainable = hvd_tf.allgather_object([v.numpy() for v in model.trainable_variables])

@@ -19,15 +19,16 @@ class EvaluationInputError(CifarDistError):
 
 
 def resolve_model_path(model: str) -> Path:
-    """A .h5 file as given; for a run dir, its saved model, else its newest checkpoint."""
-    from cifar_dist.training.checkpoints import list_checkpoints
+    """A .h5 (.keras) file as given; for a run dir, its saved model, else its newest checkpoint."""
+    from cifar_dist.training.checkpoints import find_saved_model, list_checkpoints
 
     path = Path(model).expanduser()
     if path.is_file():
         return path
     if path.is_dir():
-        if (path / SEED_MODEL).is_file():
-            return path / SEED_MODEL
+        saved = find_saved_model(path)
+        if saved is not None:
+            return saved
         found = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
         if found:
             return found[-1][1]
@@ -80,18 +81,16 @@ def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False
     own model module, named by the model option evaluated with), unless ``trust_model`` (model_trust.py):
     a model file someone sent must not run their code here.
     """
-    import tensorflow as tf
-
-    import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
+    from cifar_dist.evaluation import model_files
 
     own = trusted_layers_of(trusted_modules) if trusted_modules else {}
     check_no_code(path, trust_model, list(own))
     try:
-        model = tf.keras.models.load_model(path, compile=False, custom_objects=own or None)
+        model = model_files.load(path, own, trust_model)
     except Exception as exc:  # h5py/Keras raise many types for a bad file
         raise EvaluationInputError(
             f"{path} is not a loadable Keras model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-            "point evaluate.model at a saved_models/*.h5 or checkpoints/*.h5 written by cifar_dist"
+            "point evaluate.model at a saved_models/*.h5 (.keras) or checkpoints/*.h5 (.keras) written by cifar_dist"
         ) from None
     shape_ok = tuple(model.input_shape[1:]) == (image_size, image_size, 3) if image_size else model.input_shape[-1] == 3
     if not shape_ok or (num_classes is not None and model.output_shape[-1] != num_classes):

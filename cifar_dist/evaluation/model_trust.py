@@ -1,6 +1,7 @@
 """Does loading a model file run code that came with it? Checked before Keras reads it.
 
-A Keras HDF5 model stores its architecture as JSON (``model_config``). Most
+A Keras model file stores its architecture as JSON (HDF5: ``model_config``;
+Keras 3's .keras zip: ``config.json``, model_files.py). Most
 of it names built-in classes, but a ``Lambda`` layer carries marshalled
 Python bytecode that runs when the model is rebuilt, a ``TFOpLambda`` calls
 any TensorFlow op by name (``tf.io.write_file`` included), and a custom
@@ -23,7 +24,6 @@ reads only arrays from a checkpoint (``checkpoints.restore``:
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Set
 
@@ -45,12 +45,14 @@ def _class_names(node: Any) -> Iterator[dict]:
             yield from _class_names(value)
 
 
-def builtin_names() -> Set[str]:
-    """Class names that resolve to Keras's own layers, initializers, regularizers, constraints and dtype policies."""
-    import tensorflow as tf
+def builtin_names(keras3: bool = False) -> Set[str]:
+    """Class names that resolve to Keras's own layers, initializers, regularizers, constraints and dtype policies
+    (of Keras 3 with ``keras3``, else of tf.keras)."""
+    from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module
 
-    k = tf.keras
-    names = set(CONTAINERS) | {"Policy", "DTypePolicy", "InputLayer"}
+    k = keras_module(KERAS3 if keras3 else KERAS2)
+    # (Keras 3 names the tensors a functional model's layers are called on "__keras_tensor__": data, not code)
+    names = set(CONTAINERS) | {"Policy", "DTypePolicy", "InputLayer"} | ({"__keras_tensor__"} if keras3 else set())
     for module in (k.layers, k.initializers, k.regularizers, k.constraints):
         names |= {n for n in dir(module) if isinstance(getattr(module, n, None), type)}
     return names - CODE_LAYERS
@@ -94,27 +96,33 @@ def trusted_module_layers(modules: Sequence[str]) -> Dict[str, type]:
     (registered name, class name): what ``load_model`` may build from those modules. Imports the modules."""
     import importlib
 
-    import tensorflow as tf
+    from cifar_dist.keras_flavor import flavor_of, keras_module
 
     found: Dict[str, type] = {}
     for name in modules:
         module = importlib.import_module(name)
         for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, tf.keras.layers.Layer)
+            flavor = flavor_of(value) if isinstance(value, type) else 0
+            if (flavor and issubclass(value, keras_module(flavor).layers.Layer)
                     and value.__module__.split(".")[0] not in (*KERAS_MODULES, "tensorflow")):
-                found[tf.keras.utils.get_registered_name(value)] = value
+                found[_registered_name(value, flavor)] = value
                 found[value.__name__] = value
     return found
+
+
+def _registered_name(cls: type, flavor: int) -> str:
+    from cifar_dist.keras_flavor import KERAS3, keras_module
+
+    keras = keras_module(flavor)
+    return (keras.saving if flavor == KERAS3 else keras.utils).get_registered_name(cls)
 
 
 def code_in_model_file(path: Path, trusted: Set[str] = frozenset()) -> List[str]:
     """What in ``path``'s architecture would run code on loading ([] for built-in layers only, or no architecture);
     ``trusted``: names of the layers of trusted modules (``trusted_module_layers``), accepted as this package's are."""
-    import h5py
+    from cifar_dist.evaluation.model_files import architecture, is_keras3_file
 
-    with h5py.File(path, "r") as f:
-        raw = f.attrs.get("model_config")
-    if raw is None:
+    config = architecture(path)
+    if config is None:
         return []
-    text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-    return code_in_config(json.loads(text), builtin_names(), own_layers() | set(trusted))
+    return code_in_config(config, builtin_names(is_keras3_file(path)), own_layers() | set(trusted))

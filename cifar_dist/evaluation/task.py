@@ -93,16 +93,15 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.evaluation import report
     from cifar_dist.evaluation.inputs import resolve_model_path
     from cifar_dist.atomic_files import write_json
-    from cifar_dist.training.horovod_env import init_world
+    from cifar_dist.training.engines import start_engine
 
     start = time.time()
     output_dir = Path(output_dir)
     ev = cfg.evaluate
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
-    world = init_world(cfg.trainer.intra_op_threads, cfg.trainer.inter_op_threads, cfg.trainer.onednn)
-    import horovod.tensorflow as hvd
-
-    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after init_world chose its kernels
+    engine = start_engine(cfg.engine.name if cfg.get("engine") else "horovod", cfg.trainer)
+    world = engine.world
+    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
     model, images, num_classes = _model_and_images(cfg, model_path)
     if world.is_chief:
@@ -111,8 +110,8 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     mine = np.arange(world.rank, len(images.x), world.size)
     tta = ev.tta.value if hasattr(ev.tta, "value") else str(ev.tta)
     probs = score(with_tta(model, tta), images.x[mine], int(ev.batch_size))
-    # HOROVOD: one gather of this rank's per-image results; rank 0 puts them back in order.
-    parts = hvd.allgather_object((mine, probs))
+    # ENGINE: one gather of this rank's per-image results; rank 0 puts them back in order.
+    parts = engine.allgather_object((mine, probs))
     if not world.is_chief:
         return {}
 

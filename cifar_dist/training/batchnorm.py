@@ -18,32 +18,31 @@ from typing import List
 
 import tensorflow as tf
 
+from cifar_dist.keras_flavor import flavor_of, keras_module
 
-def moving_statistics(model) -> List[tf.Variable]:
-    """The moving mean and variance of every BatchNormalization layer in ``model``."""
+
+def moving_statistics(model) -> List:
+    """The moving mean and variance of every BatchNormalization layer in ``model`` (either Keras)."""
     found = []
     for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, tf.keras.layers.BatchNormalization):
+        if _is_batch_norm(layer):
             found += [layer.moving_mean, layer.moving_variance]
     return found
 
 
-def average_moving_statistics(model) -> int:
+def _is_batch_norm(layer) -> bool:
+    flavor = flavor_of(layer)
+    return bool(flavor) and isinstance(layer, keras_module(flavor).layers.BatchNormalization)
+
+
+def average_moving_statistics(model, engine) -> int:
     """Replace every rank's moving statistics by their mean over the ranks; returns how many variables.
 
     A collective: every rank must call it at the same point (callbacks and
     the trainer do, on all ranks alike). A no-op for models without BatchNorm.
     """
-    import horovod.tensorflow as hvd
-
     variables = moving_statistics(model)
-    if not variables or hvd.size() == 1:
-        return len(variables)
-    # HOROVOD: one grouped allreduce (Average) for all statistics; every rank
-    # receives the same bytes, so the ranks' models are identical afterwards.
-    averaged = hvd.grouped_allreduce([v.value() for v in variables], op=hvd.Average, name="batchnorm_moving_statistics")
-    for var, value in zip(variables, averaged):
-        var.assign(value)
+    engine.average_variables(variables, name="batchnorm_moving_statistics")
     return len(variables)
 
 
@@ -54,8 +53,12 @@ class AverageBatchNormStatistics(tf.keras.callbacks.Callback):
     the job's model, not rank 0's.
     """
 
+    def __init__(self, engine):
+        super().__init__()
+        self.engine = engine
+
     def on_test_begin(self, logs=None):
-        average_moving_statistics(self.model)
+        average_moving_statistics(self.model, self.engine)
 
     def on_epoch_end(self, epoch, logs=None):
-        average_moving_statistics(self.model)
+        average_moving_statistics(self.model, self.engine)

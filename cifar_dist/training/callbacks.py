@@ -1,8 +1,12 @@
 """Keras callbacks of the training loop (besides Horovod's own).
 
-Order matters and is set in trainer.py: Horovod's metric averaging comes
+Order matters and is set in trainer.py: the engine's metric averaging comes
 first so that everything after it sees averaged metrics;
 the writers below run on rank 0 only.
+
+They subclass tf.keras's Callback and serve Keras 2 and Keras 3 models alike
+(Keras 3's ``fit`` calls any object with the callback methods): they touch
+only what both Keras' models have.
 """
 from __future__ import annotations
 
@@ -11,9 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
+import numpy as np
 import tensorflow as tf
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.keras_flavor import KERAS3, flavor_of
 from cifar_dist.training import checkpoints
 from cifar_dist.atomic_files import write_json
 from cifar_dist.training.schedules import current_lr
@@ -29,8 +35,9 @@ class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
     every key, timings included, or, resuming, columns unlike the file's header.)"""
 
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
-        if self.keys is None and logs and self.model is not None:
-            self.keys = sorted(set(logs) | {"val_" + name for name in self.model.metrics_names})
+        if self.keys is None and logs:
+            metrics = [k for k in logs if not k.startswith("val_") and k not in EpochTimer.KEYS]
+            self.keys = sorted(set(logs) | {"val_" + name for name in metrics})
         super().on_epoch_end(epoch + 1, logs)
 
 
@@ -68,6 +75,8 @@ class EpochTimer(tf.keras.callbacks.Callback):
     """Adds ``epoch_seconds`` and ``images_per_sec`` (whole job, training
     steps only, validation excluded) to each epoch's logs."""
 
+    KEYS = ("epoch_seconds", "images_per_sec")
+
     def __init__(self, images_per_epoch: int):
         super().__init__()
         self.images_per_epoch = images_per_epoch
@@ -89,8 +98,28 @@ class EpochTimer(tf.keras.callbacks.Callback):
             logs["images_per_sec"] = self.images_per_epoch / max(train_seconds, 1e-9)
 
 
+class AverageEpochMetrics(tf.keras.callbacks.Callback):
+    """The epoch's metrics averaged over the ranks, in place, before anything logs them.
+
+    What Horovod's MetricAverageCallback does for Keras 2, through the engine,
+    for models Horovod's Keras layer cannot serve (Keras 3). Every rank's logs
+    hold the same keys; they are averaged in one collective, in sorted order."""
+
+    def __init__(self, engine):
+        super().__init__()
+        self.engine = engine
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        keys = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "__float__"))
+        averaged = self.engine.average_numbers([float(logs[k]) for k in keys])
+        logs.update(zip(keys, (float(v) for v in averaged)))
+
+
 class AtomicCheckpoint(tf.keras.callbacks.Callback):
-    """Rank 0: after every epoch, the whole training state to checkpoints/checkpoint-NNN.h5, atomically."""
+    """Rank 0: after every epoch, the whole training state to checkpoints/checkpoint-NNN.h5 (.keras: Keras 3),
+    atomically."""
 
     def __init__(self, directory: Path, keep: int):
         super().__init__()
@@ -98,7 +127,8 @@ class AtomicCheckpoint(tf.keras.callbacks.Callback):
         self.keep = keep
 
     def on_epoch_end(self, epoch, logs=None):
-        checkpoints.atomic_save_model(self.model, checkpoints.checkpoint_path(self.directory, epoch + 1), include_optimizer=True)
+        path = checkpoints.checkpoint_path(self.directory, epoch + 1, checkpoints.model_suffix(self.model))
+        checkpoints.atomic_save_model(self.model, path, include_optimizer=True)
         checkpoints.prune(self.directory, self.keep)
 
 
@@ -140,6 +170,9 @@ class ReseedEachEpoch(tf.keras.callbacks.Callback):
         self.seed = int(seed)
 
     def generators(self):
+        if flavor_of(self.model) == KERAS3:
+            yield from self.keras3_generators()
+            return
         for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
             rng = getattr(layer, "_random_generator", None)
             if rng is None or not hasattr(rng, "_maybe_init"):
@@ -148,12 +181,30 @@ class ReseedEachEpoch(tf.keras.callbacks.Callback):
             if isinstance(getattr(rng, "_generator", None), tf.random.Generator):
                 yield index, rng._generator
 
+    def keras3_generators(self):
+        """Keras 3 layers draw from ``SeedGenerator``s whose state (a variable, not saved in a checkpoint)
+        is the seed and a counter; resetting it is ``reset_from_seed``'s job for them."""
+        for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
+            for number, generator in enumerate(getattr(layer, "_seed_generators", ())):
+                yield f"{index}.{number}", _Keras3Generator(generator)
+
     def on_epoch_begin(self, epoch, logs=None):
         import hashlib
 
         for index, generator in self.generators():
             digest = hashlib.sha256(f"{self.seed}:{epoch}:{index}".encode()).digest()
             generator.reset_from_seed(int.from_bytes(digest[:8], "little") >> 1)
+
+
+class _Keras3Generator:
+    """A Keras 3 ``SeedGenerator`` with tf.random.Generator's ``reset_from_seed``: its state is (seed, counter)."""
+
+    def __init__(self, generator):
+        self.generator = generator
+
+    def reset_from_seed(self, seed: int) -> None:
+        state = self.generator.state
+        self.generator.state.assign(np.array([seed % (2 ** 31), 0], dtype=state.dtype))
 
 
 class StopAfterEpochs(tf.keras.callbacks.Callback):

@@ -1,8 +1,10 @@
 """Per-epoch checkpoints: written atomically, found and verified on resume.
 
-A checkpoint is a full Keras HDF5 model file (weights *and* optimizer state,
+A checkpoint is a full Keras model file (weights *and* optimizer state,
 including the iteration count that drives the seed's lr decay), named
-``checkpoint-NNN.h5`` after the number of epochs completed. It is written to
+``checkpoint-NNN.h5`` after the number of epochs completed: HDF5 for a Keras 2
+(tf.keras) model, as the seed saved; Keras 3's own zip format,
+``checkpoint-NNN.keras``, for a Keras 3 model. It is written to
 a temporary name in the same folder, flushed to disk and renamed, so a crash
 (kill -9, disk full) leaves either the old set of checkpoints or the new one,
 never a half-written file under a checkpoint's name. On resume the newest
@@ -21,14 +23,34 @@ from typing import List, Optional
 import numpy as np
 
 from cifar_dist.atomic_files import atomic_path
+from cifar_dist.keras_flavor import KERAS3, flavor_of
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{3,})\.h5$")
+SAVED_MODEL_NAME = "keras_cifar10_trained_model"  # the seed's file name, less its suffix
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d{3,})\.(h5|keras)$")
 
 
-def checkpoint_path(directory: Path, epoch: int) -> Path:
-    return directory / f"checkpoint-{epoch:03d}.h5"
+def model_suffix(model) -> str:
+    """The file suffix a model of this Keras is saved with: ".h5" (Keras 2) or ".keras" (Keras 3)."""
+    return ".keras" if flavor_of(model) == KERAS3 else ".h5"
+
+
+def checkpoint_path(directory: Path, epoch: int, suffix: str = ".h5") -> Path:
+    return directory / f"checkpoint-{epoch:03d}{suffix}"
+
+
+def saved_model_path(run_dir: Path, suffix: str = ".h5") -> Path:
+    """Where a run dir's final model is saved: ``saved_models/keras_cifar10_trained_model.h5`` (.keras: Keras 3)."""
+    return Path(run_dir) / "saved_models" / f"{SAVED_MODEL_NAME}{suffix}"
+
+
+def find_saved_model(run_dir: Path) -> Optional[Path]:
+    """The run dir's final model of either Keras, or None."""
+    for suffix in (".h5", ".keras"):
+        if saved_model_path(run_dir, suffix).is_file():
+            return saved_model_path(run_dir, suffix)
+    return None
 
 
 def list_checkpoints(directory: Path) -> List[tuple]:
@@ -45,11 +67,28 @@ def list_checkpoints(directory: Path) -> List[tuple]:
 
 def atomic_save_model(model, path: Path, include_optimizer: bool) -> None:
     """model.save() through atomic_path: a temp file beside ``path``, fsynced, renamed over it."""
+    if flavor_of(model) == KERAS3:
+        _save_keras3(model, path)
+        return
     with atomic_path(path) as tmp, warnings.catch_warnings():
         # HDF5 is what the seed saved and what Keras 2 users load; Keras's
         # "legacy format" notice would otherwise print every epoch.
         warnings.filterwarnings("ignore", message=".*HDF5 file via `model.save\\(\\)`.*")
         model.save(tmp, include_optimizer=include_optimizer, save_format="h5")
+
+
+def _save_keras3(model, path: Path) -> None:
+    """A Keras 3 model in its .keras zip, written through atomic_path.
+
+    Keras 3's ``model.save`` insists on a name ending in ".keras", which the
+    temp file's is not; its saving library writes to an open file as well.
+    Keras 3 has no include_optimizer: a compiled model's file holds its
+    optimizer state (a few MB more for the final model; loading with
+    compile=False ignores it)."""
+    from keras.src.saving import saving_lib  # the file-object writer behind keras.saving.save_model
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        saving_lib.save_model(model, f)
 
 
 def read_optimizer_weights(path: Path) -> List[np.ndarray]:
@@ -65,8 +104,13 @@ def read_optimizer_weights(path: Path) -> List[np.ndarray]:
 
 
 def restore(model, path: Path) -> None:
-    """Load weights and optimizer state from ``path`` into a compiled ``model``."""
+    """Load weights and optimizer state from ``path`` into a compiled ``model`` (its optimizer built)."""
+    if path.suffix != model_suffix(model):
+        raise ValueError(f"a {model_suffix(model)} model cannot load a {path.suffix} checkpoint "
+                         "(it was written by the other Keras)")
     model.load_weights(path)
+    if path.suffix == ".keras":  # Keras 3 loads the optimizer's state with the model's
+        return
     values = read_optimizer_weights(path)
     if values:
         opt = model.optimizer

@@ -6,7 +6,8 @@ thread pools for this rank (threads.py).
 
 TensorFlow and Horovod are imported inside the functions, in this order:
 TensorFlow reads the CPU-kernel choice (``use_onednn``) once, when it loads,
-and Horovod's Keras layer is patched only after tf.keras is known to be Keras 2.
+and Horovod's Keras layer is bound to tf.keras only where tf.keras is Keras 2
+(Keras 3 models do not use that layer: training/engines/horovod.py).
 """
 from __future__ import annotations
 
@@ -25,10 +26,6 @@ from cifar_dist.training.threads import ThreadPlan, plan_threads
 log = logging.getLogger(__name__)
 
 
-class KerasVersionError(CifarDistError, RuntimeError):
-    pass
-
-
 class GpuCountError(CifarDistError, RuntimeError):
     """More ranks on a host than it has GPUs."""
 
@@ -42,17 +39,9 @@ def keras_backing_tf_keras() -> tuple:
     return root, version
 
 
-def ensure_keras2() -> None:
-    """Refuse Keras 3: Horovod 0.28's Keras integration patches Keras 2 hooks
-    that Keras 3's train_step never calls, so ranks would silently stop
-    averaging gradients."""
-    name, version = keras_backing_tf_keras()
-    if not str(version).startswith("2."):
-        raise KerasVersionError(
-            f"tf.keras is {name} {version} (Keras 3), which Horovod 0.28 cannot average gradients for; "
-            "install tf-keras~=2.18.0 and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported "
-            "(importing cifar_dist first does this)"
-        )
+def tf_keras_is_keras2() -> bool:
+    """Whether ``tf.keras`` is Keras 2 (tf-keras), the Keras Horovod's Keras layer serves."""
+    return str(keras_backing_tf_keras()[1]).startswith("2.")
 
 
 def bind_horovod_to_tf_keras() -> None:
@@ -121,10 +110,10 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
-    use_onednn(onednn)  # must precede TensorFlow's import (ensure_keras2 imports it)
+    use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
     with filtered_native_stderr():  # TensorFlow's CUDA start-up noise on CPU machines
-        ensure_keras2()
-        bind_horovod_to_tf_keras()
+        if tf_keras_is_keras2():  # (TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3, trained as Keras 3 models are)
+            bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
     import horovod.tensorflow as hvd
     import tensorflow as tf

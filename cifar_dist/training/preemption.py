@@ -27,9 +27,10 @@ class StopOnSignal(tf.keras.callbacks.Callback):
     after training, so that a late signal no longer kills the process (the launcher sees
     the run complete and does not requeue it)."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, engine):
         super().__init__()
         self.signum = signum
+        self.engine = engine
         self.requested = False
         signal.signal(signum, self._on_signal)
 
@@ -37,21 +38,18 @@ class StopOnSignal(tf.keras.callbacks.Callback):
         self.requested = True
 
     def on_epoch_end(self, epoch, logs=None):
-        import horovod.tensorflow as hvd
-
-        # HOROVOD: the signal may reach the ranks at different moments; all of
+        # The signal may reach the ranks at different moments; all of
         # them must stop after the same epoch, or one would wait forever in the
         # next epoch's collectives. Every rank takes part at every epoch end.
-        anyone = hvd.allreduce(tf.constant(1.0 if self.requested else 0.0), op=hvd.Max, name="stop_on_signal")
-        if float(anyone) > 0:
+        if self.engine.any_rank(self.requested):
             log.warning("stop signal %s: stopping after epoch %d (its checkpoint is written); "
                         "the job resumes from it", signal.Signals(self.signum).name, epoch + 1)
             self.model.stop_training = True
 
 
-def stop_on_signal_from_env(environ: Optional[Mapping[str, str]] = None) -> Optional[StopOnSignal]:
+def stop_on_signal_from_env(environ: Optional[Mapping[str, str]] = None, engine=None) -> Optional[StopOnSignal]:
     """The callback when a launcher asked for it (``CIFAR_DIST_STOP_SIGNAL=USR1``), else None."""
     name = (os.environ if environ is None else environ).get(STOP_SIGNAL_ENV, "").strip().upper()
     if not name:
         return None
-    return StopOnSignal(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+    return StopOnSignal(signal.Signals[name if name.startswith("SIG") else "SIG" + name], engine)

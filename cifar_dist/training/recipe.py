@@ -24,22 +24,33 @@ def fit_to_data(model, data, sample: int = 10_000) -> int:
     return adapt(model, data.fit_images(sample))
 
 
-def loss(label_smoothing: float):
-    """The seed's categorical cross-entropy, with label smoothing when asked for."""
-    import tensorflow as tf
-
+def loss(label_smoothing: float, keras):
+    """The seed's categorical cross-entropy (of ``keras``, the model's Keras), with label smoothing when asked for."""
     if not label_smoothing:
         return "categorical_crossentropy"
-    return tf.keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
+    return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
 
 
-def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int):
+def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, keras, size: int):
+    """The optimizer's lr: ``lr`` or a per-step schedule of ``keras`` (trainer.lr_schedule).
+
+    For Keras 3 the schedule also holds trainer.warmup_epochs and
+    trainer.lr_decay_epochs, which Horovod's Keras 2 callbacks apply for Keras 2
+    (trainer.horovod_lr_callbacks): the same lr at every step."""
+    from cifar_dist.keras_flavor import KERAS3, flavor_of
     from cifar_dist.training.schedules import build_schedule
 
-    return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs)
+    base = build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras=keras)
+    if flavor_of(keras.Model) != KERAS3:
+        return base
+    from cifar_dist.training.schedules import with_horovod_ramps
+
+    return with_horovod_ramps(base, keras=keras, size=size, steps_per_epoch=steps_per_epoch,
+                              warmup_epochs=trainer_cfg.warmup_epochs, decay_epochs=list(trainer_cfg.lr_decay_epochs),
+                              decay_factor=trainer_cfg.lr_decay_factor)
 
 
-def callbacks(model, trainer_cfg, total_steps: int) -> List[Any]:
+def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
     """Callbacks to place before the writers (metrics, checkpoints): lookahead, then BatchNorm averaging."""
     from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics
     from cifar_dist.training.lookahead import Lookahead
@@ -48,15 +59,15 @@ def callbacks(model, trainer_cfg, total_steps: int) -> List[Any]:
     if trainer_cfg.lookahead_decay > 0:
         found.append(Lookahead(total_steps, trainer_cfg.lookahead_decay))
     if moving_statistics(model):
-        found.append(AverageBatchNormStatistics())
+        found.append(AverageBatchNormStatistics(engine))
     return found
 
 
-def sync_model(model) -> None:
+def sync_model(model, engine) -> None:
     """Make every rank's model identical before it is fingerprinted, tested or saved (a collective)."""
     from cifar_dist.training.batchnorm import average_moving_statistics
 
-    average_moving_statistics(model)
+    average_moving_statistics(model, engine)
 
 
 def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -1,20 +1,26 @@
 """The training loop: the seed script, done properly.
 
-``train(cfg, output_dir)`` runs on every Horovod rank (one process, or N
-under mpirun / Batch AI) and reads as the seed script's steps: start the run,
-build the model, restore or start, make the data streams, start the record,
-fit with the callbacks, finish (score, save, write). Each Horovod-specific
-step is marked HOROVOD: with why, as in Horovod's
-examples/tensorflow2/tensorflow2_keras_mnist.py.
+``train(cfg, output_dir)`` runs on every rank (one process, or N under
+mpirun / Slurm / Batch AI) and reads as the seed script's steps: start the
+run, build the model, restore or start, make the data streams, start the
+record, fit with the callbacks, finish (score, save, write). What makes the
+ranks one job (averaged gradients, rank 0's weights everywhere, averaged
+metrics) is the engine's (``training/engines/``); each step that needs it is
+marked ENGINE: with why, as Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py
+marks its Horovod lines.
+
+The model may be Keras 2 (tf.keras) or Keras 3 (``import keras``): the
+trainer builds with the Keras the model option asks for (a built-in's
+``engine.keras``, a user's builder's own imports) and asks the built model
+which Keras it is (``keras_flavor``); loss, optimizer, callbacks and
+checkpoints follow it.
 
 Imports: this module is imported in a rank only, but before ``train`` has
 read its config, and TensorFlow reads some of that config once, when it is
-first imported (``trainer.onednn``: horovod_env.init_world sets it, then
-imports TensorFlow and checks tf.keras is Keras 2 before Horovod's Keras layer
-loads). So TensorFlow, Horovod (one alias, ``hvd`` = horovod.tensorflow, its
-Keras layer as ``hvd.keras``) and the project modules that import them at
-module level are imported inside the steps that run after ``start_run``;
-everything else is imported here.
+first imported (``trainer.onednn``: the engine's start sets it, then imports
+TensorFlow). So TensorFlow, Keras, the engine and the project modules that
+import them at module level are imported inside the steps that run after
+``start_run``; everything else is imported here.
 """
 from __future__ import annotations
 
@@ -35,18 +41,19 @@ from omegaconf import DictConfig
 from cifar_dist.config import typed
 from cifar_dist.data import load_dataset
 from cifar_dist.atomic_files import remove_partials, write_json
-from cifar_dist.errors import CifarDistError
+from cifar_dist.errors import CifarDistError, ConfigError
 from cifar_dist.models.builder import check_builder
 from cifar_dist.results import METRICS_FILE
+from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument
+from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.training import checkpoints, recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
-from cifar_dist.training.hardware import cpu_supports_bfloat16
-from cifar_dist.training.horovod_env import init_world
+from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
 from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
 
-MODEL_NAME = "keras_cifar10_trained_model.h5"  # the seed's file name
+MODEL_NAME = checkpoints.SAVED_MODEL_NAME + ".h5"  # the seed's file name (a Keras 3 model's ends in .keras)
 
 
 class ResumeError(CifarDistError, RuntimeError):
@@ -54,10 +61,6 @@ class ResumeError(CifarDistError, RuntimeError):
 
 
 class JitCompileError(CifarDistError, RuntimeError):
-    pass
-
-
-class PrecisionError(CifarDistError, RuntimeError):
     pass
 
 
@@ -108,41 +111,10 @@ def scaled_lr(lr: float, rule: str, size: int) -> float:
     return lr * size if rule == "linear" else lr
 
 
-def precision_policy(precision: str, on_gpu: bool, cpu_bfloat16: bool) -> str:
-    """The Keras dtype policy for trainer.precision on this hardware.
-
-    mixed: float16 maths on a GPU, bfloat16 on a CPU with bfloat16
-    instructions, and an error elsewhere (emulated bfloat16 is slower than
-    float32). auto: the same where it is native, float32 where it is not, so
-    a recipe such as experiment=fast runs on any machine.
-    """
-    if precision == "float32":
-        return "float32"
-    if on_gpu:
-        return "mixed_float16"
-    if cpu_bfloat16:
-        return "mixed_bfloat16"
-    if precision == "auto":
-        return "float32"
-    raise PrecisionError(
-        "trainer.precision=mixed needs a GPU or a CPU with bfloat16 instructions (avx512_bf16/amx); "
-        "use trainer.precision=float32, or auto to use mixed precision only where it is native"
-    )
-
-
-def _set_precision(precision: str, on_gpu: bool) -> str:
-    import tensorflow as tf  # after init_world (module docstring)
-
-    policy = precision_policy(precision, on_gpu, cpu_supports_bfloat16())
-    # Always set: in an in-process sweep an earlier point's policy would linger.
-    tf.keras.mixed_precision.set_global_policy(policy)
-    return policy
-
-
-def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
+def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int:
     """Rank 0 restores the newest good checkpoint; every rank learns its epoch.
 
-    HOROVOD: only rank 0 reads the checkpoint (on several hosts the others
+    ENGINE: only rank 0 reads the checkpoint (on several hosts the others
     may not even see the file); train() then broadcasts its weights and
     optimizer state to every rank before the first step, and the epoch to
     start from is broadcast here so all ranks agree.
@@ -167,13 +139,13 @@ def _decide_resume(world, hvd, checkpoint_dir: Path, mode: str, model) -> int:
                 decision = (restored.epoch, None)
         elif mode == "true":
             decision = (-1, f"trainer.resume=true but {checkpoint_dir} holds no checkpoint; use trainer.resume=auto")
-    epoch, error = hvd.broadcast_object(decision, root_rank=0)
+    epoch, error = engine.broadcast_object(decision)
     if error:
         raise ResumeError(error)
     return epoch
 
 
-def _evaluate_exact(model, stream, hvd, outputs=("",)) -> List[Dict[str, float]]:
+def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, float]]:
     """Test loss/accuracy over the whole test set, equal to a single-rank run, for each of the
     model's ``outputs`` (the prefixes of their metric names; "" for a one-output model).
 
@@ -188,8 +160,8 @@ def _evaluate_exact(model, stream, hvd, outputs=("",)) -> List[Dict[str, float]]
     mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
              round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)))
             for o in outputs]
-    # HOROVOD: one collective for the numbers of every rank.
-    parts = hvd.allgather_object((mine, stream.samples))
+    # ENGINE: one collective for the numbers of every rank.
+    parts = engine.allgather_object((mine, stream.samples))
     total = sum(p[1] for p in parts)
     results = []
     for i in range(len(outputs)):
@@ -217,11 +189,20 @@ class Run:
     """What every step of ``train`` needs: the config, this rank's world, where to write."""
 
     cfg: Any  # the typed, validated config
-    world: Any  # horovod_env.World
+    engine: Any  # training/engines: what makes the ranks one job
     output_dir: Path
     epochs: int  # planned for this world size
     lr: float  # scaled for this world size
+    flavor: int  # the Keras the model is built with: 2 (tf.keras) or 3 (keras)
     wall_start: float = field(default_factory=time.time)
+
+    @property
+    def world(self):
+        return self.engine.world
+
+    @property
+    def keras(self):
+        return keras_module(self.flavor)
 
     @property
     def trainer(self):
@@ -259,32 +240,51 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
                 validation_steps=val_data.steps,
                 validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
                 callbacks=[kept_interrupt, *callbacks],
+                shuffle=False,  # the stream is shuffled already (data/pipeline.py); Keras 3 warns otherwise
                 verbose=run.trainer.verbose if run.world.is_chief else 0,
             )
         return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker, compile_kwargs)
 
 
 def start_run(cfg: DictConfig, output_dir: Path):
-    """Validate the config, start Horovod and fix what TensorFlow must know before any op."""
+    """Validate the config, start the engine, and check the model before any data is read."""
+    from cifar_dist.training.engines import start_engine
+
     wall_start = time.time()
     cfg = typed(cfg)
     validate(cfg)
     t = cfg.trainer
-    world = init_world(t.intra_op_threads, t.inter_op_threads, t.onednn)
-    import tensorflow as tf  # only now: init_world chose TensorFlow's CPU kernels before it loads
-
-    if t.deterministic:
-        tf.config.experimental.enable_op_determinism()
-        # Dropout from tf.random.Generator state that ReseedEachEpoch resets
-        # per epoch, so a resumed run equals an uninterrupted one bit for bit.
-        tf.keras.backend.experimental.enable_tf_random_generator()
-    tf.keras.utils.set_random_seed(t.seed + world.rank)
-    check_jit_compile(bool(t.jit_compile), bool(world.gpu))
-    policy = _set_precision(t.precision.value, bool(world.gpu))
-    check_builder(cfg.model)  # imported now, after init_world; checked against its signature before any data is read
-    run = Run(cfg=cfg, world=world, output_dir=output_dir, epochs=planned_epochs(t, world.size),
-              lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, world.size), wall_start=wall_start)
+    engine = start_engine(cfg.engine.name, t)  # TensorFlow loads only now, with the CPU kernels it chose
+    check_jit_compile(bool(t.jit_compile), bool(engine.world.gpu))
+    try:
+        check_builder(cfg.model)  # imported now, after the engine's start; checked against its signature
+    except ConfigError as exc:
+        raise import_failure(exc, cfg.engine.name) from None
+    flavor = probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
+    policy = prepare_keras(flavor, t.seed + engine.world.rank, t.precision.value, bool(engine.world.gpu),
+                           bool(t.deterministic))
+    run = Run(cfg=cfg, engine=engine, output_dir=output_dir, epochs=planned_epochs(t, engine.world.size),
+              lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.size), flavor=flavor,
+              wall_start=wall_start)
     return run, policy
+
+
+def instantiate_model(model_cfg, num_classes: int, keras_version: int):
+    """The model option's builder called with ``num_classes`` and, if it declares the parameter, the Keras to use."""
+    builder = hydra.utils.get_method(model_cfg._target_)
+    extra = {"keras": keras_module(keras_version)} if takes_keras_argument(builder) else {}
+    return hydra.utils.instantiate(model_cfg, num_classes=num_classes, **extra)
+
+
+def probe_model_flavor(cfg) -> int:
+    """Build the model once with a stand-in class count and check it (one Keras, the engine's backend,
+    saveable): returns its Keras. The real model is built once the data says how many classes there are."""
+    asked = cfg.model.get("num_classes")
+    try:
+        probe = instantiate_model(cfg.model, int(asked) if asked is not None else 10, cfg.engine.keras)
+    except Exception as exc:  # the builder's own error, whatever it is: one line naming the builder
+        raise build_failure(exc, cfg.model._target_) from None
+    return check_model(probe, cfg.model._target_, cfg.engine.name)
 
 
 def load_data(run: Run):
@@ -321,32 +321,63 @@ def build_model(run: Run, data):
 
     Returns the model and the compile arguments the final (TTA) test reuses.
     """
-    import horovod.tensorflow as hvd  # after init_world (module docstring)
-    import horovod.tensorflow.keras  # noqa: F401  (hvd.keras: Horovod's Keras optimizer and callbacks)
-
     from cifar_dist.data.pipeline import steps_per_epoch  # imports TensorFlow
 
     t, world = run.trainer, run.world
-    model = hydra.utils.instantiate(run.cfg.model, **model_kwargs(run.cfg.model, data))
+    model_kwargs(run.cfg.model, data)  # a model.num_classes that disagrees with the data: one line
+    model = instantiate_model(run.cfg.model, data.num_classes, run.flavor)
     check_model_fits(model, data)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
-    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs)
-    compile_kwargs = dict(loss=recipe.loss(t.label_smoothing), metrics=["accuracy"])
-    # (_partial_: a LearningRateSchedule is no float for the typed config node)
-    optimizer = hydra.utils.instantiate(run.cfg.optimizer, _partial_=True)(lr=lr_or_schedule)
-    # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
-    compression = hvd.Compression.fp16 if t.compression.value == "fp16" else hvd.Compression.none
-    optimizer = hvd.keras.DistributedOptimizer(optimizer, compression=compression)
-    model.compile(
-        optimizer=optimizer,
-        **compile_kwargs,
-        jit_compile=bool(t.jit_compile),
-        steps_per_execution=t.steps_per_execution,
-    )
+    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size)
+    compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
+    compile_distributed(run, model, make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor), compile_kwargs,
+                        steps_per_call(run.flavor, steps, t.steps_per_execution))
     create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
+
+
+def make_optimizer(optimizer_cfg, lr_or_schedule, flavor: int):
+    """The optimizer option's factory called with the lr (a float or a schedule) and, if it declares it, the Keras."""
+    # (_partial_: a LearningRateSchedule is no float for the typed config node)
+    factory = hydra.utils.instantiate(optimizer_cfg, _partial_=True)
+    extra = {"keras": keras_module(flavor)} if takes_keras_argument(factory.func) else {}
+    return factory(lr=lr_or_schedule, **extra)
+
+
+def steps_per_call(flavor: int, steps_per_epoch: int, asked: int) -> int:
+    """trainer.steps_per_execution as the model's Keras can honour it.
+
+    Keras 2 ends an epoch's last call early. Keras 3 runs whole calls: with 63
+    steps an epoch and 16 a call it trains 64 and takes the next epoch's first
+    batch, so epochs no longer match their data (and a resumed run differs from
+    one never stopped). For Keras 3 the largest divisor of the epoch's steps up
+    to ``asked`` is used."""
+    if flavor == KERAS2 or steps_per_epoch % asked == 0:
+        return asked
+    fitting = max(d for d in range(1, min(asked, steps_per_epoch) + 1) if steps_per_epoch % d == 0)
+    log.info("trainer.steps_per_execution=%d runs as %d (Keras 3 needs a divisor of the epoch's %d steps)",
+             asked, fitting, steps_per_epoch)
+    return fitting
+
+
+def compile_distributed(run: Run, model, optimizer, compile_kwargs, steps_per_execution: int) -> None:
+    """Compile ``model`` with ``optimizer`` made to average its gradients over the ranks.
+
+    ENGINE: Keras 2's distributed optimizer is Horovod's wrapper, given to
+    compile; a Keras 3 optimizer is wrapped as compile left it (Keras 3 puts a
+    LossScaleOptimizer around it under mixed_float16, whose finiteness check
+    must see the averaged gradients, or ranks could disagree on skipping a step).
+    """
+    t = run.trainer
+    compression = t.compression.value
+    if run.flavor == KERAS2:
+        optimizer = run.engine.distributed_optimizer(optimizer, compression)
+    model.compile(optimizer=optimizer, **compile_kwargs, jit_compile=bool(t.jit_compile),
+                  steps_per_execution=steps_per_execution)
+    if run.flavor == KERAS3:
+        run.engine.distributed_optimizer(model.optimizer, compression)
 
 
 def create_optimizer_slots(optimizer, variables) -> None:
@@ -367,22 +398,26 @@ def create_optimizer_slots(optimizer, variables) -> None:
         optimizer._create_all_weights(variables)
 
 
+def optimizer_variables(optimizer) -> list:
+    """The optimizer's variables (a method in Keras 2, a property in Keras 3)."""
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
 def restore_or_start(run: Run, model) -> int:
     """The epoch to start after: rank 0 restores a checkpoint, every rank gets its weights."""
-    import horovod.tensorflow as hvd  # after init_world (module docstring)
-
-    initial_epoch = _decide_resume(run.world, hvd, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
+    initial_epoch = _decide_resume(run.world, run.engine, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
     if run.world.is_chief and initial_epoch:
         log.info("resuming after epoch %d from %s", initial_epoch,
                  checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch))
-    # HOROVOD: copy rank 0's initial (or restored) weights and optimizer state
+    # ENGINE: copy rank 0's initial (or restored) weights and optimizer state
     # to every rank before the first step. Horovod's Keras examples use
     # BroadcastGlobalVariablesCallback, which waits for the first batch to end
     # because the optimizer's slots do not exist before it; here they do (see
     # build_model), so no rank ever steps from weights of its own, not even for
     # the first steps_per_execution steps (the callback's "first batch").
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(model.optimizer.variables(), root_rank=0)
+    # The model's weights, not its random-seed states: each rank keeps drawing its own dropout.
+    run.engine.broadcast_model(model, list(model.weights) + optimizer_variables(model.optimizer))
     return initial_epoch
 
 
@@ -402,8 +437,7 @@ def make_streams(run: Run, data, initial_epoch: int):
 
 def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     """metrics.json's content so far (rank 0; records after the restored epoch dropped) and its wall time."""
-    import horovod
-    import tensorflow as tf  # after init_world (module docstring)
+    import tensorflow as tf  # after the engine's start (module docstring)
 
     cfg, t, world = run.cfg, run.trainer, run.world
     metrics: Dict[str, Any] = {}
@@ -437,7 +471,9 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
                 "threads_inter_op": world.threads.inter_op,
                 "onednn": world.onednn,
                 "tensorflow": tf.__version__,
-                "horovod": horovod.__version__,
+                "engine": run.engine.name,
+                "keras": run.keras.__version__,
+                **run.engine.versions(),
                 **recipe.run_info(t),
             },
             "resumed_from_epoch": initial_epoch,
@@ -459,10 +495,7 @@ def open_tracker(run: Run):
 
 def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
                    tracker=None):
-    """Keras callbacks in the order they must run: Horovod's averaging first, writers (rank 0) last."""
-    import horovod.tensorflow as hvd  # after init_world (module docstring)
-    import horovod.tensorflow.keras  # noqa: F401  (hvd.keras: Horovod's Keras callbacks)
-    import tensorflow as tf
+    """Keras callbacks in the order they must run: the engine's averaging first, writers (rank 0) last."""
 
     from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
         AtomicCheckpoint, EpochCSVLogger, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs,
@@ -472,34 +505,26 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     callbacks = [
         EpochTimer(train_data.images_per_rank_epoch * world.size),
-        # HOROVOD: average the epoch's metrics over ranks, before anything logs them.
-        hvd.keras.callbacks.MetricAverageCallback(),
+        # ENGINE: average the epoch's metrics over ranks, before anything logs them.
+        run.engine.metric_averaging(model),
         StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
         # lookahead; BatchNorm statistics averaged across ranks, before any writer
-        *recipe.callbacks(model, t, steps * run.epochs),
+        *recipe.callbacks(model, t, steps * run.epochs, run.engine),
     ]
-    if t.warmup_epochs > 0:
-        # HOROVOD: ramp the lr from lr/size to lr over the first epochs
-        # (Goyal et al.), so the large effective batch does not diverge early.
-        callbacks.append(hvd.keras.callbacks.LearningRateWarmupCallback(
-            initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if world.is_chief else 0))
-    decays = sorted(t.lr_decay_epochs)
-    for i, start in enumerate(decays):
-        callbacks.append(hvd.keras.callbacks.LearningRateScheduleCallback(
-            initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start,
-            end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
+    if run.flavor == KERAS2:  # (Keras 3: the same ramps are in the lr schedule, recipe.learning_rate)
+        callbacks += horovod_lr_callbacks(t, lr, steps, world.is_chief)
     if t.deterministic:
         callbacks.append(ReseedEachEpoch(t.seed + world.rank))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
-    stop_on_signal = stop_on_signal_from_env()  # a cluster launcher's "time is nearly up" signal
+    stop_on_signal = stop_on_signal_from_env(engine=run.engine)  # a cluster launcher's "time is nearly up" signal
     if stop_on_signal is not None:
         callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
         callbacks.append(EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
         if t.tensorboard:
-            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard"), profile_batch=0))
+            callbacks.append(run.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard")))
         run_start = time.time()
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
@@ -512,19 +537,35 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     return callbacks
 
 
+def horovod_lr_callbacks(t, lr: float, steps: int, is_chief: bool) -> list:
+    """Horovod's Keras 2 lr callbacks for trainer.warmup_epochs and trainer.lr_decay_epochs."""
+    import horovod.tensorflow.keras as hvd_keras  # after the engine's start (module docstring)
+
+    found = []
+    if t.warmup_epochs > 0:
+        # HOROVOD: ramp the lr from lr/size to lr over the first epochs
+        # (Goyal et al.), so the large effective batch does not diverge early.
+        found.append(hvd_keras.callbacks.LearningRateWarmupCallback(
+            initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0))
+    decays = sorted(t.lr_decay_epochs)
+    for i, start in enumerate(decays):
+        found.append(hvd_keras.callbacks.LearningRateScheduleCallback(
+            initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start,
+            end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
+    return found
+
+
 def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None,
            compile_kwargs=None):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
-    import horovod.tensorflow as hvd  # after init_world (module docstring)
-
     from cifar_dist.data.streams import eval_input  # imports TensorFlow
 
-    world, t = run.world, run.trainer
-    recipe.sync_model(model)  # BatchNorm moving statistics: one set for the job
-    # HOROVOD: with averaged gradients every rank ends with the same weights;
+    world, t, engine = run.world, run.trainer, run.engine
+    recipe.sync_model(model, engine)  # BatchNorm moving statistics: one set for the job
+    # ENGINE: with averaged gradients every rank ends with the same weights;
     # record each rank's fingerprint so a broken averaging is visible.
-    digests = hvd.allgather_object(weights_digest(model))
-    peak_rss = hvd.allgather_object(peak_rss_mb())
+    digests = engine.allgather_object(weights_digest(model))
+    peak_rss = engine.allgather_object(peak_rss_mb())
     if world.is_chief:
         metrics["peak_rss_mb_per_rank"] = peak_rss
         metrics["rank_weight_digests"] = digests
@@ -533,17 +574,17 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
             log.warning("ranks ended with different weights: %s", digests)
 
     done = max([e["epoch"] for e in metrics.get("epochs", [])] + [initial_epoch]) if world.is_chief else 0
-    # HOROVOD: rank 0 alone kept the record; every rank must agree whether to score.
-    finished = hvd.broadcast_object(done, root_rank=0) >= run.epochs
+    # ENGINE: rank 0 alone kept the record; every rank must agree whether to score.
+    finished = engine.broadcast_object(done) >= run.epochs
     if finished:
         test_stream = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=False)
         metrics.update(recipe.final_test(
-            model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, hvd, outputs), t.tta.value, compile_kwargs))
+            model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, engine, outputs), t.tta.value, compile_kwargs))
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
             tracker.finish(metrics)
-    return hvd.broadcast_object(metrics if world.is_chief else None, root_rank=0)
+    return engine.broadcast_object(metrics if world.is_chief else None)
 
 
 def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done: int, previous_wall: float) -> None:
@@ -556,7 +597,7 @@ def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done
     if finished:
         metrics["complete"] = True
         if t.save_model:
-            model_path = run.output_dir / "saved_models" / MODEL_NAME
+            model_path = checkpoints.saved_model_path(run.output_dir, checkpoints.model_suffix(model))
             checkpoints.atomic_save_model(model, model_path, include_optimizer=False)
             metrics["model_path"] = str(model_path.relative_to(run.output_dir))
             log.info("Saved trained model at %s", model_path)

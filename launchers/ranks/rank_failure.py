@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
+from cifar_dist.training.checkpoints import list_checkpoints
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
@@ -47,6 +48,8 @@ class RankFailure:
         text = f"{who}{where} {self.how}; the whole job was stopped."
         if self.log is not None:
             text += f" Last lines of {self.log}:\n{self.log_tail}"
+        if not list_checkpoints(output_dir / "checkpoints"):
+            return text + "\nNo checkpoint was written: nothing to resume."
         return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: re-run with hydra.run.dir={output_dir} to resume."
 
 

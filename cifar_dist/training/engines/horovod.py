@@ -1,0 +1,139 @@
+"""The Horovod engine: gradients averaged by Horovod's allreduce, for Keras 2 and Keras 3 models.
+
+Keras 2 (tf.keras) models use Horovod's documented Keras layer, as in
+Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py:
+``hvd.keras.DistributedOptimizer`` and ``MetricAverageCallback``.
+
+Keras 3 models cannot: Horovod 0.28's Keras layer hooks Keras 2's optimizer
+(``get_gradients``/``_aggregate_gradients``), which Keras 3's ``train_step``
+never calls, so its ranks would silently stop averaging. Horovod's TensorFlow
+ops work on Keras 3's TensorFlow backend all the same, so the Keras 3 optimizer
+is wrapped the way Horovod wraps Keras 2's: a subclass of the optimizer's own
+class whose ``apply`` averages the gradients (one grouped allreduce) before
+the update (``distributed_keras3_optimizer``). ``fit``'s own ``train_step``,
+a user's custom ``train_step`` and ``apply_gradients`` all end in ``apply``.
+The epoch's metrics are averaged by ``AverageEpochMetrics``, the same
+allreduce Horovod's MetricAverageCallback makes.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from cifar_dist.keras_flavor import KERAS2, flavor_of
+from cifar_dist.training.horovod_env import World, init_world
+
+log = logging.getLogger(__name__)
+
+
+class HorovodEngine:
+    """Horovod, started by ``start`` (hvd.init, GPU pinning, thread pools) in every rank."""
+
+    name = "horovod"
+
+    def __init__(self, world: World):
+        import horovod.tensorflow as hvd
+
+        self.world = world
+        self.hvd = hvd
+
+    @classmethod
+    def start(cls, trainer_cfg) -> "HorovodEngine":
+        t = trainer_cfg
+        return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
+
+    def versions(self) -> dict:
+        import horovod
+
+        return {"horovod": horovod.__version__}
+
+    # --- small Python objects between ranks ---
+    def broadcast_object(self, obj):
+        return self.hvd.broadcast_object(obj, root_rank=0)
+
+    def allgather_object(self, obj) -> list:
+        return self.hvd.allgather_object(obj)
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any one (a collective)."""
+        import tensorflow as tf
+
+        return float(self.hvd.allreduce(tf.constant(1.0 if flag else 0.0), op=self.hvd.Max, name="any_rank")) > 0
+
+    # --- the model ---
+    def distributed_optimizer(self, optimizer, compression: str = "none"):
+        """``optimizer`` made to average its gradients over the ranks before every update."""
+        hvd = self.hvd
+        # HOROVOD: average gradients across ranks at every step (fp16 compression optional).
+        codec = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        if flavor_of(optimizer) == KERAS2:
+            import horovod.tensorflow.keras  # noqa: F401  (hvd.keras: Horovod's Keras 2 layer)
+
+            return hvd.keras.DistributedOptimizer(optimizer, compression=codec)
+        return distributed_keras3_optimizer(optimizer, hvd, codec)
+
+    def broadcast_model(self, model, variables) -> None:
+        """Copy rank 0's ``variables`` (the model's and its optimizer's) to every rank."""
+        # HOROVOD: broadcast_variables matches variables across ranks by their order here,
+        # which the same model and optimizer built the same way make equal on every rank.
+        self.hvd.broadcast_variables([_tf_variable(v) for v in variables], root_rank=0)
+
+    def average_variables(self, variables, name: str) -> None:
+        """Replace each of ``variables`` by its mean over the ranks, in place (a collective)."""
+        if not variables or self.world.size == 1:
+            return
+        # HOROVOD: one grouped allreduce for all of them; every rank receives the same bytes.
+        averaged = self.hvd.grouped_allreduce([_value(v) for v in variables], op=self.hvd.Average, name=name)
+        for var, value in zip(variables, averaged):
+            var.assign(value)
+
+    def average_numbers(self, values) -> np.ndarray:
+        """The mean over the ranks of a float vector (every rank passes the same length)."""
+        import tensorflow as tf
+
+        return self.hvd.allreduce(tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average,
+                                  name="average_numbers").numpy()
+
+    def metric_averaging(self, model):
+        """The callback that averages each epoch's metrics over the ranks, before anything logs them."""
+        if flavor_of(model) == KERAS2:
+            import horovod.tensorflow.keras  # noqa: F401
+
+            # HOROVOD: Horovod's own callback for Keras 2.
+            return self.hvd.keras.callbacks.MetricAverageCallback()
+        from cifar_dist.training.callbacks import AverageEpochMetrics
+
+        return AverageEpochMetrics(self)
+
+
+def _tf_variable(variable):
+    """The tf.Variable behind a variable of either Keras (Keras 3 on TensorFlow keeps it as ``value``)."""
+    import tensorflow as tf
+
+    return variable if isinstance(variable, tf.Variable) else variable.value
+
+
+def _value(variable):
+    """A variable's current value as a tensor (Keras 2: ``value()``; Keras 3: the ``value`` property)."""
+    value = variable.value
+    return value() if callable(value) else value
+
+
+def distributed_keras3_optimizer(optimizer, hvd, compression):
+    """``optimizer`` (a Keras 3 optimizer, built or not) whose ``apply`` averages the gradients over the ranks first.
+
+    The instance's class becomes a subclass of its own class, named and placed
+    like it, so that the optimizer saves (and loads) as the optimizer it was;
+    Horovod's DistributedOptimizer makes the same kind of subclass for Keras 2.
+    """
+    base = type(optimizer)
+
+    def apply(self, grads, trainable_variables=None):
+        # HOROVOD: the one collective of a training step: every rank applies the mean gradient.
+        grads = hvd.grouped_allreduce(list(grads), op=hvd.Average, compression=compression)
+        return base.apply(self, grads, trainable_variables)
+
+    optimizer.__class__ = type(base.__name__, (base,), {"apply": apply, "__module__": base.__module__,
+                                                        "__qualname__": base.__qualname__})
+    return optimizer
