@@ -57,6 +57,11 @@ def _is_keras3(klass) -> bool:
     return keras is not None and str(getattr(keras, "__version__", "")).startswith("3.")
 
 
+def version_of(keras) -> str:
+    """The version of the package behind a Keras module (tf.keras: tf-keras's)."""
+    return str(getattr(sys.modules[keras.__name__.split(".")[0]], "__version__", "unknown"))
+
+
 def name(version: int) -> str:
     """How messages name a Keras: 'Keras 2 (tf.keras)' or 'Keras 3 (keras)'."""
     return "Keras 2 (tf.keras)" if int(version) == KERAS2 else "Keras 3 (keras)"

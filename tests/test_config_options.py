@@ -27,7 +27,7 @@ from conftest import cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
 RECORDED = yaml.safe_load((TESTS / "composed_options.yaml").read_text())
-GROUPS = ("data", "model", "optimizer", "trainer", "launcher", "task", "tracking", "experiment", "debug")
+GROUPS = ("data", "model", "optimizer", "trainer", "engine", "launcher", "task", "tracking", "experiment", "debug")
 
 register_configs()
 

@@ -208,3 +208,23 @@ def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path
         assert word in line, line
     assert "not-read" not in proc.stderr  # refused before the data was looked at
     assert not list(run_dir.glob("checkpoints/*"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
+def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
+    from slurm_cluster import missing_packages
+
+    if missing_packages():
+        pytest.skip(f"Slurm not installed ({', '.join(missing_packages())})")
+    run_dir = tmp_path / "run"
+    try:
+        proc = run_cli(*RUN, "trainer.epochs=2", "trainer.epoch_policy=shard", "launcher=slurm",
+                       "launcher.ntasks_per_node=2", "launcher.poll_interval_s=1", f"hydra.run.dir={run_dir}",
+                       cwd=project, env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]), timeout=900)
+    finally:
+        slurm.cancel_all()
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True
+    assert m["run"]["keras"].startswith("3.")
+    assert (run_dir / "checkpoints" / "checkpoint-002.keras").is_file()

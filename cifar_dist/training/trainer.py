@@ -44,7 +44,7 @@ from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError, ConfigError
 from cifar_dist.models.builder import check_builder
 from cifar_dist.results import METRICS_FILE
-from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument
+from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.training import checkpoints, recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
@@ -472,7 +472,7 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
                 "onednn": world.onednn,
                 "tensorflow": tf.__version__,
                 "engine": run.engine.name,
-                "keras": run.keras.__version__,
+                "keras": version_of(run.keras),
                 **run.engine.versions(),
                 **recipe.run_info(t),
             },
