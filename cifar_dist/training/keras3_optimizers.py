@@ -48,11 +48,16 @@ class SGDW(DecoupledDecay, keras.optimizers.SGD):
         super().__init__(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, name=name, **kwargs)
         self._init_decay(weight_decay, exclude_from_weight_decay, lr_multipliers)
 
+    def path_of(self, variable) -> str:
+        """The model variable's path: ``update_step`` may get the backend's variable (TensorFlow's), not Keras'."""
+        return self._trainable_variables[self._get_variable_index(variable)].path
+
     def update_step(self, gradient, variable, learning_rate):
-        factor = self.lr_multiplier_of(variable.path)
+        path = self.path_of(variable)
+        factor = self.lr_multiplier_of(path)
         if factor != 1.0:
             gradient = ops.multiply(gradient, ops.cast(factor, gradient.dtype))
-        if self.decays_name(variable.path):
+        if self.decays_name(path):
             lr = ops.cast(learning_rate, variable.dtype)
             self.assign_sub(variable, ops.multiply(ops.multiply(lr, ops.cast(self.decoupled_weight_decay, variable.dtype)),
                                                    variable))
