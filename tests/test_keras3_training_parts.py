@@ -146,3 +146,18 @@ def _no_schedule():
     from conftest import compose_cfg
 
     return OmegaConf.merge(compose_cfg().trainer.lr_schedule, {"kind": "none"})
+
+
+@pytest.mark.parametrize("factory", [optimizers.rmsprop, optimizers.sgdw, optimizers.adam], ids=["rmsprop", "sgdw", "adam"])
+def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
+    """Inside Keras 3's compiled train step (graph mode): the twins' update_step, the legacy decay and HorovodLr."""
+    schedule = build_schedule(0.01, _no_schedule(), steps_per_epoch=2, epochs=2, keras=keras, warmup_epochs=1,
+                              decay_epochs=[1], decay_factor=0.5, size=2)
+    model = small_model(keras)
+    model.compile(optimizer=factory(schedule, keras=keras), loss="mse")
+    before = model.get_weights()
+    rng = np.random.default_rng(0)
+    history = model.fit(rng.random((8, 6, 6, 2)), rng.random((8, 2)), batch_size=4, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all() and int(model.optimizer.iterations) == 4
+    assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), before))
+    assert current_lr(model.optimizer) == pytest.approx(float(schedule(4)), rel=1e-5)  # (rmsprop's decay: 4e-6)

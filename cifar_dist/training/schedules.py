@@ -27,6 +27,11 @@ passes ``trainer.warmup_epochs``, ``trainer.lr_decay_epochs``,
 ``trainer.lr_decay_factor`` and the world ``size`` here instead, and gets
 ``HorovodLr``: the lr those callbacks would have set, per step, at the
 optimizer's (global) step count (``horovod_multiplier`` says exactly how).
+Two things of the callbacks it does not do: their momentum correction (an
+SGD momentum scaled by new/old lr for the one batch where the lr changes:
+Keras 3's momentum is a constant) and, with ``trainer.steps_per_execution``
+> 1, setting the lr only at the first step of each execution (the schedule
+is exact per step).
 ``current_lr(optimizer)`` is the lr an optimizer of either Keras applies at
 its current step.
 """
