@@ -161,3 +161,16 @@ def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
     assert np.isfinite(history.history["loss"]).all() and int(model.optimizer.iterations) == 4
     assert any(not np.allclose(a, b) for a, b in zip(model.get_weights(), before))
     assert current_lr(model.optimizer) == pytest.approx(float(schedule(4)), rel=1e-5)  # (rmsprop's decay: 4e-6)
+
+
+def test_the_recipe_gives_keras_3_runs_the_horovod_lr_and_keras_2_runs_the_plain_lr():
+    """Keras 2 keeps Horovod's callbacks (a plain lr they can set); Keras 3 gets them as the schedule."""
+    from conftest import compose_cfg
+    from cifar_dist.training import recipe
+
+    t = compose_cfg("trainer.warmup_epochs=2", "trainer.lr_decay_epochs=[3]", "trainer.lr_decay_factor=0.5").trainer
+    assert recipe.learning_rate(0.2, t, 10, 5) == 0.2
+    lr = recipe.learning_rate(0.2, t, 10, 5, keras=keras, size=4)
+    assert type(lr).__name__ == "HorovodLr" and (lr.size, lr.warmup_epochs, lr.decay_epochs) == (4, 2.0, [3])
+    assert float(lr(0)) == pytest.approx(0.2 / 4 * ((0 + 0.1) * 3 / 2 + 1), rel=1e-6)  # Horovod's warmup formula
+    assert isinstance(recipe.loss(0.1, keras), keras.losses.CategoricalCrossentropy)
