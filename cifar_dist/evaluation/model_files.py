@@ -40,7 +40,7 @@ def load(path: Path, custom_objects: Dict[str, type], trust_model: bool):
     if is_keras3_file(path):
         import keras
 
-        from cifar_dist.models.blocks import register_custom_objects
+        from cifar_dist.custom_objects import register_custom_objects
 
         register_custom_objects(keras)  # this package's layers, under the names Keras 3 saved them by
         return keras.saving.load_model(path, compile=False, safe_mode=not trust_model,

@@ -11,18 +11,21 @@ def build(
     batchnorm_momentum: float = 0.6,
     output_scale: float = 1 / 9,
     input_shape: Sequence[int] = (32, 32, 3),
+    keras=None,
 ):
     """PatchWhitening (frozen, fitted by the trainer) + GELU, then per width:
     conv -> pool -> BN -> GELU -> conv -> BN -> GELU (convs identity-initialised,
-    BN without a trained scale, as airbench), then max pool, linear x 1/9."""
-    import tensorflow as tf
+    BN without a trained scale, as airbench), then max pool, linear x 1/9.
 
-    from cifar_dist.models.blocks import PatchWhitening, classifier, conv_bn
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
+    from cifar_dist.keras_ops import keras_or_default
+    from cifar_dist.models.blocks import classifier, conv_bn, custom_layers
 
+    keras = keras_or_default(keras)
     m = batchnorm_momentum
-    inputs = tf.keras.Input(shape=tuple(input_shape))
-    x = tf.keras.layers.Activation("gelu")(PatchWhitening(whitening_kernel)(inputs))
+    inputs = keras.Input(shape=tuple(input_shape))
+    x = keras.layers.Activation("gelu")(custom_layers(keras).PatchWhitening(whitening_kernel)(inputs))
     for width in widths:
-        x = conv_bn(x, width, m, pool=True, activation="gelu", identity_init=True, scale=False)
-        x = conv_bn(x, width, m, activation="gelu", identity_init=True, scale=False)
-    return tf.keras.Model(inputs, classifier(x, num_classes, output_scale), name="airbench")
+        x = conv_bn(x, width, m, pool=True, activation="gelu", identity_init=True, scale=False, keras=keras)
+        x = conv_bn(x, width, m, activation="gelu", identity_init=True, scale=False, keras=keras)
+    return keras.Model(inputs, classifier(x, num_classes, output_scale, keras=keras), name="airbench")

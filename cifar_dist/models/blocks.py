@@ -1,8 +1,12 @@
 """Building blocks of the modern CIFAR-10 nets (ResNet-9, airbench), reusable in any model.
 
-Every custom piece is registered with Keras (package ``cifar_dist``), so a
-saved model or checkpoint that uses it loads with ``tf.keras.models.load_model``
-once this module is imported (cifar_dist's evaluation does that).
+Written once for both Keras: every builder takes ``keras`` (the module to
+build with, ``keras_flavor.keras_module(2|3)``; None is ``tf.keras``). The
+custom layers exist per Keras (``custom_layers(keras)``), registered with
+that Keras (package ``cifar_dist``), so a saved model or checkpoint that uses
+them loads with that Keras' ``load_model`` once they are defined: Keras 2's
+when this module is imported (cifar_dist's evaluation does that), Keras 3's
+by ``cifar_dist.custom_objects.register_custom_objects(keras)``.
 
 - ``conv_bn``: Conv2D (no bias: BatchNorm's shift replaces it) + BatchNorm + activation.
 - ``residual``: x + conv_bn(conv_bn(x)) (Page's ResNet-9 block).
@@ -15,11 +19,14 @@ once this module is imported (cifar_dist's evaluation does that).
 """
 from __future__ import annotations
 
+from types import ModuleType, SimpleNamespace
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 
-layers = tf.keras.layers
-PACKAGE = "cifar_dist"
+from cifar_dist.keras_flavor import flavor_of, keras_module
+from cifar_dist.keras_ops import PACKAGE, keras_or_default, ops_of, per_keras, registered
 
 
 def partial_identity(kernel: np.ndarray) -> np.ndarray:
@@ -36,67 +43,95 @@ def partial_identity(kernel: np.ndarray) -> np.ndarray:
     return out
 
 
-@tf.keras.utils.register_keras_serializable(PACKAGE)
-class Scale(layers.Layer):
-    """Multiplies its input by a constant (airbench's 1/9, ResNet-9's 0.125 on the logits)."""
+@per_keras
+def custom_layers(keras: ModuleType) -> SimpleNamespace:
+    """This package's layers (``Scale``, ``PatchWhitening``) as classes of ``keras`` (``tf.keras`` or Keras 3).
 
-    def __init__(self, factor: float, **kwargs):
-        super().__init__(**kwargs)
-        self.factor = float(factor)
-
-    def call(self, inputs):
-        return inputs * tf.cast(self.factor, inputs.dtype)
-
-    def get_config(self):
-        return {**super().get_config(), "factor": self.factor}
-
-
-@tf.keras.utils.register_keras_serializable(PACKAGE)
-class PatchWhitening(layers.Layer):
-    """A k x k 'valid' conv whose 2 x k*k*c filters are the training patches' whitening basis and its negative.
-
-    The filters are frozen; the bias (initialised to centre the patches) trains.
-    Call ``adapt(images)`` with float training images before training (the
-    trainer does, through ``adapt(model, images)``); until then the filters are random.
+    Defined once per Keras module (memoised: one class, one registration) and
+    registered with that Keras under the same names (``cifar_dist>Scale``...),
+    their maths in ``ops_of(keras)`` (TensorFlow's ops for Keras 2, ``keras.ops``
+    for Keras 3, so they run on any Keras 3 backend).
     """
+    ops = ops_of(keras)
 
-    def __init__(self, kernel_size: int = 2, epsilon: float = 5e-4, **kwargs):
-        super().__init__(**kwargs)
-        self.kernel_size = int(kernel_size)
-        self.epsilon = float(epsilon)
+    @registered(keras)
+    class Scale(keras.layers.Layer):
+        """Multiplies its input by a constant (airbench's 1/9, ResNet-9's 0.125 on the logits)."""
 
-    def build(self, input_shape):
-        k, c = self.kernel_size, int(input_shape[-1])
-        self.filters = 2 * k * k * c
-        self.kernel = self.add_weight("kernel", (k, k, c, self.filters), initializer="glorot_uniform", trainable=False)
-        self.bias = self.add_weight("bias", (self.filters,), initializer="zeros", trainable=True)
-        super().build(input_shape)
+        def __init__(self, factor: float, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = float(factor)
 
-    def call(self, inputs):
-        kernel = tf.cast(self.kernel, inputs.dtype)
-        return tf.nn.bias_add(tf.nn.conv2d(inputs, kernel, 1, "VALID"), tf.cast(self.bias, inputs.dtype))
+        def call(self, inputs):
+            return inputs * ops.cast(self.factor, inputs.dtype)
 
-    def compute_output_shape(self, input_shape):
-        k = self.kernel_size
-        return tf.TensorShape([input_shape[0], input_shape[1] - k + 1, input_shape[2] - k + 1, self.filters])
+        def compute_output_shape(self, input_shape):
+            return input_shape
 
-    def adapt(self, images: np.ndarray) -> None:
-        """Fit the filters to the k x k patches of ``images`` (N, H, W, C floats)."""
-        k = self.kernel_size
-        x = tf.convert_to_tensor(images, tf.float32)
-        if not self.built:
-            self.build(x.shape)
-        patches = tf.image.extract_patches(x, [1, k, k, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")
-        mean, covariance = patch_statistics(tf.reshape(patches, [-1, patches.shape[-1]]))  # (kh, kw, c) order
-        eigenvalues, eigenvectors = np.linalg.eigh(covariance)
-        basis = eigenvectors / np.sqrt(eigenvalues + self.epsilon)  # columns whiten
-        filters = np.concatenate([basis, -basis], axis=1)
-        c = int(x.shape[-1])
-        self.kernel.assign(filters.reshape(k, k, c, self.filters).astype(np.float32))
-        self.bias.assign((-mean @ filters).astype(np.float32))
+        def get_config(self):
+            return {**super().get_config(), "factor": self.factor}
 
-    def get_config(self):
-        return {**super().get_config(), "kernel_size": self.kernel_size, "epsilon": self.epsilon}
+    @registered(keras)
+    class PatchWhitening(keras.layers.Layer):
+        """A k x k 'valid' conv whose 2 x k*k*c filters are the training patches' whitening basis and its negative.
+
+        The filters are frozen; the bias (initialised to centre the patches) trains.
+        Call ``adapt(images)`` with float training images before training (the
+        trainer does, through ``adapt(model, images)``); until then the filters are random.
+        """
+
+        def __init__(self, kernel_size: int = 2, epsilon: float = 5e-4, **kwargs):
+            super().__init__(**kwargs)
+            self.kernel_size = int(kernel_size)
+            self.epsilon = float(epsilon)
+
+        def build(self, input_shape):
+            k, c = self.kernel_size, int(input_shape[-1])
+            self.filters = 2 * k * k * c
+            self.kernel = self.add_weight(name="kernel", shape=(k, k, c, self.filters), initializer="glorot_uniform",
+                                          trainable=False)
+            self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros", trainable=True)
+            super().build(input_shape)
+
+        def call(self, inputs):
+            kernel = ops.cast(self.kernel, inputs.dtype)
+            return ops.add(ops.conv(inputs, kernel, 1, "valid"), ops.cast(self.bias, inputs.dtype))
+
+        def compute_output_shape(self, input_shape):
+            k = self.kernel_size
+            h, w = (None if n is None else n - k + 1 for n in input_shape[1:3])
+            return (input_shape[0], h, w, self.filters)
+
+        def adapt(self, images: np.ndarray) -> None:
+            """Fit the filters to the k x k patches of ``images`` (N, H, W, C floats)."""
+            if not self.built:
+                self.build(tuple(images.shape))
+            kernel, bias = whitening_filters(images, self.kernel_size, self.epsilon)
+            self.kernel.assign(kernel)
+            self.bias.assign(bias)
+
+        def get_config(self):
+            return {**super().get_config(), "kernel_size": self.kernel_size, "epsilon": self.epsilon}
+
+    return SimpleNamespace(Scale=Scale, PatchWhitening=PatchWhitening)
+
+
+_KERAS2_LAYERS = custom_layers(tf.keras)
+Scale, PatchWhitening = _KERAS2_LAYERS.Scale, _KERAS2_LAYERS.PatchWhitening  # Keras 2's, as before Keras 3
+
+
+def whitening_filters(images: np.ndarray, k: int, epsilon: float):
+    """(kernel (k, k, c, 2 k k c), bias) of the whitening conv fitted to the k x k patches of ``images``: the
+    eigenbasis of the patches' covariance scaled to unit variance (``epsilon`` added), and its negative;
+    the bias centres the patches. numpy in, float32 numpy out, whatever Keras the layer is."""
+    x = tf.convert_to_tensor(images, tf.float32)
+    patches = tf.image.extract_patches(x, [1, k, k, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")
+    mean, covariance = patch_statistics(tf.reshape(patches, [-1, patches.shape[-1]]))  # (kh, kw, c) order
+    eigenvalues, eigenvectors = np.linalg.eigh(covariance)
+    basis = eigenvectors / np.sqrt(eigenvalues + epsilon)  # columns whiten
+    filters = np.concatenate([basis, -basis], axis=1)
+    c = int(x.shape[-1])
+    return filters.reshape(k, k, c, filters.shape[1]).astype(np.float32), (-mean @ filters).astype(np.float32)
 
 
 def patch_statistics(patches: tf.Tensor, chunk: int = 1 << 16):
@@ -125,42 +160,49 @@ def patch_statistics(patches: tf.Tensor, chunk: int = 1 << 16):
     return mean.numpy(), (scatter / (n - 1)).numpy()
 
 
-def batch_norm(x, momentum: float, scale: bool = True, name=None):
+def batch_norm(x, momentum: float, scale: bool = True, name=None, keras: Optional[ModuleType] = None):
     """BatchNorm with the float32 statistics Keras keeps under mixed precision."""
+    layers = keras_or_default(keras).layers
     return layers.BatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale, name=name)(x)
 
 
 def conv_bn(x, filters: int, momentum: float, pool: bool = False, activation: str = "relu",
-            identity_init: bool = False, scale: bool = True):
+            identity_init: bool = False, scale: bool = True, keras: Optional[ModuleType] = None):
     """3x3 conv (no bias) [+ 2x2 max pool] + BatchNorm + activation: the unit of both nets."""
-    conv = layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer="he_uniform")
+    keras = keras_or_default(keras)
+    conv = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer="he_uniform")
     x = conv(x)
     if identity_init:
-        conv.kernel.assign(partial_identity(conv.kernel.numpy()))
+        conv.kernel.assign(partial_identity(ops_of(keras).convert_to_numpy(conv.kernel)))
     if pool:
-        x = layers.MaxPooling2D(2)(x)
-    x = batch_norm(x, momentum, scale=scale)
-    return layers.Activation(activation)(x)
+        x = keras.layers.MaxPooling2D(2)(x)
+    x = batch_norm(x, momentum, scale=scale, keras=keras)
+    return keras.layers.Activation(activation)(x)
 
 
-def residual(x, filters: int, momentum: float, activation: str = "relu"):
+def residual(x, filters: int, momentum: float, activation: str = "relu", keras: Optional[ModuleType] = None):
     """x + conv_bn(conv_bn(x)): ResNet-9's residual block (filters must equal x's channels)."""
-    y = conv_bn(x, filters, momentum, activation=activation)
-    y = conv_bn(y, filters, momentum, activation=activation)
-    return layers.Add()([x, y])
+    y = conv_bn(x, filters, momentum, activation=activation, keras=keras)
+    y = conv_bn(y, filters, momentum, activation=activation, keras=keras)
+    return keras_or_default(keras).layers.Add()([x, y])
 
 
-def classifier(x, num_classes: int, output_scale: float):
+def classifier(x, num_classes: int, output_scale: float, keras: Optional[ModuleType] = None):
     """Global max pool, linear (no bias), scaled logits, float32 softmax (stays float32 under mixed precision)."""
-    x = layers.GlobalMaxPooling2D()(x)
-    x = layers.Dense(num_classes, use_bias=False)(x)
-    x = Scale(output_scale)(x)
-    return layers.Activation("softmax", dtype="float32")(x)
+    keras = keras_or_default(keras)
+    x = keras.layers.GlobalMaxPooling2D()(x)
+    x = keras.layers.Dense(num_classes, use_bias=False)(x)
+    x = custom_layers(keras).Scale(output_scale)(x)
+    return keras.layers.Activation("softmax", dtype="float32")(x)
 
 
 def data_fitted_layers(model):
-    """The layers of ``model`` that must see the training images before training (``adapt``)."""
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, PatchWhitening)]
+    """The layers of ``model`` (of either Keras) that must see the training images before training (``adapt``)."""
+    flavor = flavor_of(model)
+    if not flavor:
+        return []
+    whitening = custom_layers(keras_module(flavor)).PatchWhitening
+    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, whitening)]
 
 
 def adapt(model, images: np.ndarray) -> int:

@@ -4,7 +4,9 @@ A built-in model's option is a dataclass (``config.py``), so Hydra refuses a
 key it does not have. A user's own ``model/<name>.yaml`` (``_target_:
 mymodels.build`` plus arguments) has no dataclass: its keys are checked
 against the builder's parameters instead, the way ``hydra.utils.instantiate``
-will pass them (``num_classes`` always comes from the data).
+will pass them (``num_classes`` always comes from the data; ``keras``, the
+Keras module a builder that takes it builds with, from the trainer: neither
+is a key of the model's config, and ``keras`` is refused as one).
 
 Two readings of the same parameters, one per moment:
 
@@ -32,6 +34,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 from cifar_dist.errors import ConfigError, did_you_mean
 
 DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (trainer.model_kwargs)
+KERAS_ARGUMENT = "keras"  # the Keras module to build with, passed by the trainer to a builder that takes it
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys
 
 
@@ -161,12 +164,21 @@ def unknown_argument(target: str, keys: Iterable[str], params: Parameters) -> Op
         return "_target_", (f"{target} takes no `{DATA_ARGUMENT}` argument; add one (def "
                             f"{target.rpartition('.')[2]}({DATA_ARGUMENT}, ...)): the trainer passes it the data's class count")
     for key in keys:
+        if key == KERAS_ARGUMENT:
+            return key, (f"`{KERAS_ARGUMENT}` is not a model option: the trainer passes the Keras module the model is "
+                         "built with; remove it from the model config")
         if key in NOT_ARGUMENTS or params.takes(key):
             continue
-        others = [n for n in params.names if n != DATA_ARGUMENT]
+        others = [n for n in params.names if n not in (DATA_ARGUMENT, KERAS_ARGUMENT)]
         return key, (f"{target} has no parameter `{key}`{did_you_mean(key, others)} "
                      f"(its parameters: {', '.join(others) or 'only num_classes'})")
     return None
+
+
+def takes_keras(target: str) -> bool:
+    """Whether the builder ``target`` names a ``keras`` parameter (the trainer passes it the Keras module to
+    build with); a builder with only ``**kwargs`` is not passed one. Imports the builder's module."""
+    return KERAS_ARGUMENT in signature_parameters(target).names
 
 
 def builder_problem(target: str, keys: Iterable[str], params_of=declared_parameters) -> Optional[Tuple[str, str]]:

@@ -10,18 +10,21 @@ def build(
     batchnorm_momentum: float = 0.9,
     output_scale: float = 0.125,
     input_shape: Sequence[int] = (32, 32, 3),
+    keras=None,
 ):
-    """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool, linear x 0.125."""
-    import tensorflow as tf
+    """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool, linear x 0.125.
 
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
+    from cifar_dist.keras_ops import keras_or_default
     from cifar_dist.models.blocks import classifier, conv_bn, residual
 
+    keras = keras_or_default(keras)
     m = batchnorm_momentum
-    inputs = tf.keras.Input(shape=tuple(input_shape))
-    x = conv_bn(inputs, width, m)
-    x = conv_bn(x, 2 * width, m, pool=True)
-    x = residual(x, 2 * width, m)
-    x = conv_bn(x, 4 * width, m, pool=True)
-    x = conv_bn(x, 8 * width, m, pool=True)
-    x = residual(x, 8 * width, m)
-    return tf.keras.Model(inputs, classifier(x, num_classes, output_scale), name="resnet9")
+    inputs = keras.Input(shape=tuple(input_shape))
+    x = conv_bn(inputs, width, m, keras=keras)
+    x = conv_bn(x, 2 * width, m, pool=True, keras=keras)
+    x = residual(x, 2 * width, m, keras=keras)
+    x = conv_bn(x, 4 * width, m, pool=True, keras=keras)
+    x = conv_bn(x, 8 * width, m, pool=True, keras=keras)
+    x = residual(x, 8 * width, m, keras=keras)
+    return keras.Model(inputs, classifier(x, num_classes, output_scale, keras=keras), name="resnet9")

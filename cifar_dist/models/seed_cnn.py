@@ -10,17 +10,21 @@ def build(
     conv_dropout: float = 0.25,
     dense_units: int = 512,
     dense_dropout: float = 0.5,
+    keras=None,
 ):
     """Conv32-Conv32-Pool-Dropout, Conv64-Conv64-Pool-Dropout, Dense512-Dropout, Dense softmax.
 
     Separate Activation layers and the final float32 softmax are kept as in the
     seed, so that saved models have the seed's layer list (and so that the
     softmax stays float32 under mixed precision).
-    """
-    import tensorflow as tf
 
-    layers = tf.keras.layers
-    return tf.keras.Sequential(
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras.
+    """
+    from cifar_dist.keras_ops import keras_or_default
+
+    keras = keras_or_default(keras)
+    layers = keras.layers
+    return keras.Sequential(
         [
             layers.Input(shape=tuple(input_shape)),
             layers.Conv2D(32, (3, 3), padding="same"),

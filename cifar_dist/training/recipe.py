@@ -24,30 +24,29 @@ def fit_to_data(model, data, sample: int = 10_000) -> int:
     return adapt(model, data.fit_images(sample))
 
 
-def loss(label_smoothing: float, keras):
-    """The seed's categorical cross-entropy (of ``keras``, the model's Keras), with label smoothing when asked for."""
+def loss(label_smoothing: float, keras=None):
+    """The seed's categorical cross-entropy, with label smoothing when asked for (``keras``: the model's Keras
+    module; None is tf.keras)."""
+    from cifar_dist.keras_ops import keras_or_default
+
     if not label_smoothing:
         return "categorical_crossentropy"
-    return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
+    return keras_or_default(keras).losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
 
 
-def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, keras, size: int):
-    """The optimizer's lr: ``lr`` or a per-step schedule of ``keras`` (trainer.lr_schedule).
-
-    For Keras 3 the schedule also holds trainer.warmup_epochs and
-    trainer.lr_decay_epochs, which Horovod's Keras 2 callbacks apply for Keras 2
-    (trainer.horovod_lr_callbacks): the same lr at every step."""
-    from cifar_dist.keras_flavor import KERAS3, flavor_of
+def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, keras=None, size: int = 1):
+    """The optimizer's lr: a float or a schedule of ``keras`` (None: tf.keras). A Keras 3 run's schedule also
+    does what Horovod's warmup and step-decay callbacks do for Keras 2 runs (``schedules.HorovodLr``; ``size``:
+    the world size), since those callbacks can only set a Keras 2 optimizer's lr variable."""
+    from cifar_dist.keras_flavor import KERAS3
+    from cifar_dist.keras_ops import module_flavor
     from cifar_dist.training.schedules import build_schedule
 
-    base = build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras=keras)
-    if flavor_of(keras.Model) != KERAS3:
-        return base
-    from cifar_dist.training.schedules import with_horovod_ramps
-
-    return with_horovod_ramps(base, keras=keras, size=size, steps_per_epoch=steps_per_epoch,
-                              warmup_epochs=trainer_cfg.warmup_epochs, decay_epochs=list(trainer_cfg.lr_decay_epochs),
-                              decay_factor=trainer_cfg.lr_decay_factor)
+    if keras is None or module_flavor(keras) != KERAS3:
+        return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras)
+    return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras,
+                          warmup_epochs=trainer_cfg.warmup_epochs, decay_epochs=list(trainer_cfg.lr_decay_epochs),
+                          decay_factor=trainer_cfg.lr_decay_factor, size=size)
 
 
 def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
