@@ -19,7 +19,13 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
+from cifar_dist.errors import CifarDistError
+
 KERAS2, KERAS3 = 2, 3
+
+
+class KerasChoiceError(CifarDistError, RuntimeError):
+    """The Keras asked for cannot be had in this process."""
 
 
 def keras_module(version: int) -> ModuleType:
@@ -27,6 +33,11 @@ def keras_module(version: int) -> ModuleType:
     if int(version) == KERAS2:
         import tensorflow as tf
 
+        if flavor_of(tf.keras.layers.Layer) != KERAS2:
+            raise KerasChoiceError(
+                "Keras 2 was asked for (engine.keras=2, the built-in models' default) but tf.keras is Keras 3 here "
+                "(TF_USE_LEGACY_KERAS=0); unset TF_USE_LEGACY_KERAS (importing cifar_dist sets it to 1), "
+                "or build the built-ins in Keras 3 with engine.keras=3")
         return tf.keras
     if int(version) == KERAS3:
         import keras

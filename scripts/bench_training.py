@@ -96,6 +96,9 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
         "fp16_N": Variant("fp16_N", f"cifar_dist compression=fp16, {n} ranks", n, "cifar_dist", ["trainer.compression=fp16"], probe=True),
         "jit_1": Variant("jit_1", "cifar_dist jit_compile=true, 1 rank", 1, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
         "jit_N": Variant("jit_N", f"cifar_dist jit_compile=true, {n} ranks", n, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
+        # The built-in seed CNN in Keras 3 on the Horovod engine (docs/engines.md), beside cifar_dist_1/_N (Keras 2).
+        "keras3_1": Variant("keras3_1", "cifar_dist engine.keras=3, 1 rank", 1, "cifar_dist", ["engine.keras=3"]),
+        "keras3_N": Variant("keras3_N", f"cifar_dist engine.keras=3, {n} ranks", n, "cifar_dist", ["engine.keras=3"]),
     }
 
 

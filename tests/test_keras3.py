@@ -228,3 +228,19 @@ def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True
     assert m["run"]["keras"].startswith("3.")
     assert (run_dir / "checkpoints" / "checkpoint-002.keras").is_file()
+
+
+def test_a_keras3_run_is_tracked_in_mlflow(project, tmp_path):
+    pytest.importorskip("mlflow")
+    run_dir = tmp_path / "run"
+    store = tmp_path / "mlflow.db"
+    proc = run_cli(*RUN, "trainer.epochs=1", "tracking=mlflow", f"tracking.uri=sqlite:///{store}",
+                   f"hydra.run.dir={run_dir}", cwd=project, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{store}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    history = client.get_metric_history(runs[0].info.run_id, "lr")
+    assert [m.step for m in history] == [1] and history[0].value == pytest.approx(read_metrics(run_dir)["epochs"][0]["lr"])

@@ -13,10 +13,11 @@ from omegaconf import OmegaConf
 from cifar_fixtures import sample_batches
 from conftest import cli_env, compose_cfg
 from cifar_dist.evaluation.tta import plain_and_tta, with_tta
-from cifar_dist.keras_flavor import flavor_of
+from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers
-from cifar_dist.models.builder import model_node_problem, signature_parameters, takes_keras
+from cifar_dist.models.builder import model_node_problem, signature_parameters
+from cifar_dist.training.recipe import fit_to_data
 from cifar_dist.override_check import command_line_problem
 
 SMALL = {"seed_cnn": (seed_cnn, {}), "resnet9": (resnet9, {"width": 8}), "airbench": (airbench, {"widths": (8, 16, 16)})}
@@ -115,7 +116,7 @@ def test_tta_of_a_keras_3_model_gives_the_probabilities_of_keras_2s(mode, images
 
 
 def test_keras_is_passed_by_the_trainer_never_a_model_option():
-    assert takes_keras("cifar_dist.models.airbench.build") and not takes_keras("cifar_dist.training.recipe.fit_to_data")
+    assert takes_keras_argument(airbench.build) and not takes_keras_argument(fit_to_data)
     node = OmegaConf.create({"_target_": "cifar_dist.models.seed_cnn.build", "keras": "keras"})
     assert model_node_problem(node, params_of=signature_parameters) == (
         "model.keras: `keras` is not a model option: the trainer passes the Keras module the model is built with; "

@@ -110,12 +110,14 @@ def test_saved_config_is_enough_to_rerun(trained_run, tmp_path):
     assert m["complete"] and m["run"]["data"] == read_metrics(run_dir)["run"]["data"]
 
 
-def test_keras3_is_refused_with_a_one_line_fix(tmp_path):
+def test_keras2_built_ins_without_keras2_are_refused_with_a_one_line_fix(tmp_path):
+    """TF_USE_LEGACY_KERAS=0 makes tf.keras Keras 3: the built-ins' default Keras 2 cannot be had (Keras 3
+    models train: tests/test_keras3.py)."""
     proc = run_cli("data=sample", f"hydra.run.dir={tmp_path}", env=cli_env(TF_USE_LEGACY_KERAS="0"), timeout=300)
     assert proc.returncode == 2
     err = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
     assert len(err) == 1
-    assert "Keras 3" in err[0] and "TF_USE_LEGACY_KERAS=1" in err[0]
+    assert "tf.keras is Keras 3" in err[0] and "engine.keras=3" in err[0] and "TF_USE_LEGACY_KERAS" in err[0]
     assert "Traceback" not in proc.stderr
 
 

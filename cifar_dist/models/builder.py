@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from cifar_dist.errors import ConfigError, did_you_mean
+from cifar_dist.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
 
 DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (trainer.model_kwargs)
-KERAS_ARGUMENT = "keras"  # the Keras module to build with, passed by the trainer to a builder that takes it
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys
 
 
@@ -173,12 +173,6 @@ def unknown_argument(target: str, keys: Iterable[str], params: Parameters) -> Op
         return key, (f"{target} has no parameter `{key}`{did_you_mean(key, others)} "
                      f"(its parameters: {', '.join(others) or 'only num_classes'})")
     return None
-
-
-def takes_keras(target: str) -> bool:
-    """Whether the builder ``target`` names a ``keras`` parameter (the trainer passes it the Keras module to
-    build with); a builder with only ``**kwargs`` is not passed one. Imports the builder's module."""
-    return KERAS_ARGUMENT in signature_parameters(target).names
 
 
 def builder_problem(target: str, keys: Iterable[str], params_of=declared_parameters) -> Optional[Tuple[str, str]]:

@@ -5,11 +5,13 @@ from typing import Any, Callable, Dict
 
 import tensorflow as tf
 
+from cifar_dist.training.schedules import current_lr
+
 
 class EpochMetricsLogger(tf.keras.callbacks.Callback):
     """Hands ``{"epoch": n, <logs>..., "lr": ...}`` to ``log_epoch`` after every epoch.
 
-    Placed after Horovod's MetricAverageCallback and EpochTimer (trainer.py),
+    Placed after the engine's metric averaging and EpochTimer (trainer.py),
     so the logs are averaged over ranks and carry images_per_sec, as in
     metrics.json.
     """
@@ -21,5 +23,5 @@ class EpochMetricsLogger(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         record: Dict[str, Any] = {"epoch": epoch + 1}
         record.update({key: float(value) for key, value in (logs or {}).items()})
-        record["lr"] = float(tf.keras.backend.get_value(self.model.optimizer.lr))
+        record["lr"] = current_lr(self.model.optimizer)  # as metrics.json has it, for either Keras
         self.log_epoch(record)

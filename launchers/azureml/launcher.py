@@ -153,10 +153,10 @@ def _task_name(job: JobSpec) -> str:
 
 def _model_input(job: JobSpec) -> Dict[str, str]:
     """task=evaluate: evaluate.model as the job's input: an azureml:// URI (an earlier
-    job's outputs) as is, a local .h5 file or run dir uploaded by the SDK."""
+    job's outputs) as is, a local .h5 (.keras) file or run dir uploaded by the SDK."""
     model = str(job.cfg.evaluate.model)
     if model.startswith(("azureml:", "https:", "wasbs:", "abfss:")):
-        return {"type": "uri_file" if model.endswith(".h5") else "uri_folder", "path": model}
+        return {"type": "uri_file" if model.endswith((".h5", ".keras")) else "uri_folder", "path": model}
     path = Path(model).expanduser()
     path = path if path.is_absolute() else job.original_cwd / path
     if not path.exists():

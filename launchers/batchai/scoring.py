@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR
+from cifar_dist.training.checkpoints import SAVED_MODEL_NAME
 
 # Resolved by OmegaConf on the node (Batch AI sets the variable there).
 NODE_MOUNT_ROOT = "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}"
@@ -45,8 +46,8 @@ _NODE_PATH = re.compile(
     r"^(?:\$AZ_BATCHAI_JOB_MOUNT_ROOT|\$\{oc\.env:AZ_BATCHAI_JOB_MOUNT_ROOT\})/+(?P<mount>[^/]+)(?:/+(?P<rel>.*?))?/*$"
 )
 MODEL_SUFFIXES = (".h5", ".hdf5", ".keras")
-SAVED_MODEL = "saved_models/keras_cifar10_trained_model.h5"  # evaluation.inputs.SEED_MODEL
-_CHECKPOINT = re.compile(r"^checkpoints/checkpoint-\d{3,}\.h5$")
+SAVED_MODELS = tuple(f"saved_models/{SAVED_MODEL_NAME}{suffix}" for suffix in (".h5", ".keras"))  # checkpoints.py
+_CHECKPOINT = re.compile(r"^checkpoints/checkpoint-\d{3,}\.(h5|keras)$")
 
 
 def is_evaluate(cfg: DictConfig) -> bool:
@@ -268,9 +269,9 @@ def missing_on_share(share: Any, item: ShareInput) -> Optional[str]:
         return None if share.exists(item.path) else "no such file on the share"
     files = list(share.walk(item.path))
     if item.key == "evaluate.model":
-        if SAVED_MODEL in files or any(_CHECKPOINT.match(f) for f in files):
+        if any(m in files for m in SAVED_MODELS) or any(_CHECKPOINT.match(f) for f in files):
             return None
         if not files:
             return "no such run dir on the share (did its training job run, and succeed?)"
-        return f"it holds neither {SAVED_MODEL} nor checkpoints/checkpoint-NNN.h5"
+        return f"it holds neither {SAVED_MODELS[0]} (.keras) nor checkpoints/checkpoint-NNN.h5 (.keras)"
     return None if files else "no such folder on the share (or it is empty)"
