@@ -171,6 +171,14 @@ def parsed_command_line(argv: Sequence[str]):
         return None
 
 
+def replace_overrides(argv: Sequence[str], given: Sequence[str], new: Sequence[str]) -> Optional[List[str]]:
+    """``argv`` with its overrides ``given`` (one run of words, as argparse reads them) replaced by ``new``
+    where they stand; None when they are not one run (then Hydra reads ``argv`` as given)."""
+    argv, given = list(argv), list(given)
+    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given), None)
+    return None if at is None else argv[:at] + list(new) + argv[at + len(given):]
+
+
 def primary_searchpath(args) -> List[str]:
     """``hydra.searchpath`` as the primary config of a parsed command line sets it (a user's
     ``--config-name`` may; cifar_dist's own does not): [] when it sets none or cannot be read (Hydra says why)."""

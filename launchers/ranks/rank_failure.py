@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
+from cifar_dist.override_syntax import rerun_hint
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
@@ -47,7 +48,7 @@ class RankFailure:
         text = f"{who}{where} {self.how}; the whole job was stopped."
         if self.log is not None:
             text += f" Last lines of {self.log}:\n{self.log_tail}"
-        return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: re-run with hydra.run.dir={output_dir} to resume."
+        return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: {rerun_hint(output_dir)} to resume."
 
 
 def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
