@@ -16,10 +16,11 @@ gets through the environment or its secret store), never a command line.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from typing import Dict, List, Mapping, Optional
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from cifar_dist.environment import snapshot
 
 MASK = "<redacted>"
 # A config key or an environment variable whose value is a secret.
@@ -52,9 +53,9 @@ def redact_uri(uri: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def secret_values(environ: Mapping[str, str] = os.environ) -> List[str]:
-    """The values of the environment variables known to be secret, longest first."""
-    values = {v for k, v in environ.items()
+def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The values of the environment variables known to be secret (of ``os.environ`` by default), longest first."""
+    values = {v for k, v in snapshot(environ).items()
               if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
 
@@ -64,7 +65,7 @@ def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: O
     if not text:
         return text
     out = _URI.sub(lambda m: redact_uri(m.group(0)), text)
-    for value in secret_values(os.environ if environ is None else environ) + ([extra] if extra else []):
+    for value in secret_values(environ) + ([extra] if extra else []):
         out = out.replace(value, MASK)
     return out
 

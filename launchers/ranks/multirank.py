@@ -12,7 +12,6 @@ points go one after another through ``launch_all`` (mpirun's
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import shutil
 import sys
@@ -33,6 +32,7 @@ from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots,
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
 from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.environment import snapshot
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class MultiRankLauncher(Launcher):
 
     def environment(self, *jobs: JobSpec) -> Dict[str, str]:
         """This process's environment plus the ranks' own (``rank_environment``) for ``jobs``."""
-        env = dict(os.environ)
+        env = snapshot()
         env.update(self.rank_environment(*jobs))
         return env
 
