@@ -227,7 +227,8 @@ class SlurmJob(ClusterJob):
 
     def interrupt(self) -> LaunchResult:
         if self.conf.on_interrupt == OnInterrupt.detach:
-            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `{shell_command('tail', '-f', self.stream.path)}`, "
+            follow = shell_command("tail", "-f", self.stream.path)
+            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `{follow}`, "
                                        "or re-run the same command to follow it and get its result")
         try:
             self.client.cancel(self.job_id)
