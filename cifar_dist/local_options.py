@@ -74,14 +74,13 @@ def chosen_options(argv: Sequence[str]) -> Set[Tuple[str, str]]:
 
 def yaml_problems(argv: Sequence[str], local: Path) -> Tuple[Optional[str], List[str]]:
     """(the error of a broken file this command uses, or None; a warning for each broken file it does not)."""
-    chosen = chosen_options(argv)
     candidates = [(None, None, local / DEFAULT)] + list(local_option_files(local))
     warnings = []
     for group, name, path in candidates:
         error = yaml_error(path) if path.is_file() else None
         if error is None:
             continue
-        if group is None or (group, name) in chosen:
+        if group is None or (group, name) in chosen_options(argv):  # parsed only for a broken file
             return error, warnings
         warnings.append(f"{error}; ignored until then (this command does not use {group}={name})")
     return None, warnings
