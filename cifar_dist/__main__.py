@@ -3,18 +3,23 @@ import sys
 
 
 def main() -> None:
-    """The app, after a YAML syntax check of the user's config files (one line, before Hydra);
+    """The app, after a YAML syntax check of the user's config files and the rules of ``conf/local``
+    (local_options.py; one line each, before Hydra);
     Ctrl-C of the launching process ends in one line (a rank keeps Python's own end: its
     launcher tells a rank stopped by a signal from one that failed)."""
     from cifar_dist.config_files import check_user_yaml, local_dir
+    from cifar_dist.local_options import local_problems
+    from cifar_dist.process_role import in_child_process
 
-    error = check_user_yaml(sys.argv[1:], local_dir())
+    refused, warnings = local_problems(sys.argv[1:], local_dir()) if not in_child_process() else (None, [])
+    for warning in warnings:  # a rank's launcher checked: once per command, not per rank
+        print(f"cifar_dist: warning: {warning}", file=sys.stderr, flush=True)
+    error = check_user_yaml(sys.argv[1:]) or refused
     if error:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     from cifar_dist.app import interrupted_exit
     from cifar_dist.app import main as app_main
-    from cifar_dist.process_role import in_child_process
 
     try:
         app_main()

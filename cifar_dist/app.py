@@ -1,12 +1,13 @@
 """The Hydra entry point: compose the config, pick the launcher, run the job."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import ContextManager, List, Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -16,9 +17,10 @@ from cifar_dist.config_files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.launchers.carry import with_searchpath
-from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath
+from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
 from cifar_dist.rundir.preflight import check_run_dir
-from cifar_dist.redaction import redact_logs
+from cifar_dist.saved_run import from_saved_run
+from cifar_dist.redaction import RedactingWriter, redact_logs, redact_text
 from cifar_dist.results import final_accuracy
 from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
@@ -53,6 +55,7 @@ def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
     A run dir this command created and the job wrote nothing into is removed
     (a refused command leaves nothing behind); any other keeps the reason in
     its log (a full disk or a diverged loss keeps its checkpoints)."""
+    message = redact_text(message)  # it may quote an override (a typo's tracking.urii=https://user:password@...)
     if run_dir is None or not (only_scaffolding(run_dir) and remove_if_created_here(run_dir)):
         to_log_file_only(logging.ERROR, "stopped: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
@@ -115,23 +118,36 @@ def with_local_options(argv: List[str]) -> List[str]:
     args = parsed_command_line(argv) if holds_options(local) else None
     if args is None:
         return argv
-    given = list(args.overrides)  # one run of argv (argparse reads positionals so): replaced where it stands
-    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given), None)
-    if at is None:  # not one run after all: Hydra reads argv as given
-        return argv
-    return argv[:at] + with_searchpath(given, local, primary_searchpath(args)) + argv[at + len(given):]
+    carried = with_searchpath(list(args.overrides), local, primary_searchpath(args))
+    replaced = replace_overrides(argv, args.overrides, carried)
+    return argv if replaced is None else replaced
 
 
 def main() -> None:
-    """``python -m cifar_dist [overrides]``: ``conf/local``'s options join the search path, a misspelt
-    option or key is refused in one line before Hydra composes or writes anything (override_check.py),
-    then Hydra runs the job. A launched rank skips both: its launcher did them, and its overrides say so."""
+    """``python -m cifar_dist [overrides]``: a run's saved config as the primary one becomes that run's
+    overrides (saved_run.py), ``conf/local``'s options join the search path, a misspelt option or key is
+    refused in one line before Hydra composes or writes anything (override_check.py), then Hydra runs the
+    job. A launched rank skips these: its launcher did them, and its overrides say so."""
     if not in_child_process():
+        try:
+            sys.argv[1:] = from_saved_run(sys.argv[1:])
+        except CifarDistError as exc:
+            fail(str(exc), 2)
         sys.argv[1:] = with_local_options(sys.argv[1:])
         problem = command_line_problem(sys.argv[1:])
         if problem:
             fail(problem, 2)
-    run_job()
+    with config_printout_masked(sys.argv[1:]):
+        run_job()
+
+
+def config_printout_masked(argv: List[str]) -> ContextManager:
+    """Hydra's ``--cfg``/``--info`` print the composed config to stdout: masked like a log (a tracking URI's
+    password and query tokens)."""
+    args = parsed_command_line(argv)
+    if args is None or not (args.cfg or args.info):
+        return contextlib.nullcontext()
+    return contextlib.redirect_stdout(RedactingWriter(sys.stdout))
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -7,8 +7,9 @@ selected as ``model=mine``); ``holds_options`` tells whether it has any.
 
 Hydra reports a YAML error in a config dir (``--config-dir``/``-cd``,
 ``--config-path``/``-cp``, or ``conf/local/``) with a 30-line traceback from
-inside its loader. ``check_user_yaml`` parses those files first, with the
-same YAML loader, and names the file, line and column of the first error.
+inside its loader. ``check_user_yaml`` parses a command line's config dirs
+first, with the same YAML loader, and names the file, line and column of the
+first error (``yaml_error``; ``conf/local``'s rules are in local_options.py).
 """
 from __future__ import annotations
 
@@ -64,9 +65,10 @@ def yaml_error(path: Path) -> Optional[str]:
     return None
 
 
-def check_user_yaml(argv: Sequence[str], local_dir: Path) -> Optional[str]:
-    """The first YAML error in the user's config dirs (and ``conf/local``), or None."""
-    for directory in [*config_dirs(argv), local_dir]:
+def check_user_yaml(argv: Sequence[str]) -> Optional[str]:
+    """The first YAML error in the config dirs the command line names, or None (``conf/local``'s files are
+    checked by the rules of local_options.py: only those the command uses)."""
+    for directory in config_dirs(argv):
         for path in _yaml_files(directory):
             error = yaml_error(path)
             if error:

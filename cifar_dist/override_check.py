@@ -71,7 +71,8 @@ def option_problem(group: str, values: Sequence[Optional[str]], options: Sequenc
     return None
 
 
-def _values(override) -> List[Optional[str]]:
+def override_values(override) -> List[Optional[str]]:
+    """The values an override gives its key or group (each of a sweep's; [] for a delete)."""
     if override.is_delete():
         return []
     if override.is_sweep_override():
@@ -104,7 +105,7 @@ def overrides_problem(loader, config_name: str, overrides: List[str]) -> Optiona
     parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
     groups = [o for o in parsed if not o.is_hydra_override() and repo.group_exists(o.key_or_group)]
     for o in groups:
-        problem = option_problem(o.key_or_group, _values(o), repo.get_group_options(o.key_or_group))
+        problem = option_problem(o.key_or_group, override_values(o), repo.get_group_options(o.key_or_group))
         if problem:
             return f"{o.input_line}: {problem}"
     swept = {o.key_or_group for o in groups if o.is_sweep_override()}
@@ -169,6 +170,14 @@ def parsed_command_line(argv: Sequence[str]):
             return get_args_parser().parse_args(list(argv))
     except SystemExit:
         return None
+
+
+def replace_overrides(argv: Sequence[str], given: Sequence[str], new: Sequence[str]) -> Optional[List[str]]:
+    """``argv`` with its overrides ``given`` (one run of words, as argparse reads them) replaced by ``new``
+    where they stand; None when they are not one run (then Hydra reads ``argv`` as given)."""
+    argv, given = list(argv), list(given)
+    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given), None)
+    return None if at is None else argv[:at] + list(new) + argv[at + len(given):]
 
 
 def primary_searchpath(args) -> List[str]:

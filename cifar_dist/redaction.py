@@ -16,10 +16,11 @@ gets through the environment or its secret store), never a command line.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from typing import Dict, List, Mapping, Optional
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from cifar_dist.environment import snapshot
 
 MASK = "<redacted>"
 # A config key or an environment variable whose value is a secret.
@@ -27,34 +28,50 @@ SECRET_NAME = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$",
 # Secret-bearing environment variables whose names do not say so.
 SECRET_ENV = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN", "AWS_SECRET_ACCESS_KEY",
               "AWS_SESSION_TOKEN", "DATABRICKS_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
-# Query parameters that carry a credential (SAS signatures, tokens, API keys, passwords).
+# Query parameters that carry a credential (signatures, tokens, API keys, passwords), by a part of their name...
 SECRET_QUERY = re.compile(r"(sig|signature|token|pass|pwd|secret|key|credential|auth)", re.IGNORECASE)
+# ...and the fields of an Azure shared access signature (SAS), whose names do not say so.
+SAS_QUERY = frozenset({"sv", "ss", "srt", "sp", "se", "st", "spr", "sr", "si", "sdd", "ses",
+                       "skoid", "sktid", "skt", "ske", "sks", "skv", "saoid", "suoid", "scid"})
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`,;]+")
+# A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."); a masked value stays as it is.
+_QUERY_PARAM = re.compile(r"(?P<name>(?<=[?&])[A-Za-z0-9_.~-]+)=(?P<value>" + re.escape(MASK) + r"|[^&#\s'\"<>`,;]*)")
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask harmless text
 
 
-def redact_uri(uri: str) -> str:
-    """``uri`` without ``user:password@`` and with the values of credential query parameters masked."""
+def is_secret_query(name: str) -> bool:
+    """Whether a URI's query parameter ``name`` carries a credential (``sig``, ``token``, a SAS field...)."""
+    return bool(SECRET_QUERY.search(name)) or name.lower() in SAS_QUERY
+
+
+def _mask_query_values(text: str) -> str:
+    def mask(m: re.Match) -> str:
+        secret = is_secret_query(m.group("name")) and m.group("value") not in ("", MASK)
+        return f"{m.group('name')}={MASK}" if secret else m.group(0)
+
+    return _QUERY_PARAM.sub(mask, text)
+
+
+def _without_userinfo(uri: str) -> str:
     try:
         parts = urlsplit(uri)
         has_userinfo = parts.username is not None or parts.password is not None
         host, port = parts.hostname or "", parts.port
     except ValueError:  # not a URI after all (a bad port, ...): leave it
         return uri
-    netloc = (f"{host}:{port}" if port else host) if has_userinfo else parts.netloc
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(SECRET_QUERY.search(name) for name, _ in pairs):
-            query = urlencode([(n, MASK if SECRET_QUERY.search(n) else v) for n, v in pairs], safe="<>")
-    if netloc == parts.netloc and query == parts.query:
+    if not has_userinfo:
         return uri
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, parts.query, parts.fragment))
 
 
-def secret_values(environ: Mapping[str, str] = os.environ) -> List[str]:
-    """The values of the environment variables known to be secret, longest first."""
-    values = {v for k, v in environ.items()
+def redact_uri(uri: str) -> str:
+    """``uri`` without ``user:password@`` and with the values of credential query parameters masked."""
+    return _mask_query_values(_without_userinfo(uri))
+
+
+def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """The values of the environment variables known to be secret (of ``os.environ`` by default), longest first."""
+    values = {v for k, v in snapshot(environ).items()
               if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
 
@@ -63,8 +80,8 @@ def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: O
     """``text`` with every URI's credentials masked, and every secret value (``extra`` too) replaced by a mask."""
     if not text:
         return text
-    out = _URI.sub(lambda m: redact_uri(m.group(0)), text)
-    for value in secret_values(os.environ if environ is None else environ) + ([extra] if extra else []):
+    out = _mask_query_values(_URI.sub(lambda m: _without_userinfo(m.group(0)), text))
+    for value in secret_values(environ) + ([extra] if extra else []):
         out = out.replace(value, MASK)
     return out
 
@@ -82,6 +99,20 @@ def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:
     if password is not None:
         out["MLFLOW_TRACKING_PASSWORD"] = unquote(password)
     return out
+
+
+class RedactingWriter:
+    """A text stream whose writes have their secrets masked, for output that is neither a log record nor ours
+    (Hydra's ``--cfg``/``--info`` print the composed config); anything else is the wrapped stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact_text(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 class RedactingFilter(logging.Filter):

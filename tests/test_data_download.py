@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cifar_dist.data import DataError, load_dataset
+from cifar_dist.data.config import Cifar100Config
 from cifar_dist.data.download import download
 from cifar_dist.atomic_files import TEMP_SUFFIX
 from cifar_fixtures import Route, batch_files, download_cfg, load_in_child, md5_of, random_batches, serve, tar_bytes, unused_port
@@ -74,7 +75,7 @@ def test_a_bad_download_never_replaces_a_good_copy(tmp_path):
     with serve({URL_PATH: Route(TAMPERED), "/short": Route(ARCHIVE, send_bytes=100)}) as server:
         for path in (URL_PATH, "/short", "/missing"):
             with pytest.raises(DataError):
-                download(server.base_url + path, good, md5_of(ARCHIVE), len(ARCHIVE), 5.0)
+                download(server.base_url + path, good, md5_of(ARCHIVE), len(ARCHIVE), 5.0, HINT)
     assert good.read_bytes() == ARCHIVE
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-python.tar.gz"]
 
@@ -114,6 +115,18 @@ def test_offline_and_not_cached_says_what_to_do_and_touches_nothing(tmp_path):
     with pytest.raises(DataError, match=f"data.download=false; {HINT}$"):
         load_dataset(download_cfg(cache, "http://127.0.0.1:9/x", ARCHIVE, download=False))
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("download_on", [False, True], ids=["download-false", "offline"])
+def test_cifar100_without_its_archive_names_cifar100s_archive_not_cifar10s(tmp_path, download_on):
+    """issue 31 (new user 4): the hint named cifar-10-python.tar.gz and data=sample (CIFAR-10) for CIFAR-100."""
+    cfg = OmegaConf.structured(Cifar100Config(cache_dir=str(tmp_path / "cache"), download=download_on,
+                                              url=f"http://127.0.0.1:{unused_port()}/cifar-100-python.tar.gz"))
+    with pytest.raises(DataError) as err:
+        load_dataset(cfg)
+    text = str(err.value)
+    assert "\n" not in text and text.endswith("point data.path at a copy of cifar-100-python.tar.gz"), text
+    assert "cifar-10-python" not in text and "data=sample" not in text, text
 
 
 def test_unknown_data_name_lists_the_valid_ones():

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, one_error_line, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_carry_e2e import assert_trained_the_users_model, needs_mpirun
 from user_project import DATA_YAML, MODEL_YAML, QUIET, WIDTH, write_user_project
@@ -145,11 +145,38 @@ def test_a_users_primary_config_keeps_its_own_search_path(project):
     assert cfg["optimizer"]["lr"] == 0.01 and cfg["model"]["_target_"] == "mymodels.build"
 
 
-def test_a_yaml_error_in_conf_local_is_one_line(local_options, tmp_path):
+def test_a_yaml_error_in_conf_local_is_one_line_when_used_and_a_warning_otherwise(local_options, tmp_path):
+    """issue 31 (hostile 11): a broken option nobody selects blocked every command."""
     broken = local_options("model/local_broken.yaml", "_target_: [unclosed\n")
-    proc = run_cli("--cfg", "job", cwd=tmp_path, timeout=120)
+    proc = run_cli("model=local_broken", "--cfg", "job", cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
     assert proc.stderr.startswith(f"cifar_dist: error: {broken}, line 2") and "fix that file" in proc.stderr
+    for argv in (("--cfg", "job"), ("--help",)):
+        proc = run_cli(*argv, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+        assert proc.stderr.startswith(f"cifar_dist: warning: {broken}, line 2") and "model=local_broken" in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["conv_dropout: 0.9\n", "conv_dropout: 0.9\nmine: 1\n"], ids=["same-keys", "other-keys"])
+def test_a_local_option_named_like_a_built_in_one_is_refused_in_one_line(local_options, tmp_path, text):
+    """issue 31 (hostile 11): conf/local/model/seed_cnn.yaml changed every default run silently, or (with a key
+    seed_cnn lacks) broke every command, --help included, with a 97-line traceback."""
+    shadow = local_options("model/seed_cnn.yaml", text)
+    for argv in (("--cfg", "job"), ("--help",), ("model=resnet9", "--cfg", "job")):
+        line = one_error_line(run_cli(*argv, cwd=tmp_path, timeout=120))
+        assert f"{shadow} has the name of cifar_dist's own option model=seed_cnn" in line and "rename it" in line
+
+
+def test_the_docs_own_batchai_launcher_option_leaves_other_launchers_alone(local_options, tmp_path):
+    """issue 31 (hostile 11): docs/batchai.md's conf/local/default.yaml (`launcher: {workspace: ...}`) broke every
+    launcher=local run; its suggestion is now a launcher option of the user's own, as written there."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "batchai.md").read_text()
+    yaml_text = doc.split("```yaml\n# conf/local/launcher/my_batchai.yaml\n", 1)[1].split("```", 1)[0]
+    local_options("launcher/my_batchai.yaml", yaml_text)
+    mine = yaml.safe_load(_ok(run_cli("launcher=my_batchai", "--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
+    assert mine["launcher"]["workspace"] == "my-workspace" and mine["launcher"]["_target_"].endswith("BatchAILauncher")
+    plain = yaml.safe_load(_ok(run_cli("--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
+    assert plain["launcher"]["_target_"].endswith("LocalLauncher")
 
 
 def test_help_lists_local_and_search_path_options_under_their_groups(project):

@@ -26,6 +26,7 @@ import numpy as np
 
 from cifar_dist.errors import CifarDistError
 
+CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"  # the only data set with a packaged sample (data=sample)
 BATCH_DIR = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_BATCH = "test_batch"
@@ -67,8 +68,14 @@ class Layout:
     def members(self) -> tuple[str, ...]:
         return (self.meta, *self.train, self.test)
 
+    @property
+    def offline_hint(self) -> str:
+        """What to do without the network: a copy of this data set's own archive (or, for CIFAR-10, the sample)."""
+        hint = f"point data.path at a copy of {self.archive}"
+        return f"{hint} or use data=sample" if self.archive == CIFAR10_ARCHIVE else hint
 
-CIFAR10 = Layout("CIFAR-10", "cifar-10-python.tar.gz", BATCH_DIR, TRAIN_BATCHES, TEST_BATCH, META,
+
+CIFAR10 = Layout("CIFAR-10", CIFAR10_ARCHIVE, BATCH_DIR, TRAIN_BATCHES, TEST_BATCH, META,
                  b"labels", b"label_names", NUM_CLASSES, MAX_BATCH_BYTES)
 
 

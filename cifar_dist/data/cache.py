@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cifar_dist.data.archive import extract
 from cifar_dist.data.batches import CIFAR10, DataError, Layout, reason
-from cifar_dist.data.download import OFFLINE_HINT, download, file_md5
+from cifar_dist.data.download import download, file_md5
 
 log = logging.getLogger("cifar_dist.data")
 
@@ -45,7 +45,7 @@ def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
     """The extracted ``cifar-10-batches-py`` folder in ``data.cache_dir``, downloading and extracting it once if needed."""
     cache_dir = Path(data_cfg.cache_dir).expanduser()
     if not data_cfg.download and not (cache_dir / layout.archive).is_file():
-        raise DataError(f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {OFFLINE_HINT}")
+        raise DataError(f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {layout.offline_hint}")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -57,11 +57,12 @@ def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
             return folder
         _remove_leftovers(cache_dir)
         archive = cache_dir / layout.archive
-        fix = f"delete {archive} and run again to re-download, or {OFFLINE_HINT}"
+        fix = f"delete {archive} and run again to re-download, or {layout.offline_hint}"
         if archive.is_file():
             _check_cached_archive(archive, data_cfg, fix)
         else:
-            download(data_cfg.url, archive, data_cfg.md5, int(data_cfg.size_bytes), float(data_cfg.download_timeout_s))
+            download(data_cfg.url, archive, data_cfg.md5, int(data_cfg.size_bytes), float(data_cfg.download_timeout_s),
+                     layout.offline_hint)
         return extract(archive, cache_dir, fix, layout)
 
 

@@ -30,6 +30,7 @@ from typing import List
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.lock import LOCK_NAME
+from cifar_dist.override_syntax import shell_command
 from cifar_dist.training.checkpoints import list_checkpoints
 
 MARKER = ".cifar_dist_run"
@@ -92,8 +93,8 @@ def refuse_foreign(run_dir: Path) -> None:
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     raise ForeignRunDir(
         f"run dir {run_dir} exists and was not made by cifar_dist (it holds {shown}); choose another "
-        f"hydra.run.dir, or adopt it with `touch {Path(run_dir) / MARKER}` (files a run would write are then "
-        "moved aside as <name>.kept-<time>, never deleted)")
+        f"hydra.run.dir, or adopt it (files a run would write are then moved aside as <name>.kept-<time>, "
+        f"never deleted) with: {shell_command('touch', Path(run_dir) / MARKER)}")
 
 
 def keep_aside(run_dir: Path) -> List[Path]:

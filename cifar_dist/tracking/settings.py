@@ -53,6 +53,22 @@ def artifact_location(uri: str) -> Optional[str]:
     return (path.parent / ARTIFACTS_DIR).as_uri() if path is not None else None
 
 
+# Set by the user (either), MLflow's telemetry is as they say; otherwise it is off (see quiet_mlflow).
+TELEMETRY_ENV = ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")
+
+
+def quiet_mlflow(environ: MutableMapping[str, str] = os.environ) -> None:
+    """MLflow's usage telemetry off, unless the user set ``MLFLOW_DISABLE_TELEMETRY`` or ``DO_NOT_TRACK``.
+
+    cifar_dist sends nothing anywhere unasked: MLflow would otherwise report usage to its
+    makers from a thread of every process that imports it (a thread that also changes the
+    environment under other threads). MLflow reads the variable when it is first imported, so this
+    runs when ``cifar_dist.tracking`` is (every use of MLflow goes through it); the ranks inherit it.
+    """
+    if not any(name in environ for name in TELEMETRY_ENV):
+        environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+
 def apply_http_limits(conf: Any, environ: MutableMapping[str, str] = os.environ) -> None:
     """Bound MLflow's HTTP retries and timeouts by the config, unless the user set MLflow's variables."""
     for key, variable in HTTP_LIMITS.items():

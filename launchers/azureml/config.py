@@ -48,9 +48,10 @@ class AzureMLLauncherConf:
             launcher.instance_count=4 launcher.process_count_per_instance=1
 
     Account names left null come from the environment (AZURE_SUBSCRIPTION_ID,
-    AZUREML_RESOURCE_GROUP, AZUREML_WORKSPACE, AZUREML_COMPUTE) or from your
-    git-ignored conf/local/default.yaml. Credentials come from azure-identity
-    (az login, a managed identity or AZURE_CLIENT_ID/...): never from a config file."""
+    AZUREML_RESOURCE_GROUP, AZUREML_WORKSPACE, AZUREML_COMPUTE) or from a launcher
+    option of your own in the git-ignored conf/local/launcher/ (docs/batchai.md shows
+    one). Credentials come from azure-identity (az login, a managed identity or
+    AZURE_CLIENT_ID/...): never from a config file."""
 
     _target_: str = "cifar_dist.launchers.azureml.launcher.AzureMLLauncher"
 
@@ -142,7 +143,8 @@ def resolve_settings(conf: AzureMLLauncherConf, environ: Mapping[str, str]) -> S
         raise LaunchError(
             "Azure ML launcher: "
             + "; ".join(problems)
-            + ". Set them on the command line, in conf/local/default.yaml or in the environment."
+            + ". Set them on the command line, in a launcher option of your own (conf/local/launcher/, see docs) "
+            "or in the environment."
         )
     return Settings(conf=conf, **{k: str(v) for k, v in values.items()})
 

@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from cifar_dist.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.carry import Shipped, without_searchpath
@@ -189,10 +190,10 @@ def az_commands(settings: Settings, name: str, job_file: Path, compute_file: Opt
              "--workspace-name", settings.workspace]
     commands = []
     if compute_file is not None:
-        commands.append(shlex.join(["az", "ml", "compute", "create", "--file", str(compute_file), *where]))
-    commands.append(shlex.join(["az", "ml", "job", "create", "--file", str(job_file), *where, "--stream"]))
+        commands.append(shell_command("az", "ml", "compute", "create", "--file", str(compute_file), *where))
+    commands.append(shell_command("az", "ml", "job", "create", "--file", str(job_file), *where, "--stream"))
     commands.append(
-        shlex.join(["az", "ml", "job", "download", "--name", name, "--output-name", OUTPUT_NAME,
-                    "--download-path", str(run_dir), *where])
+        shell_command("az", "ml", "job", "download", "--name", name, "--output-name", OUTPUT_NAME,
+                      "--download-path", str(run_dir), *where)
     )
     return commands

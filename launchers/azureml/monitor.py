@@ -24,6 +24,7 @@ from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
 from cifar_dist.launchers.ranks.rank_failure import print_tail
 from cifar_dist.results import read_results_or_warn
+from cifar_dist.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +187,8 @@ class AzureMLJob(ClusterJob):
             self.workspace.cancel_job(self.name)
             return LaunchResult(exit_code=130, message=f"interrupted; Azure ML job {self.name} canceled")
         settings = self.workspace.settings
-        show = (
-            f"az ml job show --name {self.name} --resource-group {settings.resource_group} "
-            f"--workspace-name {settings.workspace}"
-        )
+        show = shell_command("az", "ml", "job", "show", "--name", self.name, "--resource-group",
+                             settings.resource_group, "--workspace-name", settings.workspace)
         return detached(f"Azure ML job {self.name}", rerun_or(show))
 
     def close(self) -> None:

@@ -62,9 +62,9 @@ class BatchAILauncherConf:
 
     Account names left null come from the environment (AZURE_SUBSCRIPTION_ID,
     AZURE_BATCHAI_RESOURCE_GROUP, AZURE_BATCHAI_LOCATION, AZURE_BATCHAI_WORKSPACE,
-    AZURE_BATCHAI_CLUSTER, AZURE_BATCHAI_STORAGE_ACCOUNT) or from your git-ignored
-    conf/local/default.yaml. The storage key is read from $AZURE_BATCHAI_STORAGE_KEY
-    only: never write it into a config file."""
+    AZURE_BATCHAI_CLUSTER, AZURE_BATCHAI_STORAGE_ACCOUNT) or from a launcher option
+    of your own in conf/local/launcher/ (docs/batchai.md). The storage key is read
+    from $AZURE_BATCHAI_STORAGE_KEY only: never write it into a config file."""
 
     _target_: str = "cifar_dist.launchers.batchai.launcher.BatchAILauncher"
 
@@ -202,7 +202,8 @@ def resolve_settings(conf: BatchAILauncherConf, environ: Mapping[str, str], subm
         raise LaunchError(
             "Batch AI launcher is missing settings: "
             + "; ".join(missing)
-            + ". Set them on the command line, in conf/local/default.yaml or in the environment."
+            + ". Set them on the command line, in a launcher option of your own (conf/local/launcher/, see docs) "
+            "or in the environment."
         )
     return Settings(
         conf=conf,

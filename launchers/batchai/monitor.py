@@ -15,6 +15,7 @@ from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.cluster_base import detached, rerun_or
 from cifar_dist.launchers.ranks.rank_failure import print_tail
 from cifar_dist.results import read_results_or_warn
+from cifar_dist.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 
@@ -225,10 +226,9 @@ class JobFollower:
             log.warning("interrupted: terminating Batch AI job %s", self.name)
             self.service.terminate_job(self.name)
             return LaunchResult(exit_code=130, message=f"interrupted; Batch AI job {self.name} terminated")
-        show = (
-            f"az batchai job show --resource-group {settings.resource_group} --workspace {settings.workspace} "
-            f"--experiment {settings.conf.experiment} --name {self.name}"
-        )
+        show = shell_command("az", "batchai", "job", "show", "--resource-group", settings.resource_group,
+                             "--workspace", settings.workspace, "--experiment", settings.conf.experiment,
+                             "--name", self.name)
         return detached(f"Batch AI job {self.name}", rerun_or(show))
 
 

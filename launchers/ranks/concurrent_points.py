@@ -41,6 +41,7 @@ from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.ranks.hosts import check_slots
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
 from cifar_dist.results import read_results
+from cifar_dist.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Batch:
         if self.launcher.conf.dry_run:
             check_slots(runner.conf.np, runner.hosts, runner.conf.oversubscribe)
             print(f"Dry run: one mpirun for points {self.points()} (nothing started):")
-            print(shlex.join(self.command()), flush=True)
+            print(shell_command(*self.command()), flush=True)
             return [LaunchResult(exit_code=0, message="dry run: nothing started") for _ in self.jobs]
         runner.preflight()
         env = runner.environment(*self.jobs)
@@ -129,7 +130,7 @@ class Batch:
         why = stopped or "some of its ranks left no exit record"
         return LaunchResult(exit_code=1, message=(
             f"point #{job.job_num} was stopped with the other points of its mpirun ({self.points()}): {why}; "
-            f"see {runner_log}; re-run with hydra.run.dir={job.output_dir} to resume it"))
+            f"see {runner_log}; {rerun_hint(job.output_dir)} to resume it"))
 
     def stuck(self, started: float) -> str:
         """Why the mpirun must be stopped because some ranks would otherwise wait forever ('' if none)."""

@@ -12,7 +12,6 @@ points go one after another through ``launch_all`` (mpirun's
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import shutil
 import sys
@@ -32,6 +31,8 @@ from cifar_dist.launchers.ranks import hosts as hostlib
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
+from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.environment import snapshot
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class RunningJob:
         ).run()
 
         if outcome.interrupted:
-            message = (f"interrupted: all ranks stopped; re-run with hydra.run.dir={job.output_dir} "
+            message = (f"interrupted: all ranks stopped; {rerun_hint(job.output_dir)} "
                        "to resume from the last checkpoint")
             if job.multirun:
                 log.error("%s", message)
@@ -240,7 +241,7 @@ class MultiRankLauncher(Launcher):
 
     def environment(self, *jobs: JobSpec) -> Dict[str, str]:
         """This process's environment plus the ranks' own (``rank_environment``) for ``jobs``."""
-        env = dict(os.environ)
+        env = snapshot()
         env.update(self.rank_environment(*jobs))
         return env
 
@@ -270,6 +271,6 @@ class MultiRankLauncher(Launcher):
             check_slots(self.conf.np, self.hosts, self.conf.oversubscribe)
             argv = self.command(job)
             print(f"Dry run: the {self.runner_executable()} command for {job.output_dir} (nothing started):")
-            print(shlex.join(argv), flush=True)
+            print(shell_command(*argv), flush=True)
             return LaunchResult(exit_code=0, message="dry run: nothing started")
         return self.start(job).wait()

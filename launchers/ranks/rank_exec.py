@@ -45,6 +45,7 @@ from typing import List, Optional, Sequence
 
 from cifar_dist.atomic_files import write_json
 from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
+from cifar_dist.environment import snapshot
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
 # they come last: a batch script's own SLURM_PROCID=0 is inherited by ranks mpirun starts.
@@ -147,7 +148,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
         prefix = marker_prefix(log_dir, rank)
         for state in MARKER_STATES:
             Path(f"{prefix}.{state}").unlink(missing_ok=True)
-        child_env = {**os.environ, GROUP_ENV: str(mpi_group), MARKER_ENV: str(prefix)}
+        child_env = {**snapshot(), GROUP_ENV: str(mpi_group), MARKER_ENV: str(prefix)}
     local_rank = env_int(LOCAL_RANK_VARS, 0)
     local_size = env_int(LOCAL_SIZE_VARS, 1)
     if bind_cores and hasattr(os, "sched_setaffinity"):
@@ -164,7 +165,7 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     # whose rank goes quiet (launchers/ranks/heartbeat.py).
     alive = heartbeat_path(log_dir, rank)
     alive.unlink(missing_ok=True)
-    child_env = {**(child_env or os.environ), HEARTBEAT_ENV: str(alive)}
+    child_env = {**(child_env or snapshot()), HEARTBEAT_ENV: str(alive)}
     log = open_rank_log(log_dir, rank, local_rank, local_size)
 
     chief = rank == 0 and not mpi_group  # streams to the console

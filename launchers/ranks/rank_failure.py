@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
+from cifar_dist.override_syntax import rerun_hint
 from cifar_dist.training.checkpoints import list_checkpoints
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
@@ -50,7 +51,7 @@ class RankFailure:
             text += f" Last lines of {self.log}:\n{self.log_tail}"
         if not list_checkpoints(output_dir / "checkpoints"):
             return text + "\nNo checkpoint was written: nothing to resume."
-        return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: re-run with hydra.run.dir={output_dir} to resume."
+        return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: {rerun_hint(output_dir)} to resume."
 
 
 def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:

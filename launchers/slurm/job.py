@@ -31,6 +31,7 @@ from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
 from cifar_dist.results import read_results, training_complete
+from cifar_dist.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ class SlurmJob(ClusterJob):
         who = self.client.cancelled_by(self.job_id)
         by = f" by {who}" if who else " (scancel, or an administrator)"
         message = (f"{self.name} was cancelled{by}{self._history()}; checkpoints in {self.output_dir / 'checkpoints'} "
-                   f"are kept: re-run with hydra.run.dir={self.output_dir} to resume")
+                   f"are kept: {rerun_hint(self.output_dir)} to resume")
         log.error("%s", message)
         return LaunchResult(exit_code=1, metrics=self._metrics(), message=message)
 
@@ -210,8 +211,8 @@ class SlurmJob(ClusterJob):
         hint = {"TIMEOUT": "raise launcher.time_min or launcher.max_resubmits",
                 "OUT_OF_MEMORY": "raise launcher.mem_gb"}.get(info.state, "see the job's output")
         return (f"{hint}. Last lines of {self.stream.path}:\n{tail(self.stream.path, lines)}\n"
-                f"Checkpoints in {self.output_dir / 'checkpoints'} are kept: re-run with "
-                f"hydra.run.dir={self.output_dir} to resume.")
+                f"Checkpoints in {self.output_dir / 'checkpoints'} are kept: "
+                f"{rerun_hint(self.output_dir)} to resume.")
 
     def _forgotten(self) -> LaunchResult:
         """The controller no longer knows the job (purged after MinJobAge): judge by its outputs."""
@@ -226,7 +227,8 @@ class SlurmJob(ClusterJob):
 
     def interrupt(self) -> LaunchResult:
         if self.conf.on_interrupt == OnInterrupt.detach:
-            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `tail -f {self.stream.path}`, "
+            follow = shell_command("tail", "-f", self.stream.path)
+            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `{follow}`, "
                                        "or re-run the same command to follow it and get its result")
         try:
             self.client.cancel(self.job_id)
@@ -236,7 +238,7 @@ class SlurmJob(ClusterJob):
         log.warning("interrupted: cancelled %s (scancel %s)", self.name, self.job_id)
         return LaunchResult(
             exit_code=130,
-            message=f"interrupted; {self.name} cancelled; re-run with hydra.run.dir={self.output_dir} to resume "
+            message=f"interrupted; {self.name} cancelled; {rerun_hint(self.output_dir)} to resume "
                     "from its last checkpoint",
         )
 

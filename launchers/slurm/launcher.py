@@ -29,6 +29,7 @@ from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
+from cifar_dist.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class SlurmLauncher(ClusterLauncher):
             print(f"Dry run: {prepared.job.output_dir} holds Slurm job {prepared.running.job_id} "
                   f"({prepared.running.state}); its batch script {prepared.script} is left as it is")
             return LaunchResult(exit_code=0, message=f"dry run: Slurm job {prepared.running.job_id} is running")
-        print(f"Dry run: wrote {prepared.script}; submit it by hand with: sbatch {prepared.script}")
+        print(f"Dry run: wrote {prepared.script}; submit it by hand with: {shell_command('sbatch', prepared.script)}")
         print(prepared.script.read_text("utf-8"), end="", flush=True)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {prepared.script}")
 
@@ -176,7 +177,7 @@ class SlurmLauncher(ClusterLauncher):
             script = self._array_script_path(new)
             script.parent.mkdir(parents=True, exist_ok=True)
             script.write_text(array_script(self.conf, [p.job for p in new], array_dir(new)), "utf-8")
-            print(f"Dry run: wrote {script}, the job array of these points; submit it by hand with: sbatch {script}")
+            print(f"Dry run: wrote {script}, the job array of these points; submit it by hand with: {shell_command('sbatch', script)}")
             print(script.read_text("utf-8"), end="", flush=True)
         return results
 
