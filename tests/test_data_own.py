@@ -187,7 +187,7 @@ FACTORY = textwrap.dedent('''
         images = rng.random((n, 32, 32, 3), dtype=np.float32)
         ds = lambda: tf.data.Dataset.from_tensor_slices((images, labels))
         return DataStreams(train=ds().filter(lambda x, y: True), test=ds(), num_classes=4,
-                           class_names=["a", "b", "c", "d"])
+                           class_names=["a", "b", "c", "d"], train_size=n)  # filter: a size TensorFlow cannot know
 
     def wrong(seed):
         return {"train": None}
@@ -204,7 +204,7 @@ def factory_module(tmp_path, monkeypatch):
 
 def test_a_factory_is_called_with_the_seed_and_its_kwargs(factory_module):
     data = load_dataset(_cfg(CustomDataConfig, _target_=f"{factory_module}.make", kwargs={"n": 30}), seed=5)
-    assert data.num_classes == 4 and data.train_size == 30 and data.test_size == 30  # train counted (filter)
+    assert data.num_classes == 4 and data.train_size == 30 and data.test_size == 30  # train stated (filter)
     assert data.source == "tf.data factory myfactory.make"
     again = load_dataset(_cfg(CustomDataConfig, _target_=f"{factory_module}.make", kwargs={"n": 30}), seed=5)
     np.testing.assert_array_equal(data.arrays("test")[0], again.arrays("test")[0])
