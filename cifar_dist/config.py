@@ -372,8 +372,15 @@ def typed(cfg):
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
-        out.data = OmegaConf.merge(OmegaConf.structured(data_schema(cfg.data.get("name"))), cfg.data)
+        out.data = typed_data(cfg.data)
     return out
+
+
+def typed_data(data):
+    """A ``data`` node (composed, or plain YAML from a run's ``.hydra/config.yaml``) merged onto its option's schema."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(data_schema(data.get("name"))), data)
 
 
 def register_configs() -> None:

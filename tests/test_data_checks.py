@@ -2,8 +2,10 @@
 files, a factory's labels, image range, batching and size. Issue 31: new user 3, hostile 6, 8, 10, 12."""
 from __future__ import annotations
 
+import shutil
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -89,6 +91,13 @@ FACTORY = textwrap.dedent('''
             labels = labels + 0.7
         elif kind == "pixels_255":
             images = images * 255
+        elif kind == "int_images":
+            images = (images * 255).astype(np.int64)
+        elif kind == "per_rank":  # a factory that reads a different share of its data on each rank
+            import horovod.tensorflow as hvd
+
+            n += 32 * hvd.rank()  # 2 more steps per epoch on rank 1: it waits in an allreduce rank 0 never joins
+            labels, images = rng.integers(0, 4, n), rng.random((n, 32, 32, 3), dtype=np.float32)
         elif kind == "one_hot":
             labels = np.eye(4, dtype=np.int64)[labels]
         ds = tf.data.Dataset.from_tensor_slices((images, labels))
@@ -118,6 +127,7 @@ def factory(tmp_path, monkeypatch):
     ("negative", r"yields label -1, outside \[0, 4\)"),
     ("float", r"yields float64 labels \(e.g. \d.7\); yield integer class indices"),
     ("pixels_255", r"yields float images with values in \[.*, 25\d\], not \[0, 1\]; divide them by 255"),
+    ("int_images", r"yields int64 images; yield uint8 \(0-255\) or float images in \[0, 1\]"),
     ("one_hot", r"yields one-hot labels \(shape \(4,\)\); yield the class index instead"),
     ("batched", r"yields batches \(images of shape \(16, 32, 32, 3\)\); return unbatched elements"),
 ])
@@ -144,3 +154,15 @@ def test_an_endless_dataset_of_unknown_size_is_refused_in_one_line_not_a_hang(fa
                    env=cli_env(PYTHONPATH=str(factory)), timeout=90)
     line = one_error_line(proc)
     assert "has a size TensorFlow cannot know" in line and "train_size=N" in line, line
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_a_factory_giving_ranks_different_data_is_named_not_a_stall(factory):
+    """As reported: a 120 s stall, then rank 0 blamed ("Horovod has been shut down"), the cause never named."""
+    start = time.time()
+    proc = run_cli("data=custom", "data._target_=checkfactory.make", "+data.kwargs.kind=per_rank", "launcher=mpirun",
+                   "launcher.np=2", "trainer.epochs=1", "trainer.batch_size=16", f"hydra.run.dir={factory / 'run'}",
+                   cwd=factory, env=cli_env(PYTHONPATH=str(factory)), timeout=110)
+    assert proc.returncode != 0 and time.time() - start < 100
+    assert ("the ranks read different data (rank 0: 64 train / 64 test images, 4 classes; "
+            "rank 1: 96 train / 96 test images, 4 classes)") in proc.stdout + proc.stderr, proc.stderr[-3000:]

@@ -232,12 +232,13 @@ def test_streamed_eval_covers_every_test_image_once_over_the_ranks(factory_modul
 
 
 def test_a_model_that_does_not_take_the_datas_images_is_refused_in_one_line(tree):
-    from cifar_dist.training.trainer import check_model_fits
+    from cifar_dist.models.checks import check_input
     from cifar_dist.validation import ConfigError
 
     data = load_dataset(_cfg(FolderDataConfig, path=str(tree), image_size=48))
     assert data.image_shape == (48, 48, 3)
     model = type("M", (), {"input_shape": (None, 32, 32, 3)})()
-    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set"):
-        check_model_fits(model, data)
-    check_model_fits(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))
+    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set "
+                                          r"data.image_size=32 \(data=folder\), or use a model built for \(48, 48, 3\) images"):
+        check_input(model, data)
+    check_input(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))

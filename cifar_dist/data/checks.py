@@ -78,7 +78,14 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> 
 
 def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
     """The first ``count`` elements of ``streams.train`` and ``.test`` (decoded) obey the factory contract."""
+    import tensorflow as tf
+
+    decode = streams.decode or (lambda x: x)
     for split, dataset in (("train", streams.train), ("test", streams.test)):
+        dtype = dataset.map(lambda x, y: (decode(x), y)).element_spec[0].dtype  # known without reading an element
+        if not (dtype.is_floating or dtype in (tf.uint8, tf.uint16)):  # other integers would be scaled by their max
+            raise DataError(f"the {split} dataset of {where} yields {dtype.name} images; yield uint8 (0-255) or "
+                            "float images in [0, 1] (docs/data.md)")
         for image, label in streams.images(dataset.take(count)):
             problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes))
             if problem:

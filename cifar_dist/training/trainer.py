@@ -34,9 +34,11 @@ from omegaconf import DictConfig
 
 from cifar_dist.config import typed
 from cifar_dist.data import load_dataset
+from cifar_dist.data.checks import check_same_on_every_rank
 from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.models.builder import check_builder
+from cifar_dist.models.checks import check_model
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.training import checkpoints, recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
@@ -289,7 +291,10 @@ def start_run(cfg: DictConfig, output_dir: Path):
 
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
+    import horovod.tensorflow as hvd  # after init_world (module docstring)
+
     data = load_dataset(run.cfg.data, run.trainer.seed)
+    check_same_on_every_rank(data, hvd.allgather_object)  # a factory giving ranks different data: named, no stall
     if run.world.is_chief:
         log.info("data: %s", data.source)
         log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
@@ -307,15 +312,6 @@ def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     return {"num_classes": data.num_classes}
 
 
-def check_model_fits(model, data) -> None:
-    """A model whose input is not the data's image shape fails here in one line, not inside fit()."""
-    from cifar_dist.errors import ConfigError
-
-    if tuple(model.input_shape[1:]) != tuple(data.image_shape):
-        raise ConfigError(f"the model takes {tuple(model.input_shape[1:])} images but {data.source} gives "
-                          f"{tuple(data.image_shape)}; set data.image_size (data=folder) or the model's input shape to match")
-
-
 def build_model(run: Run, data):
     """The configured model and optimizer, compiled, with the optimizer's slots created.
 
@@ -328,7 +324,7 @@ def build_model(run: Run, data):
 
     t, world = run.trainer, run.world
     model = hydra.utils.instantiate(run.cfg.model, **model_kwargs(run.cfg.model, data))
-    check_model_fits(model, data)
+    check_model(model, data, run.cfg.model._target_)  # a Keras model of the data's images and classes, softmax
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
