@@ -9,22 +9,19 @@ import time
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from cifar_fixtures import sample_batches, write_png_tree
+from cifar_fixtures import data_cfg, sample_arrays, write_png_tree
 from conftest import cli_env, one_error_line, run_cli
 from cifar_dist.data import DataError, load_dataset
 from cifar_dist.data.config import CustomDataConfig, FolderDataConfig
 
 
-def _cfg(schema, **values):
-    return OmegaConf.merge(OmegaConf.structured(schema), values)
+_cfg = data_cfg
 
 
 @pytest.fixture(scope="module")
 def sample():
-    train, test = sample_batches(per_batch=60)
-    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test
+    return sample_arrays(per_batch=60)
 
 
 @pytest.fixture

@@ -11,20 +11,18 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, sample_batches, write_png_tree
+from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
 from cifar_dist.config import AugmentConfig
 from cifar_dist.data import CifarArrays, DataError, load_dataset
 from cifar_dist.data.config import Cifar100Config, CustomDataConfig, FolderDataConfig
 
 
-def _cfg(schema, **values):
-    return OmegaConf.merge(OmegaConf.structured(schema), values)
+_cfg = data_cfg
 
 
 @pytest.fixture(scope="module")
 def sample():
-    train, test = sample_batches(per_batch=60)
-    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test
+    return sample_arrays(per_batch=60)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from cifar_fixtures import sample_batches, write_png_tree
+from cifar_fixtures import sample_arrays, write_png_tree
 from conftest import cli_env, run_cli
 
 
@@ -38,8 +38,7 @@ def test_a_run_dir_is_scored_on_the_data_it_was_trained_on_and_says_so(trained_r
 @pytest.fixture(scope="module")
 def big_tree(tmp_path_factory):
     """3 classes of the sample's real pixels, scaled to 64x64 (nearest): training resizes them to 32x32."""
-    train, (x_test, y_test) = sample_batches(per_batch=40)
-    x, y = np.concatenate([a for a, _ in train]), np.concatenate([b for _, b in train])
+    x, y, (x_test, y_test) = sample_arrays(per_batch=40)
     keep, keep_test = y < 3, y_test < 3
 
     def big(images):
