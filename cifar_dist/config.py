@@ -268,10 +268,11 @@ class EvaluateTaskConfig(TaskConfig):
 class EvaluateConfig:
     # A run dir (its saved model, else its newest checkpoint) or a .h5 file.
     model: str = MISSING
-    # "test" / "train": that split of the data group; otherwise a path: a
-    # CIFAR batch file, a glob of them, a folder of cifar-10-batches-py, or
-    # a folder of 32x32 images (labelled by sub-folder name when the names
-    # are class names).
+    # "test" / "train": that split of the data group (a run dir's own data
+    # unless the command names data=...); otherwise a path: a CIFAR batch
+    # file, a glob of them, a folder of cifar-10-batches-py, or a folder of
+    # images, resized to the model's input (labelled by sub-folder name when
+    # the names are class names).
     input: str = "test"
     batch_size: int = 256
     predictions: bool = True  # write predictions.csv
@@ -287,7 +288,9 @@ class EvaluateTask:
     """``task=evaluate``: score a trained model on a test set, sharded over the ranks::
 
         python -m cifar_dist task=evaluate evaluate.model=<run dir or .h5> [data=sample]
-        ... evaluate.input=<CIFAR batch file(s) or a folder of 32x32 images>
+        ... evaluate.input=<CIFAR batch file(s) or a folder of images>
+
+    A run dir is scored on the data it was trained on unless data=... is given.
 
     Writes evaluation.json, confusion_matrix.png and predictions.csv to the run dir.
     It sets two top-level nodes, ``task`` and ``evaluate``."""

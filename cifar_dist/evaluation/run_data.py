@@ -5,8 +5,9 @@ split, a factory and its kwargs; ``trainer.seed``, which a factory is called wit
 evaluate.model=<run dir>`` (or a model file in its ``saved_models/`` or ``checkpoints/``) uses that ``data``
 node, so a model trained on ``data=sample`` (``debug=fast``) or on an image folder is scored on what it
 learnt, without repeating ``data=...`` (was: the default ``data=cifar10``, a 170 MB download). Any
-``data`` override on the command line (``data=folder``, ``data.path=...``) means the command's data instead.
-Which one was used is logged and written to ``evaluation.json`` (``data``).
+``data`` override on the command line (``data=folder``, ``data.path=...``) means the command's data instead,
+and so does a primary config of the user's own (``--config-name``; a Batch AI node's uploaded config, which
+the launching command composed). Which one was used is logged and written to ``evaluation.json`` (``data``).
 """
 from __future__ import annotations
 
@@ -27,10 +28,16 @@ def training_run_dir(model_path: Path) -> Optional[Path]:
 
 
 def command_overrides() -> Optional[Sequence[str]]:
-    """This job's command-line overrides (Hydra's ``overrides.task``); None outside a Hydra job."""
+    """This job's command-line overrides (Hydra's ``overrides.task``); None outside a Hydra job, or when its
+    primary config is not cifar_dist's own ``config`` (``--config-name`` of a user's, or the uploaded
+    ``job_config`` a Batch AI node composes): such a config states its data itself."""
     from hydra.core.hydra_config import HydraConfig
 
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
+    from cifar_dist.launchers.carry import DEFAULT_CONFIG_NAME
+
+    if not HydraConfig.initialized() or HydraConfig.get().job.config_name != DEFAULT_CONFIG_NAME:
+        return None
+    return list(HydraConfig.get().overrides.task)
 
 
 def names_data(overrides: Sequence[str]) -> bool:
@@ -45,7 +52,9 @@ def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Seque
 
     run = training_run_dir(model_path)
     saved = run / SAVED_CONFIG if run is not None else None
-    if overrides is None or names_data(overrides):
+    if overrides is None:
+        return cfg, f"data={cfg.data.name}, as the config given says"
+    if names_data(overrides):
         return cfg, f"data={cfg.data.name}, as the command says"
     if saved is None or not saved.is_file():
         return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
