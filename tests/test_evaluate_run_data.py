@@ -62,3 +62,26 @@ def test_a_folder_trained_model_scores_its_images_without_repeating_the_data(big
     # the same files, decoded and resized by the same decoder: the same scores
     assert folder["samples"] == split["samples"] and folder["correct"] == split["correct"]
     assert folder["loss"] == pytest.approx(split["loss"], rel=1e-5)
+
+
+def test_which_data_the_command_and_the_run_dir_decide(tmp_path):
+    from omegaconf import OmegaConf
+
+    from conftest import compose_cfg
+    from cifar_dist.config import typed
+    from cifar_dist.evaluation.run_data import evaluation_data
+
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(compose_cfg("data=folder", "data.path=/pics", "data.image_size=48", "trainer.seed=9"),
+                   run / ".hydra" / "config.yaml")
+    cfg = typed(compose_cfg("task=evaluate", f"evaluate.model={run}"))
+    model = run / "checkpoints" / "checkpoint-002.h5"
+    used, said = evaluation_data(cfg, model, ["task=evaluate", f"evaluate.model={run}"])
+    assert (used.data.name, used.data.path, used.data.image_size, used.trainer.seed) == ("folder", "/pics", 48, 9)
+    assert used.data.bad_files.value == "refuse" and said.startswith("data=folder, as the run that trained it")
+    for named in (["data=sample"], ["data.path=/x"], ["+data.kwargs.n=1"], ["~data.augment"]):
+        assert evaluation_data(cfg, model, named) == (cfg, "data=cifar10, as the command says")
+    assert evaluation_data(cfg, model, None)[1] == "data=cifar10, as the config given says"
+    elsewhere = tmp_path / "model.h5"
+    assert evaluation_data(cfg, elsewhere, [])[1].startswith("data=cifar10 (the default: ")
