@@ -163,3 +163,17 @@ def test_a_factory_giving_ranks_different_data_is_named_not_a_stall(factory):
     assert proc.returncode != 0 and time.time() - start < 100
     assert ("the ranks read different data (rank 0: 64 train / 64 test images, 4 classes; "
             "rank 1: 96 train / 96 test images, 4 classes)") in proc.stdout + proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_scoring_a_factory_that_gives_ranks_different_data_is_named(factory):
+    """The same factory scored on 2 ranks: rank 0 put rank 1's 96 results into an array of 64 (a traceback)."""
+    env, run = cli_env(PYTHONPATH=str(factory)), factory / "run"
+    trained = run_cli("data=custom", "data._target_=checkfactory.make", "+data.kwargs.kind=per_rank", "trainer.epochs=1",
+                      "trainer.batch_size=16", "trainer.plot=false", f"hydra.run.dir={run}", cwd=factory, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    proc = run_cli("task=evaluate", f"evaluate.model={run}", "launcher=mpirun", "launcher.np=2",
+                   f"hydra.run.dir={factory / 'eval'}", cwd=factory, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "the ranks read different data (rank 0: 64 images; rank 1: 96 images)" in proc.stdout + proc.stderr, \
+        proc.stderr[-3000:]

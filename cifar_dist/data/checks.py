@@ -94,10 +94,16 @@ def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
 
 def check_same_on_every_rank(data, allgather: Callable[[object], Sequence[object]]) -> None:
     """One line on every rank when the ranks did not read the same data (sizes, classes): named, not a stall."""
-    mine = (int(data.train_size), int(data.test_size), tuple(data.class_names))
-    seen = list(allgather(mine))
+    same_on_every_rank(f"{data.train_size} train / {data.test_size} test images, {len(data.class_names)} classes",
+                       tuple(data.class_names), data.source, allgather)
+
+
+def same_on_every_rank(summary: str, class_names: Sequence[str], source: str,
+                       allgather: Callable[[object], Sequence[object]]) -> None:
+    """``summary`` (what this rank read) and ``class_names`` gathered from every rank; one line when they differ."""
+    seen = list(allgather((summary, tuple(class_names))))
     if all(s == seen[0] for s in seen):
         return
-    parts = "; ".join(f"rank {r}: {t} train / {v} test images, {len(c)} classes" for r, (t, v, c) in enumerate(seen))
-    raise DataError(f"the ranks read different data ({parts}); {data.source} must give every rank the same "
+    parts = "; ".join(f"rank {r}: {s}" for r, (s, _) in enumerate(seen))
+    raise DataError(f"the ranks read different data ({parts}); {source} must give every rank the same "
                     "elements in the same order (seed it with the seed it is given, not the rank)")

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from omegaconf import DictConfig
 
+from cifar_dist.data.checks import same_on_every_rank
 from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, training_run_dir
 from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
 
@@ -112,6 +113,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 
     cfg, data_used = evaluation_data(cfg, model_path, command_overrides())
     model, images, num_classes = _model_and_images(cfg, model_path)
+    same_on_every_rank(f"{len(images.x)} images", images.class_names, images.source, hvd.allgather_object)
     if world.is_chief:
         log.info("data: %s", data_used)
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
