@@ -268,10 +268,11 @@ class EvaluateTaskConfig(TaskConfig):
 class EvaluateConfig:
     # A run dir (its saved model, else its newest checkpoint) or a .h5 file.
     model: str = MISSING
-    # "test" / "train": that split of the data group; otherwise a path: a
-    # CIFAR batch file, a glob of them, a folder of cifar-10-batches-py, or
-    # a folder of 32x32 images (labelled by sub-folder name when the names
-    # are class names).
+    # "test" / "train": that split of the data group (a run dir's own data
+    # unless the command names data=...); otherwise a path: a CIFAR batch
+    # file, a glob of them, a folder of cifar-10-batches-py, or a folder of
+    # images, resized to the model's input (labelled by sub-folder name when
+    # the names are class names).
     input: str = "test"
     batch_size: int = 256
     predictions: bool = True  # write predictions.csv
@@ -287,7 +288,9 @@ class EvaluateTask:
     """``task=evaluate``: score a trained model on a test set, sharded over the ranks::
 
         python -m cifar_dist task=evaluate evaluate.model=<run dir or .h5> [data=sample]
-        ... evaluate.input=<CIFAR batch file(s) or a folder of 32x32 images>
+        ... evaluate.input=<CIFAR batch file(s) or a folder of images>
+
+    A run dir is scored on the data it was trained on unless data=... is given.
 
     Writes evaluation.json, confusion_matrix.png and predictions.csv to the run dir.
     It sets two top-level nodes, ``task`` and ``evaluate``."""
@@ -393,10 +396,17 @@ def typed(cfg):
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
-        out.data = OmegaConf.merge(OmegaConf.structured(data_schema(cfg.data.get("name"))), cfg.data)
+        out.data = typed_data(cfg.data)
         # A run's config saved before engines existed trained on Horovod with Keras 2: the defaults.
         out.engine = OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
     return out
+
+
+def typed_data(data):
+    """A ``data`` node (composed, or plain YAML from a run's ``.hydra/config.yaml``) merged onto its option's schema."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(data_schema(data.get("name"))), data)
 
 
 def register_configs() -> None:

@@ -64,6 +64,19 @@ def sample_batches(per_batch: int | None = None) -> tuple[list[Batch], Batch]:
     return train, (data.x_test[:n], data.y_test[:n])
 
 
+def sample_arrays(per_batch: int | None = None) -> tuple[np.ndarray, np.ndarray, Batch]:
+    """``sample_batches``' train batches as one (images, labels), and its test batch."""
+    train, test = sample_batches(per_batch)
+    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test
+
+
+def data_cfg(schema, **values):
+    """A data option's node: its schema with ``values`` merged in."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(schema), values)
+
+
 def batch_files(train: Sequence[Batch], test: Batch, class_names: Sequence[str] = CLASS_NAMES) -> dict[str, bytes]:
     """File name -> bytes for a whole ``cifar-10-batches-py`` folder."""
     files = {"batches.meta": meta_bytes(class_names)}

@@ -11,20 +11,18 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, sample_batches, write_png_tree
+from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
 from cifar_dist.config import AugmentConfig
 from cifar_dist.data import CifarArrays, DataError, load_dataset
 from cifar_dist.data.config import Cifar100Config, CustomDataConfig, FolderDataConfig
 
 
-def _cfg(schema, **values):
-    return OmegaConf.merge(OmegaConf.structured(schema), values)
+_cfg = data_cfg
 
 
 @pytest.fixture(scope="module")
 def sample():
-    train, test = sample_batches(per_batch=60)
-    return np.concatenate([x for x, _ in train]), np.concatenate([y for _, y in train]), test
+    return sample_arrays(per_batch=60)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +185,7 @@ FACTORY = textwrap.dedent('''
         images = rng.random((n, 32, 32, 3), dtype=np.float32)
         ds = lambda: tf.data.Dataset.from_tensor_slices((images, labels))
         return DataStreams(train=ds().filter(lambda x, y: True), test=ds(), num_classes=4,
-                           class_names=["a", "b", "c", "d"])
+                           class_names=["a", "b", "c", "d"], train_size=n)  # filter: a size TensorFlow cannot know
 
     def wrong(seed):
         return {"train": None}
@@ -204,7 +202,7 @@ def factory_module(tmp_path, monkeypatch):
 
 def test_a_factory_is_called_with_the_seed_and_its_kwargs(factory_module):
     data = load_dataset(_cfg(CustomDataConfig, _target_=f"{factory_module}.make", kwargs={"n": 30}), seed=5)
-    assert data.num_classes == 4 and data.train_size == 30 and data.test_size == 30  # train counted (filter)
+    assert data.num_classes == 4 and data.train_size == 30 and data.test_size == 30  # train stated (filter)
     assert data.source == "tf.data factory myfactory.make"
     again = load_dataset(_cfg(CustomDataConfig, _target_=f"{factory_module}.make", kwargs={"n": 30}), seed=5)
     np.testing.assert_array_equal(data.arrays("test")[0], again.arrays("test")[0])
@@ -232,12 +230,13 @@ def test_streamed_eval_covers_every_test_image_once_over_the_ranks(factory_modul
 
 
 def test_a_model_that_does_not_take_the_datas_images_is_refused_in_one_line(tree):
-    from cifar_dist.training.trainer import check_model_fits
+    from cifar_dist.models.checks import check_input
     from cifar_dist.validation import ConfigError
 
     data = load_dataset(_cfg(FolderDataConfig, path=str(tree), image_size=48))
     assert data.image_shape == (48, 48, 3)
     model = type("M", (), {"input_shape": (None, 32, 32, 3)})()
-    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set"):
-        check_model_fits(model, data)
-    check_model_fits(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))
+    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set "
+                                          r"data.image_size=32 \(data=folder\), or use a model built for \(48, 48, 3\) images"):
+        check_input(model, data)
+    check_input(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))

@@ -99,7 +99,7 @@ def test_scores_a_checkpoint_and_a_folder_of_images(trained_run, tmp_path):
     assert len(unlabelled) == 5 and all("/" not in r["source"] for r in unlabelled)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_model", "wrong_size_image"])
+@pytest.mark.parametrize("case", ["missing", "not_a_model", "unreadable_image"])
 def test_bad_inputs_give_one_line(case, trained_run, tmp_path):
     train_dir, _ = trained_run
     args = ["task=evaluate", f"hydra.run.dir={tmp_path / 'out'}"]
@@ -116,9 +116,10 @@ def test_bad_inputs_give_one_line(case, trained_run, tmp_path):
 
         folder = tmp_path / "imgs"
         folder.mkdir()
-        Image.new("RGB", (64, 48)).save(folder / "big.png")
+        Image.new("RGB", (64, 48)).save(folder / "big.png")  # any size is resized, as in training (data=folder)
+        (folder / "notes.png").write_text("not an image")
         args += [f"evaluate.model={train_dir}", f"evaluate.input={folder}"]
-        expect = "not 32x32"
+        expect = f"an image file cannot be read: {folder / 'notes.png'} (cannot identify image file"
     proc = run_cli(*args, timeout=300)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]

@@ -95,20 +95,29 @@ class Cifar100Config(DataConfig):
     label_mode: LabelMode = LabelMode.fine
 
 
+class BadFiles(str, Enum):
+    refuse = "refuse"  # one line naming an unreadable image file, before training
+    skip = "skip"  # leave unreadable files out, counted in one warning line
+
+
 @config_option("data", "folder")
 @dataclass
 class FolderDataConfig(DataConfig):
     """Your images, one sub-folder per class (docs/data.md):
     ``python -m cifar_dist data=folder data.path=DIR``. DIR/train/<class>/*.png|jpg
     and DIR/test/<class>/..., or one tree DIR/<class>/... split by val_fraction.
-    Classes: sorted folder names. Images are read from disk as training goes,
-    resized to image_size, sharded per rank and augmented like CIFAR-10."""
+    Classes: sorted folder names. Every image is checked once before training
+    (data.bad_files: refuse or skip unreadable ones), then read from disk as
+    training goes, resized to image_size, sharded per rank and augmented like CIFAR-10."""
 
     name: str = "folder"
     path: Optional[str] = None
     image_size: int = 32  # every image is resized to image_size x image_size
     val_fraction: float = 0.2  # only for a single tree (no train/ and test/ folders)
     split_seed: int = 0  # which images of a single tree go to validation (fixed, not trainer.seed)
+    # Every image is read once before training: an unreadable one (corrupt, a text file named .png) is
+    # refused in one line naming it, or left out and counted (skip). Hidden files (._x.png) are never images.
+    bad_files: BadFiles = BadFiles.refuse
 
 
 @config_option("data", "custom")

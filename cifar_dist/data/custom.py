@@ -8,6 +8,7 @@ contract and docs/data.md for an example).
 from __future__ import annotations
 
 from cifar_dist.data.batches import DataError, reason
+from cifar_dist.data.checks import check_elements
 
 
 def load_custom_streams(data_cfg, seed: int):
@@ -30,4 +31,5 @@ def load_custom_streams(data_cfg, seed: int):
         raise DataError(f"data._target_={target} returned {type(streams).__name__}, not cifar_dist.data.streams.DataStreams; see docs/data.md")
     if streams.source == DataStreams.source:  # the default: name the factory instead
         object.__setattr__(streams, "source", f"tf.data factory {target}")
+    check_elements(streams, f"data._target_={target}")  # labels, dtypes, image range: one line, not a silent run
     return streams

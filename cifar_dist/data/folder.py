@@ -10,11 +10,12 @@ goes (PNG, JPEG, BMP, GIF), resized to ``data.image_size``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from cifar_dist.data.batches import DataError
+from cifar_dist.data.checks import REFUSE, bad_images
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif"})
 
@@ -22,16 +23,17 @@ Files = List[Tuple[str, int]]  # (path, class index)
 
 
 def image_files(folder: Path) -> List[Path]:
-    """Every image file under ``folder``, sorted."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    """Every image file under ``folder``, sorted; hidden ones (``._x.png``, in ``.folder/``) are not images."""
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
-def scan_classes(root: Path) -> Dict[str, List[Path]]:
-    """Class name -> its images, for the sub-folders of ``root``; a one-line DataError when unusable."""
+def scan_classes(root: Path, left_out: AbstractSet[Path] = frozenset()) -> Dict[str, List[Path]]:
+    """Class name -> its images (but ``left_out``), for the sub-folders of ``root``; a one-line DataError when unusable."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(f"{root} has no class folders; put each class's images in {root}/<class name>/")
-    found = {name: image_files(root / name) for name in classes}
+    found = {name: [f for f in image_files(root / name) if f not in left_out] for name in classes}
     empty = [name for name, files in found.items() if not files]
     if empty:
         raise DataError(f"class folder {root / empty[0]} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); "
@@ -44,14 +46,19 @@ def _labelled(found: Dict[str, List[Path]], class_names: Sequence[str]) -> Files
     return [(str(f), index[name]) for name, files in found.items() for f in files]
 
 
-def split_tree(root: Path, val_fraction: float, split_seed: int) -> Tuple[Files, Files, Tuple[str, ...]]:
-    """(train files, test files, class names) of DIR/train + DIR/test, or of one tree split by ``val_fraction``."""
+def split_tree(root: Path, val_fraction: float, split_seed: int,
+               bad_files: str = REFUSE) -> Tuple[Files, Files, Tuple[str, ...]]:
+    """(train files, test files, class names) of DIR/train + DIR/test, or of one tree split by ``val_fraction``.
+
+    Every image is read once first (``checks.bad_images``): an unreadable one is refused in one line, or left
+    out with ``bad_files`` skip."""
     if not root.is_dir():
         raise DataError(f"data.path={root} is not a folder; point it at DIR holding train/<class>/ and test/<class>/ (or <class>/)")
     if (root / "train").is_dir() or (root / "test").is_dir():
         if not ((root / "train").is_dir() and (root / "test").is_dir()):
             raise DataError(f"{root} has only one of train/ and test/; give both, or put the class folders directly in {root}")
-        train, test = scan_classes(root / "train"), scan_classes(root / "test")
+        bad = bad_images(image_files(root / "train") + image_files(root / "test"), bad_files)
+        train, test = scan_classes(root / "train", bad), scan_classes(root / "test", bad)
         if list(train) != list(test):
             differ = sorted(set(train) ^ set(test))
             raise DataError(f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); use the same names in both")
@@ -59,7 +66,7 @@ def split_tree(root: Path, val_fraction: float, split_seed: int) -> Tuple[Files,
         return _labelled(train, names), _labelled(test, names), names
     if not 0 < val_fraction < 1:
         raise DataError(f"data.val_fraction={val_fraction} must be in (0, 1) to split the single tree {root} into train and test")
-    found = scan_classes(root)
+    found = scan_classes(root, bad_images(image_files(root), bad_files))
     names = tuple(found)
     rng = np.random.default_rng(split_seed)
     train_part, test_part = {}, {}
@@ -105,7 +112,8 @@ def load_folder_streams(data_cfg):
     if int(data_cfg.image_size) < 8:
         raise DataError(f"data.image_size={data_cfg.image_size} is too small; use 32 (CIFAR's size) or larger")
     root = Path(str(data_cfg.path)).expanduser()
-    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed))
+    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed),
+                                    data_cfg.bad_files)
 
     def dataset(files: Files) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(([f for f, _ in files], np.asarray([c for _, c in files], np.int64)))

@@ -16,9 +16,13 @@ The per-rank contract of a data factory (``data=custom data._target_=mydata.make
 - ``decode`` (optional) maps the first element of each pair to the image
   *after* sharding and shuffling, so each rank reads and decodes only its own
   part: yield file names and decode them there (``data=folder`` does this).
-- A dataset whose ``cardinality()`` is unknown (e.g. after ``filter``) is
-  counted once by reading it through; give ``train_size`` / ``test_size`` to
-  skip that.
+- A dataset whose ``cardinality()`` is unknown (``from_generator``,
+  ``filter``) needs its size stated: ``train_size`` / ``test_size`` (it is
+  never read through to count it: it may never end). A stated size is
+  asserted (``assert_cardinality``): a dataset that holds more or fewer
+  elements stops with TensorFlow's error when reached, not a stall.
+- The first elements of each split are checked (``checks.check_elements``):
+  HxWx3 images in [0, 1], integer labels in [0, num_classes), unbatched.
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ class DataStreams:
     num_classes: int
     class_names: Sequence[str] = ()  # default: "0", "1", ...
     decode: Optional[Callable[[tf.Tensor], tf.Tensor]] = None  # per element, after sharding; default: none
-    train_size: Optional[int] = None  # default: cardinality(), else counted
+    train_size: Optional[int] = None  # default: cardinality(); needed when TensorFlow cannot know it
     test_size: Optional[int] = None
     source: str = "a tf.data factory"
 
@@ -56,8 +60,10 @@ class DataStreams:
         if len(names) != int(self.num_classes):
             raise DataError(f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; give one name per class")
         object.__setattr__(self, "class_names", names)
-        object.__setattr__(self, "train_size", self.train_size or _count(self.train, "train"))
-        object.__setattr__(self, "test_size", self.test_size or _count(self.test, "test"))
+        for split in ("train", "test"):
+            size = _size(getattr(self, split), split, getattr(self, f"{split}_size"))
+            object.__setattr__(self, f"{split}_size", size)
+            object.__setattr__(self, split, getattr(self, split).apply(tf.data.experimental.assert_cardinality(size)))
 
     def images(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """``dataset`` with ``decode`` applied: (float32 image, int label) pairs."""
@@ -84,13 +90,20 @@ class DataStreams:
         return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
 
 
-def _count(dataset: tf.data.Dataset, split: str) -> int:
+def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
+    """The number of elements of ``dataset``: its cardinality, or ``stated`` when TensorFlow cannot know it
+    (a generator, ``filter``); a dataset of unknown size is never read through to count it (it may be endless)."""
     n = int(dataset.cardinality())
     if n == tf.data.INFINITE_CARDINALITY:
         raise DataError(f"the {split} dataset of the data factory is infinite (repeat()?); return one pass over the data")
-    if n < 0:  # unknown: read it through once
-        n = int(dataset.reduce(np.int64(0), lambda count, _: count + 1))
-    if n == 0:
+    if n == tf.data.UNKNOWN_CARDINALITY and not stated:
+        raise DataError(f"the {split} dataset of the data factory has a size TensorFlow cannot know (from_generator, "
+                        f"filter...); give DataStreams({split}_size=N), its number of elements")
+    if stated and n >= 0 and int(stated) != n:
+        raise DataError(f"the data factory says {split}_size={stated} but its {split} dataset holds {n} elements; "
+                        f"leave {split}_size unset or give {n}")
+    n = int(stated) if stated else n
+    if n <= 0:
         raise DataError(f"the {split} dataset of the data factory is empty; check the data it reads")
     return n
 

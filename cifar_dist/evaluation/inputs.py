@@ -8,6 +8,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from cifar_dist.data.checks import REFUSE, bad_images
 from cifar_dist.data.folder import image_files as _image_files
 from cifar_dist.errors import CifarDistError
 
@@ -110,8 +111,9 @@ class Images:
     names: Optional[List[str]] = None  # per-image file names, for folders of images
 
 
-def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: int = 0) -> Images:
-    """The images named by evaluate.input ("test"/"train": that split of the data group, any data option)."""
+def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: int = 0, image_size: int = 32) -> Images:
+    """The images named by evaluate.input ("test"/"train": that split of the data group, any data option);
+    a folder of images is read as ``data=folder`` reads one for training, resized to ``image_size``."""
     if spec in ("test", "train"):
         from cifar_dist.data import CifarArrays, load_dataset
 
@@ -123,7 +125,7 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
         return Images(x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})")
     path = Path(spec).expanduser()
     if path.is_dir() and _image_files(path):
-        return _image_folder(path, default_class_names)
+        return _image_folder(path, default_class_names, image_size, data_cfg.get("bad_files", REFUSE))
     files = sorted(Path(p) for p in glob.glob(str(path))) if any(c in spec for c in "*?[") else [path]
     if path.is_dir():
         batches_dir = path / "cifar-10-batches-py" if (path / "cifar-10-batches-py").is_dir() else path
@@ -132,7 +134,7 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
     if not files:
         raise EvaluationInputError(
             f"evaluate.input={spec}: no CIFAR batch files or images there; use 'test', 'train', a CIFAR batch file "
-            "(or a glob of them), a cifar-10-batches-py folder, or a folder of 32x32 images"
+            "(or a glob of them), a cifar-10-batches-py folder, or a folder of images"
         )
     from cifar_dist.data.batches import read_batch_file
 
@@ -145,24 +147,21 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
                   ", ".join(str(f) for f in files))
 
 
-def _image_folder(folder: Path, class_names: Sequence[str]) -> Images:
-    """Every image under ``folder``; labelled when it sits in a sub-folder named after a class."""
-    from PIL import Image
+def _image_folder(folder: Path, class_names: Sequence[str], image_size: int, bad_files: str = REFUSE) -> Images:
+    """Every image under ``folder``; labelled when it sits in a sub-folder named after a class. One rule with
+    training (``data=folder``): an unreadable file is refused in one line (or left out: ``data.bad_files=skip``)
+    and every image is decoded and resized to ``image_size`` by the same decoder (``folder.decoder``)."""
+    import tensorflow as tf
 
-    files = _image_files(folder)
+    from cifar_dist.data.folder import decoder
+
+    bad = bad_images(_image_files(folder), bad_files)
+    files = [f for f in _image_files(folder) if f not in bad]
+    if not files:
+        raise EvaluationInputError(f"evaluate.input={folder} holds no readable image; point it at a folder of images")
     index = {name: i for i, name in enumerate(class_names)}
-    xs, labels, names = [], [], []
-    for f in files:
-        try:
-            with Image.open(f) as im:  # reads the header only: the size is known before any pixel is decoded
-                size = im.size
-                arr = np.asarray(im.convert("RGB"), dtype=np.uint8) if size == (32, 32) else None
-        except Exception as exc:
-            raise EvaluationInputError(f"{f} is not a readable image ({type(exc).__name__}); remove it or convert it to PNG") from None
-        if arr is None:
-            raise EvaluationInputError(f"{f} is {size[0]}x{size[1]}, not 32x32; resize it to 32x32 (CIFAR-10's size)")
-        rel = f.relative_to(folder)
-        xs.append(arr)
-        labels.append(index.get(rel.parts[0], -1) if len(rel.parts) > 1 else -1)
-        names.append(str(rel))
-    return Images(np.stack(xs), np.asarray(labels, np.int64), tuple(class_names), str(folder), names)
+    rel = [f.relative_to(folder) for f in files]
+    labels = [index.get(r.parts[0], -1) if len(r.parts) > 1 else -1 for r in rel]
+    decoded = tf.data.Dataset.from_tensor_slices([str(f) for f in files]).map(decoder(int(image_size))).batch(256)
+    x = np.concatenate([batch.numpy() for batch in decoded])
+    return Images(x, np.asarray(labels, np.int64), tuple(class_names), str(folder), [str(r) for r in rel])

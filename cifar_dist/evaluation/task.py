@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from omegaconf import DictConfig
 
+from cifar_dist.data.checks import same_on_every_rank
+from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, training_run_dir
 from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
 
 log = logging.getLogger(__name__)
@@ -43,9 +45,10 @@ def per_image_loss(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def trained_class_names(model_path: Path, num_classes: int) -> Optional[Tuple[str, ...]]:
     """The class names recorded by the training run that saved ``model_path`` (its run dir's metrics.json:
     ``saved_models/`` or ``checkpoints/`` of it), when they fit the model; None for a model file elsewhere."""
-    if model_path.parent.name not in ("saved_models", "checkpoints"):
+    run = training_run_dir(model_path)
+    if run is None:
         return None
-    names = ((read_metrics(model_path.parent.parent) or {}).get("run") or {}).get("class_names")
+    names = ((read_metrics(run) or {}).get("run") or {}).get("class_names")
     return tuple(str(n) for n in names) if names and len(names) == num_classes else None
 
 
@@ -77,12 +80,16 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
 
     ev = cfg.evaluate
     expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
+    of_data = str(ev.input) in ("test", "train") and cfg.data.name != "custom"  # else: known once read
     model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
-                       image_size=cfg.data.get("image_size", 32) if cfg.data.name != "custom" else None,
+                       image_size=cfg.data.get("image_size", 32) if of_data else None,
                        trusted_modules=user_model_modules(cfg.model))
     num_classes = int(model.output_shape[-1])
     images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes, model_path),
-                         int(cfg.trainer.seed))
+                         int(cfg.trainer.seed), image_size=model.input_shape[1] or 32)
+    if tuple(images.x.shape[1:]) != tuple(model.input_shape[1:]):
+        raise EvaluationInputError(f"{model_path} takes {tuple(model.input_shape[1:])} images but {images.source} "
+                                   f"gives {tuple(images.x.shape[1:])}; score it on images like those it was trained on")
     if len(images.class_names) != num_classes:
         raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
                                    f"{len(images.class_names)}; evaluate it with the data it was trained on")
@@ -103,8 +110,11 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     world = engine.world
     from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
+    cfg, data_used = evaluation_data(cfg, model_path, command_overrides())
     model, images, num_classes = _model_and_images(cfg, model_path)
+    same_on_every_rank(f"{len(images.x)} images", images.class_names, images.source, engine.allgather_object)
     if world.is_chief:
+        log.info("data: %s", data_used)
         log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
 
     mine = np.arange(world.rank, len(images.x), world.size)
@@ -125,6 +135,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     result: Dict[str, Any] = {
         "model": str(model_path),
         "input": images.source,
+        "data": data_used,
         "ranks": world.size,
         "tta": tta,
         **report.summarize(images.labels, predicted, losses, images.class_names),

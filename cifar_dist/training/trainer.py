@@ -40,9 +40,11 @@ from omegaconf import DictConfig
 
 from cifar_dist.config import typed
 from cifar_dist.data import load_dataset
+from cifar_dist.data.checks import check_same_on_every_rank
 from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError, ConfigError
 from cifar_dist.models.builder import check_builder
+from cifar_dist.models import checks as model_checks
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
@@ -290,6 +292,7 @@ def probe_model_flavor(cfg) -> int:
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
     data = load_dataset(run.cfg.data, run.trainer.seed)
+    check_same_on_every_rank(data, run.engine.allgather_object)  # a factory giving ranks different data: named, no stall
     if run.world.is_chief:
         log.info("data: %s", data.source)
         log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
@@ -307,15 +310,6 @@ def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     return {"num_classes": data.num_classes}
 
 
-def check_model_fits(model, data) -> None:
-    """A model whose input is not the data's image shape fails here in one line, not inside fit()."""
-    from cifar_dist.errors import ConfigError
-
-    if tuple(model.input_shape[1:]) != tuple(data.image_shape):
-        raise ConfigError(f"the model takes {tuple(model.input_shape[1:])} images but {data.source} gives "
-                          f"{tuple(data.image_shape)}; set data.image_size (data=folder) or the model's input shape to match")
-
-
 def build_model(run: Run, data):
     """The configured model and optimizer, compiled, with the optimizer's slots created.
 
@@ -326,7 +320,7 @@ def build_model(run: Run, data):
     t, world = run.trainer, run.world
     model_kwargs(run.cfg.model, data)  # a model.num_classes that disagrees with the data: one line
     model = instantiate_model(run.cfg.model, data.num_classes, run.flavor)
-    check_model_fits(model, data)
+    model_checks.check_model(model, data, run.cfg.model._target_)  # the data's images and classes, softmax
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")

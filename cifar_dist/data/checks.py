@@ -1,0 +1,109 @@
+"""Cheap checks of what a data set holds, done before any model sees it: one line naming the problem, not a
+TensorFlow traceback mid-epoch (or a run that trains silently on wrong targets).
+
+- ``bad_images``: every file of an image folder is decoded once (PIL; JPEGs at a reduced scale) before
+  training; an unreadable one (corrupt, a text file named ``.png``) is refused in one line naming it, or
+  skipped and counted (``data.bad_files=skip``). Hidden files (``._x.png`` of macOS, ``.DS_Store``) are
+  never images: ``folder.image_files`` leaves them out, as it leaves out hidden folders.
+- ``check_elements``: a data factory's first elements of each split (after ``decode``): unbatched
+  HxWx3 images in [0, 1], integer scalar labels in [0, num_classes).
+- ``check_same_on_every_rank``: every rank read the same sizes and classes (a factory must return the
+  same elements on every rank; otherwise the ranks run different numbers of steps and stall).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable, FrozenSet, Optional, Sequence
+
+import numpy as np
+
+from cifar_dist.data.batches import DataError, reason
+
+log = logging.getLogger(__name__)
+
+REFUSE, SKIP = "refuse", "skip"
+FIRST_ELEMENTS = 256  # how many elements of each split check_elements reads
+_RANGE_SLACK = 1e-3  # float images a hair outside [0, 1] (rounding) are fine
+
+
+def unreadable(path: Path) -> Optional[str]:
+    """Why ``path`` is not an image PIL (and so TensorFlow's decoders) can read, or None when it is."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im.draft("RGB", (32, 32))  # JPEG: decode at a reduced scale; a no-op for other formats
+            im.load()
+    except Exception as exc:  # PIL raises many types for a bad file; all mean "not an image"
+        return reason(exc)
+    return None
+
+
+def bad_images(files: Sequence[Path], policy: str = REFUSE) -> FrozenSet[Path]:
+    """The unreadable ones of ``files``, to leave out with ``policy`` skip; with refuse, one line naming the first."""
+    bad = {f: why for f in files if (why := unreadable(f)) is not None}
+    if not bad:
+        return frozenset()
+    first, why = next(iter(bad.items()))
+    count = f"{len(bad)} image files cannot be read" if len(bad) > 1 else "an image file cannot be read"
+    if str(getattr(policy, "value", policy)) != SKIP:
+        raise DataError(f"{count}: {first} ({why}); remove or replace {'them' if len(bad) > 1 else 'it'}, "
+                        "or set data.bad_files=skip to leave them out")
+    log.warning("%s and %s left out (data.bad_files=skip): %s", count, "are" if len(bad) > 1 else "is",
+                ", ".join(str(f) for f in list(bad)[:5]) + (", ..." if len(bad) > 5 else ""))
+    return frozenset(bad)
+
+
+def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> Optional[str]:
+    """What is wrong with one (decoded image, label) element of a factory's dataset, or None."""
+    if image.ndim == 4:
+        return f"yields batches (images of shape {image.shape}); return unbatched elements (drop .batch() or add .unbatch())"
+    if image.ndim != 3 or image.shape[-1] != 3:
+        return f"yields images of shape {image.shape}, not HxWx3; give every image 3 channels (RGB)"
+    if label.ndim == 1 and label.shape[0] == num_classes:
+        return f"yields one-hot labels (shape {label.shape}); yield the class index instead (tf.argmax(label))"
+    if label.ndim != 0:
+        return f"yields labels of shape {label.shape}; yield one integer class index per image"
+    if not np.issubdtype(label.dtype, np.integer):
+        return f"yields {label.dtype} labels (e.g. {label.item()}); yield integer class indices (cast them to int64)"
+    if not 0 <= int(label) < num_classes:
+        return f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; number the classes 0..{num_classes - 1}"
+    low, high = float(image.min()), float(image.max())
+    if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
+        return (f"yields float images with values in [{low:.3g}, {high:.3g}], not [0, 1]; "
+                + ("divide them by 255 (or yield uint8)" if high > 1.5 else "scale them to [0, 1]"))
+    return None
+
+
+def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
+    """The first ``count`` elements of ``streams.train`` and ``.test`` (decoded) obey the factory contract."""
+    import tensorflow as tf
+
+    decode = streams.decode or (lambda x: x)
+    for split, dataset in (("train", streams.train), ("test", streams.test)):
+        dtype = dataset.map(lambda x, y: (decode(x), y)).element_spec[0].dtype  # known without reading an element
+        if not (dtype.is_floating or dtype in (tf.uint8, tf.uint16)):  # other integers would be scaled by their max
+            raise DataError(f"the {split} dataset of {where} yields {dtype.name} images; yield uint8 (0-255) or "
+                            "float images in [0, 1] (docs/data.md)")
+        for image, label in streams.images(dataset.take(count)):
+            problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes))
+            if problem:
+                raise DataError(f"the {split} dataset of {where} {problem} (docs/data.md)")
+
+
+def check_same_on_every_rank(data, allgather: Callable[[object], Sequence[object]]) -> None:
+    """One line on every rank when the ranks did not read the same data (sizes, classes): named, not a stall."""
+    same_on_every_rank(f"{data.train_size} train / {data.test_size} test images, {len(data.class_names)} classes",
+                       tuple(data.class_names), data.source, allgather)
+
+
+def same_on_every_rank(summary: str, class_names: Sequence[str], source: str,
+                       allgather: Callable[[object], Sequence[object]]) -> None:
+    """``summary`` (what this rank read) and ``class_names`` gathered from every rank; one line when they differ."""
+    seen = list(allgather((summary, tuple(class_names))))
+    if all(s == seen[0] for s in seen):
+        return
+    parts = "; ".join(f"rank {r}: {s}" for r, (s, _) in enumerate(seen))
+    raise DataError(f"the ranks read different data ({parts}); {source} must give every rank the same "
+                    "elements in the same order (seed it with the seed it is given, not the rank)")

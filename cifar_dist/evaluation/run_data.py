@@ -1,0 +1,66 @@
+"""Which data an evaluation scores with: the training run's own, unless the command names the data.
+
+A run dir records the data it was trained on in ``.hydra/config.yaml`` (the data set, its path, image size,
+split, a factory and its kwargs; ``trainer.seed``, which a factory is called with). ``task=evaluate
+evaluate.model=<run dir>`` (or a model file in its ``saved_models/`` or ``checkpoints/``) uses that ``data``
+node, so a model trained on ``data=sample`` (``debug=fast``) or on an image folder is scored on what it
+learnt, without repeating ``data=...`` (was: the default ``data=cifar10``, a 170 MB download). Any
+``data`` override on the command line (``data=folder``, ``data.path=...``) means the command's data instead,
+and so does a primary config of the user's own (``--config-name``; a Batch AI node's uploaded config, which
+the launching command composed). Which one was used is logged and written to ``evaluation.json`` (``data``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cifar_dist.override_syntax import override_key
+from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+
+MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
+
+
+def training_run_dir(model_path: Path) -> Optional[Path]:
+    """The run dir that wrote ``model_path`` (a file of its ``saved_models/`` or ``checkpoints/``); None elsewhere."""
+    return model_path.parent.parent if model_path.parent.name in MODEL_FOLDERS else None
+
+
+def command_overrides() -> Optional[Sequence[str]]:
+    """This job's command-line overrides (Hydra's ``overrides.task``); None outside a Hydra job, or when its
+    primary config is not cifar_dist's own ``config`` (``--config-name`` of a user's, or the uploaded
+    ``job_config`` a Batch AI node composes): such a config states its data itself."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from cifar_dist.launchers.carry import DEFAULT_CONFIG_NAME
+
+    if not HydraConfig.initialized() or HydraConfig.get().job.config_name != DEFAULT_CONFIG_NAME:
+        return None
+    return list(HydraConfig.get().overrides.task)
+
+
+def names_data(overrides: Sequence[str]) -> bool:
+    """Whether the command chose or changed the data (``data=...``, ``data.path=...``, ``+data.kwargs.n=...``)."""
+    return any(key == "data" or key.startswith("data.") for key in map(override_key, overrides))
+
+
+def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:
+    """``cfg`` with the data (and ``trainer.seed``) of the run that trained ``model_path``, unless the command
+    names the data or there is no such run; and a line saying which data that is."""
+    from cifar_dist.config import typed_data
+
+    run = training_run_dir(model_path)
+    saved = run / SAVED_CONFIG if run is not None else None
+    if overrides is None:
+        return cfg, f"data={cfg.data.name}, as the config given says"
+    if names_data(overrides):
+        return cfg, f"data={cfg.data.name}, as the command says"
+    if saved is None or not saved.is_file():
+        return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
+    trained = OmegaConf.load(saved)
+    out = cfg.copy()
+    with open_dict(out):
+        out.data = typed_data(trained.data)
+        out.trainer.seed = trained.trainer.seed
+    return out, f"data={trained.data.name}, as the run that trained it ({saved}); give data=... to score other data"
