@@ -195,7 +195,7 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
 
 
 @pytest.mark.parametrize("model, env, words", [
-    ("mixed", {}, ["mymodels3.mixed mixes Keras", "both Keras 3 (keras) and Keras 2 (tf.keras)", "one Keras"]),
+    ("mixed", {}, ["model._target_=mymodels3.mixed mixes Keras", "both Keras 3 (keras) and Keras 2 (tf.keras)", "one Keras"]),
     ("unsaveable", {}, ["cannot be saved and loaded back", "register_keras_serializable"]),
     ("k3", {"KERAS_BACKEND": "jax"}, ["jax backend", "engine=horovod", "unset KERAS_BACKEND"]),
 ])

@@ -41,6 +41,8 @@ def test_the_slurm_dry_runs_sbatch_hint_pastes_as_the_script_path(tmp_path):
 
 def test_re_run_with_hydra_run_dir_pastes_as_the_run_dir(tmp_path):
     run_dir = tmp_path / HOSTILE
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "checkpoint-001.h5").write_bytes(b"")  # the hint is for a run that has one to resume
     message = first_failure(tmp_path / "logs", 1, since=0.0, runner_output="").message(run_dir)
     word = message.split("re-run with ", 1)[1].rsplit(" to resume", 1)[0]
     (arg,) = pasted(f"python {word}", tmp_path)

@@ -35,11 +35,16 @@ def check_input(model, data) -> None:
                           f"data.image_size={takes[0]} (data=folder), or use a model built for {gives} images")
 
 
-def check_model(model, data, target: str) -> None:
-    """``model`` (what ``target`` built) is a Keras model taking the data's images to ``num_classes`` probabilities."""
+def check_is_model(model, target: str) -> None:
+    """``model`` (what ``target`` built) is a Keras model of either Keras."""
     if not _is_model(model):
         raise ConfigError(f"model._target_={target} returned {type(model).__name__}, not a Keras model; "
                           "return an uncompiled tf.keras.Model or keras.Model (docs/models.md)")
+
+
+def check_model(model, data, target: str) -> None:
+    """``model`` (what ``target`` built) is a Keras model taking the data's images to ``num_classes`` probabilities."""
+    check_is_model(model, target)
     check_input(model, data)
     try:
         outputs = model.predict(data.fit_images(CHECK_IMAGES), verbose=0)

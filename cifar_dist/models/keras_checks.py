@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from cifar_dist.errors import ConfigError
+from cifar_dist.models.checks import check_is_model
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, name
 
 
@@ -23,10 +24,10 @@ def build_failure(exc: BaseException, target: str) -> ModelKerasError:
     cause = exc.__cause__ or exc  # hydra.utils.instantiate wraps the builder's exception
     if _crossed_keras(cause):
         return ModelKerasError(
-            f"{target} mixes Keras: building it called into both Keras 3 (keras) and Keras 2 (tf.keras) "
+            f"model._target_={target} mixes Keras: building it called into both Keras 3 (keras) and Keras 2 (tf.keras) "
             f"({type(cause).__name__}: {_first_line(cause)}); build every layer with one Keras "
             "(import keras for Keras 3, or tf.keras for Keras 2)")
-    return ModelKerasError(f"{target} failed to build the model ({type(cause).__name__}: {_first_line(cause)}); "
+    return ModelKerasError(f"model._target_={target} failed to build the model ({type(cause).__name__}: {_first_line(cause)}); "
                            "fix the builder (try calling it in Python with num_classes=10)")
 
 
@@ -58,15 +59,13 @@ def _first_line(exc: BaseException) -> str:
 
 def model_flavor(model, target: str) -> int:
     """The Keras of ``model`` (2 or 3), with every layer of that same Keras; one line otherwise."""
+    check_is_model(model, target)
     flavor = flavor_of(model)
-    if not flavor or not hasattr(model, "fit"):
-        raise ModelKerasError(f"{target} returned {type(model).__name__}, not a Keras model; "
-                              "return a keras.Model (Keras 3) or a tf.keras.Model (Keras 2), uncompiled")
     others = sorted({type(layer).__name__ for layer in model._flatten_layers(include_self=False)
                      if flavor_of(layer) not in (flavor, 0)})
     if others:
         raise ModelKerasError(
-            f"{target} mixes Keras: a {name(flavor)} model with {name(KERAS2 if flavor == KERAS3 else KERAS3)} "
+            f"model._target_={target} mixes Keras: a {name(flavor)} model with {name(KERAS2 if flavor == KERAS3 else KERAS3)} "
             f"layers ({', '.join(others)}); build every layer with one Keras (import keras for Keras 3, "
             "or tf.keras for Keras 2)")
     return flavor
@@ -120,7 +119,7 @@ def check_saveable(model, target: str) -> None:
     except Exception as exc:  # NotImplementedError (no get_config), TypeError/ValueError (not registered)
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelKerasError(
-            f"{target} builds a model that cannot be saved and loaded back ({why[:300]}); give each custom layer "
+            f"model._target_={target} builds a model that cannot be saved and loaded back ({why[:300]}); give each custom layer "
             "a get_config() returning its __init__ arguments and register it "
             "(@keras.saving.register_keras_serializable() for Keras 3, "
             "@tf.keras.utils.register_keras_serializable() for Keras 2)") from None
