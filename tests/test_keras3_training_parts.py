@@ -101,11 +101,11 @@ RECORD_LR = textwrap.dedent(
     seen = []
     record = tf.keras.callbacks.LambdaCallback(
         on_train_batch_begin=lambda b, logs: seen.append(float(tf.keras.backend.get_value(model.optimizer.lr))))
-    # What trainer.callbacks() adds for trainer.warmup_epochs and trainer.lr_decay_epochs/lr_decay_factor:
-    callbacks = [hvd.callbacks.LearningRateWarmupCallback(initial_lr=lr, warmup_epochs=warmup, steps_per_epoch=spe)]
-    callbacks += [hvd.callbacks.LearningRateScheduleCallback(initial_lr=lr, multiplier=factor ** (i + 1), start_epoch=start,
-                  end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=spe)
-                  for i, start in enumerate(decays)]
+    # What the trainer adds for trainer.warmup_epochs and trainer.lr_decay_epochs/lr_decay_factor (Keras 2):
+    from types import SimpleNamespace
+    from cifar_dist.training.trainer import horovod_lr_callbacks
+    t = SimpleNamespace(warmup_epochs=warmup, lr_decay_epochs=decays, lr_decay_factor=factor)
+    callbacks = horovod_lr_callbacks(t, lr, spe, is_chief=False)
     model.fit(np.zeros((spe * 4, 2)), np.zeros((spe * 4, 1)), batch_size=4, epochs=epochs, verbose=0,
               callbacks=callbacks + [record])
     if hvd.rank() == 0:
@@ -133,8 +133,9 @@ def test_horovod_lr_is_what_horovods_warmup_and_decay_callbacks_set_at_every_ste
     np.testing.assert_allclose(ours, recorded["lr"], rtol=1e-6)
     assert len(set(np.round(ours, 6))) > 10  # the warmup ramps, the decays step: a sequence worth comparing
     assert ours[10] == ours[14] == pytest.approx(0.1 * (2 / 1.5 + 1) / 2)  # epoch 2: the warmup's last value, held
-    # Horovod reads a constant multiplier m of start_epoch s as m ** (epoch - s): 1 in the decay's first epoch.
-    assert (ours[15], ours[20], ours[25]) == pytest.approx((0.1, 0.1, 0.1 * 0.25))
+    # A step decay: x0.5 from epoch 3, x0.25 from epoch 4 (Horovod would read a constant multiplier m as
+    # m ** (epoch - start): the full lr in each decay's first epoch, then an exponential decay).
+    assert (ours[15], ours[20], ours[25]) == pytest.approx((0.1 * 0.5, 0.1 * 0.25, 0.1 * 0.25))
     opt = optimizers.sgd(schedule, keras=keras)
     opt.iterations.assign(17)
     assert current_lr(opt) == pytest.approx(recorded["lr"][17], rel=1e-6)

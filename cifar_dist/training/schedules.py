@@ -151,9 +151,9 @@ def horovod_multiplier(ops, step, steps_per_epoch: int, size: int, warmup_epochs
 
     - ``LearningRateWarmupCallback(warmup_epochs)``, at every batch of epochs e < warmup_epochs:
       1/size * ((e + b/spe + 1/spe) * (size - 1) / warmup_epochs + 1);
-    - ``LearningRateScheduleCallback(multiplier=decay_factor ** (i + 1), start_epoch=d_i, end_epoch=d_(i+1))``
-      for the i-th of the sorted ``decay_epochs``, at batch 0 of epochs d_i <= e < d_(i+1):
-      (decay_factor ** (i + 1)) ** (e - d_i) (Horovod's reading of a constant multiplier);
+    - ``LearningRateScheduleCallback(multiplier=lambda epoch: decay_factor ** (i + 1), start_epoch=d_i,
+      end_epoch=d_(i+1))`` for the i-th of the sorted ``decay_epochs``, at batch 0 of epochs d_i <= e < d_(i+1):
+      decay_factor ** (i + 1), a step decay (trainer.horovod_lr_callbacks);
     - the warmup callback runs first, so a decay wins at batch 0 and the warmup at the others; where neither
       runs the variable keeps the last value set: the warmup's last (its final batch), else 1.
     """
@@ -164,7 +164,7 @@ def horovod_multiplier(ops, step, steps_per_epoch: int, size: int, warmup_epochs
         active = e >= start
         if i + 1 < len(decay_epochs):
             active = active & (e < decay_epochs[i + 1])
-        multiplier = ops.where(active, (decay_factor ** (i + 1)) ** (e - start), multiplier)
+        multiplier = ops.where(active, ops.cast(decay_factor ** (i + 1), "float32"), multiplier)
         decaying = active if decaying is None else decaying | active
     if warmup_epochs > 0:
         warm = 1.0 / size * ((e + b / steps_per_epoch + 1.0 / steps_per_epoch) * (size - 1) / warmup_epochs + 1.0)

@@ -543,8 +543,11 @@ def horovod_lr_callbacks(t, lr: float, steps: int, is_chief: bool) -> list:
             initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0))
     decays = sorted(t.lr_decay_epochs)
     for i, start in enumerate(decays):
+        # HOROVOD: a step decay, lr x factor^(i+1) from the i-th decay epoch on. The multiplier is given as a
+        # function of the epoch: Horovod reads a constant m as m ** (epoch - start), an exponential decay that
+        # would give the decay's own first epoch the full lr again.
         found.append(hvd_keras.callbacks.LearningRateScheduleCallback(
-            initial_lr=lr, multiplier=t.lr_decay_factor ** (i + 1), start_epoch=start,
+            initial_lr=lr, multiplier=lambda epoch, m=t.lr_decay_factor ** (i + 1): m, start_epoch=start,
             end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
     return found
 
