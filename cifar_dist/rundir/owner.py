@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import List
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
 
 MARKER = ".cifar_dist_run"
@@ -37,11 +38,11 @@ OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an e
 OUTPUT_NAMES = (
     ".hydra", "cifar_dist.log", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard",
     "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
-    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock",
+    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock", FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
-SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra")
+SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
 
 
@@ -156,12 +157,17 @@ def remove_if_created_here(run_dir: Path) -> bool:
     existed = created_below(run_dir)
     if existed is None:
         return False
-    shutil.rmtree(run_dir, ignore_errors=True)
-    parent = Path(run_dir).absolute().parent
+    remove_created(run_dir, existed)
+    return True
+
+
+def remove_created(path: Path, existed: Path) -> None:
+    """Remove ``path`` and its parents this command created, up to ``existed`` (the folder that existed before)."""
+    shutil.rmtree(path, ignore_errors=True)
+    parent = Path(path).absolute().parent
     while parent != existed and existed in parent.parents:  # e.g. the date folder of the default run dir
         try:
             parent.rmdir()
         except OSError:
             break
         parent = parent.parent
-    return True
