@@ -34,9 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 from cifar_dist.errors import CifarDistError
 from cifar_dist.redaction import redact_text
 from cifar_dist.rundir.guard import RunDirGuard
-from cifar_dist.rundir.owner import only_scaffolding, remove_created, remove_if_created_here
-
-SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into the sweep dir before the first batch
+from cifar_dist.rundir.owner import SWEEP_RECORD, only_scaffolding, remove_created, remove_if_created_here
 
 
 def point_dir(config: DictConfig) -> Path:
@@ -126,7 +124,7 @@ def refused_return(config: DictConfig, why: str) -> Any:
 
     from cifar_dist.errors import PointFailed
 
-    task_cfg = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-    return JobReturn(overrides=[str(o) for o in config.hydra.overrides.task], cfg=task_cfg,
-                     hydra_cfg=config, return_value=PointFailed(f"point #{config.hydra.job.num}: {why}"),
-                     status=JobStatus.FAILED)
+    ret = JobReturn(overrides=[str(o) for o in config.hydra.overrides.task], hydra_cfg=config,
+                    cfg=OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), status=JobStatus.FAILED)
+    ret.return_value = PointFailed(f"point #{config.hydra.job.num}: {why}")
+    return ret

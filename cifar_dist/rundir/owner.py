@@ -44,6 +44,7 @@ OUTPUT_NAMES = (
 # empty job log: a job that started has logged something) has nothing of a job in it.
 SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
+SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into a sweep dir before its first batch
 
 
 class Owner(Enum):
@@ -84,14 +85,29 @@ def owner(run_dir: Path) -> Owner:
     return Owner.LEGACY if _legacy(run_dir) else Owner.FOREIGN
 
 
+def _listing(folder: Path) -> str:
+    """``a, b, c, d, e and 3 more``: what a refused folder holds."""
+    names = sorted(p.name for p in Path(folder).iterdir())
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def refuse_foreign_sweep_dir(sweep_dir: Path) -> None:
+    """One line, nothing touched, when ``sweep_dir`` holds files but is no sweep's dir (no ``multirun.yaml``):
+    its summary would list every run found below it as a point of this sweep."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir() or (sweep_dir / SWEEP_RECORD).is_file() or not any(sweep_dir.iterdir()):
+        return
+    raise ForeignRunDir(
+        f"sweep dir {sweep_dir} exists and is not the dir of a sweep (it holds {_listing(sweep_dir)}, no "
+        f"{SWEEP_RECORD}); choose another hydra.sweep.dir: a new or empty folder, or an earlier sweep's dir to re-run it")
+
+
 def refuse_foreign(run_dir: Path) -> None:
     """One line, nothing touched, when ``run_dir`` holds files cifar_dist did not write."""
     if owner(run_dir) is not Owner.FOREIGN:
         return
-    names = sorted(p.name for p in Path(run_dir).iterdir())
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     raise ForeignRunDir(
-        f"run dir {run_dir} exists and was not made by cifar_dist (it holds {shown}); choose another "
+        f"run dir {run_dir} exists and was not made by cifar_dist (it holds {_listing(run_dir)}); choose another "
         f"hydra.run.dir, or adopt it with `touch {Path(run_dir) / MARKER}` (files a run would write are then "
         "moved aside as <name>.kept-<time>, never deleted)")
 
@@ -145,11 +161,13 @@ def created_below(run_dir: Path) -> "Path | None":
     return Path(lines[1][len("below "):]) if lines[1].startswith("below ") else None
 
 
-def only_scaffolding(run_dir: Path) -> bool:
-    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, empty log)."""
+def only_scaffolding(run_dir: Path, with_log: bool = False) -> bool:
+    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, an
+    empty log; ``with_log``: a log with lines, a job that stopped at its start before writing anything else)."""
     run_dir = Path(run_dir)
     return run_dir.is_dir() and all(
-        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and entry.stat().st_size == 0) for entry in run_dir.iterdir())
+        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and (with_log or entry.stat().st_size == 0))
+        for entry in run_dir.iterdir())
 
 
 def remove_if_created_here(run_dir: Path) -> bool:

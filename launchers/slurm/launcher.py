@@ -110,9 +110,33 @@ class SlurmLauncher(ClusterLauncher):
         return SlurmJob(self.client, self.conf, run_dir, prepared.script, job_id, prepared.task,
                         follow_from_start=False, states=states)
 
+    def finished(self, job: JobSpec) -> Optional[LaunchResult]:
+        """A training run whose run dir records it finished with these epochs and ranks (a re-run of a
+        killed sweep's completed point): its result, without a job (which would only score it again)."""
+        from cifar_dist.results import finished_run
+        from cifar_dist.training.trainer import planned_epochs
+
+        if str(job.cfg.task.get("name", "train")) != "train":
+            return None
+        ranks = self.conf.world_size
+        metrics = finished_run(job.output_dir, planned_epochs(job.cfg.trainer, ranks), ranks)
+        if metrics is None:
+            return None
+        log.info("%s already finished its %d epoch(s) on %d rank(s): nothing to submit", job.output_dir,
+                 metrics["run"]["epochs"], ranks)
+        return LaunchResult(exit_code=0, metrics=metrics, message=f"{job.output_dir} had finished")
+
     # --- a sweep: one job array ---------------------------------------------------------
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        """Every job not already finished (``finished``): one job, or a job array of them."""
+        done = {i: result for i, result in ((i, self.finished(job)) for i, job in enumerate(jobs)) if result}
+        rest = iter(self._launch_unfinished([job for i, job in enumerate(jobs) if i not in done]))
+        return [done[i] if i in done else next(rest) for i in range(len(jobs))]
+
+    def _launch_unfinished(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        if not jobs:
+            return []
         if len(jobs) < 2:
             return super().launch_all(jobs)
         results: Dict[int, LaunchResult] = {}
