@@ -2,7 +2,11 @@
 
 Hydra's sweeper (basic, Optuna, ...) hands ``launch(job_overrides,
 initial_job_idx)`` a batch of points. Each point's config is composed as
-Hydra's BasicLauncher composes it; then the point's own ``launcher`` decides:
+Hydra's BasicLauncher composes it, and every point is checked before the
+first one starts and before Hydra writes into its dir (values, then its run
+dir: ``sweep_checks.py``); a refused point fails alone without starting, and
+a batch refused whole ends the sweep with exit 2. Then the point's own
+``launcher`` decides:
 
 - the in-process launcher (``launcher=local``), or no ``launcher`` group at
   all (any other Hydra app): Hydra's ``run_job`` with the app's task function,

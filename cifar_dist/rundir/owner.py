@@ -7,7 +7,7 @@ holds someone's own files must not be taken over silently. When cifar_dist
 creates a run dir (or finds it empty) it writes ``.cifar_dist_run`` (who
 created it, when); run dirs of earlier versions are recognised by Hydra's
 ``.hydra/hydra.yaml`` naming the ``cifar_dist`` job, the run-dir lock file or
-``checkpoints/checkpoint-NNN.h5``. Any other folder with
+checkpoints (``checkpoints.list_checkpoints``). Any other folder with
 files in it is refused before anything in it is touched, with the way out:
 another ``hydra.run.dir``, or adopting the folder by creating an empty
 marker (``touch <dir>/.cifar_dist_run``). An adopted folder's files that a
@@ -63,7 +63,9 @@ class ForeignRunDir(CifarDistError):
 def _legacy(run_dir: Path) -> bool:
     """Files only cifar_dist writes: Hydra's record of the cifar_dist job, the run-dir lock, or checkpoints
     (a run with ``hydra.output_subdir=null`` has no ``.hydra/``; checkpoints copied to resume from have neither)."""
-    if (run_dir / LOCK_NAME).is_file() or any((run_dir / "checkpoints").glob("checkpoint-[0-9][0-9][0-9]*.h5")):
+    from cifar_dist.training.checkpoints import list_checkpoints
+
+    if (run_dir / LOCK_NAME).is_file() or list_checkpoints(run_dir / "checkpoints"):
         return True
     try:
         text = (run_dir / ".hydra" / "hydra.yaml").read_text("utf-8", errors="replace")
