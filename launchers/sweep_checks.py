@@ -97,15 +97,21 @@ def check_points(points: List[DictConfig], guard: RunDirGuard, sweep_dir: Path, 
     refused = refused_points(points, guard)
     if not refused or len(refused) < len(points):
         return refused
-    guard.release_all()
-    for config in points:
-        run_dir = point_dir(config)
-        if only_scaffolding(run_dir):
-            remove_if_created_here(run_dir)
+    release_unstarted(points, guard)
     remove_new_sweep_dir(sweep_dir, existed)
     for i, problem in sorted(refused.items()):
         print(f"cifar_dist: error: {point_label(points[i])}: {problem}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def release_unstarted(points: List[DictConfig], guard: RunDirGuard) -> None:
+    """Once the batch has ended (or was refused, or interrupted): the points' locks released, and the dir of a
+    point that never started (no ``.hydra/``) removed when this command created it for the check."""
+    guard.release_all()
+    for config in points:
+        run_dir = point_dir(config)
+        if not (run_dir / ".hydra").exists() and only_scaffolding(run_dir):
+            remove_if_created_here(run_dir)
 
 
 def remove_new_sweep_dir(sweep_dir: Path, existed: Path) -> None:

@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
-from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return
+from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
 from cifar_dist.options import config_option
 from cifar_dist.redaction import redact_logs, redact_text
 
@@ -164,7 +164,7 @@ class SweepLauncher(HydraLauncher):
             close_sweep(sweep_dir, [], interrupted=True)
             raise
         finally:
-            self.guard.release_all()
+            release_unstarted(points, self.guard)
 
     def launch_points(self, points: List[DictConfig], sweep_dir: Path,
                       refused: Optional[Dict[int, str]] = None) -> Sequence[JobReturn]:
