@@ -58,3 +58,23 @@ def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one
     line = one_error_line(changed)
     assert line.startswith("cifar_dist: error: point #0 (") and "optimizer.lr (was 0.0001, now 0.0005)" in line
     assert (sweep / "0" / ".hydra" / "config.yaml").read_bytes() == before
+
+
+def test_a_point_submitted_again_waits_for_the_followed_task_under_concurrent_1(cluster, tiny_data, tmp_path):
+    sweep = tmp_path / "sweep"
+    args = small(tiny_data, "trainer.epochs=50", "launcher.concurrent=1", "launcher.wait=false",
+                 f"hydra.sweep.dir={sweep}")
+    first = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    cancelled = job_id(sweep / "0")
+    wait_for(lambda: job_state(cluster, cancelled) == "RUNNING", 300, what="task 0 to run")
+    cluster.run("scancel", cancelled)  # point #0 unfinished; task 1 of the array runs next
+    followed = job_id(sweep / "1")
+    wait_for(lambda: job_state(cluster, followed) == "RUNNING", 300, what="task 1 to run")
+
+    again = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    resubmitted = job_id(sweep / "0")
+    assert resubmitted != cancelled and job_id(sweep / "1") == followed
+    shown = cluster.run("scontrol", "-o", "show", "job", resubmitted).stdout
+    assert f"Dependency=afterany:{followed}" in shown and job_state(cluster, resubmitted) == "PENDING", shown

@@ -87,12 +87,12 @@ class SlurmLauncher(ClusterLauncher):
         print(prepared.script.read_text("utf-8"), end="", flush=True)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {prepared.script}")
 
-    def submit(self, prepared: PreparedJob, states: Optional[JobStates] = None) -> SlurmJob:
+    def submit(self, prepared: PreparedJob, states: Optional[JobStates] = None, after: Sequence[str] = ()) -> SlurmJob:
         run_dir = prepared.job.output_dir
         if prepared.running is not None:
             return self._follow(prepared, states)
         _note_submitting(run_dir)
-        job_id = self.client.submit(prepared.script)
+        job_id = self.client.submit(prepared.script, after)
         record_job_id(run_dir, job_id)
         conf = self.conf
         log.info("submitted Slurm job %s: %d node(s) x %d rank(s), %d min; run dir %s",
@@ -157,11 +157,13 @@ class SlurmLauncher(ClusterLauncher):
         states = JobStates(self.client)
         submitted = {i: self._follow(p, states) for i, p in prepared.items() if p.running is not None}
         new = [i for i, p in prepared.items() if p.running is None]
+        # launcher.concurrent=k counts the followed tasks too: what is submitted now starts after them
+        after = [p.running.job_id for p in prepared.values() if p.running is not None] if self.conf.concurrent else []
         try:
             if len(new) == 1:
-                submitted[new[0]] = self.submit(prepared[new[0]], states)
+                submitted[new[0]] = self.submit(prepared[new[0]], states, after)
             elif new:
-                for i, job_id in zip(new, self._submit_array([prepared[i] for i in new])):
+                for i, job_id in zip(new, self._submit_array([prepared[i] for i in new], after)):
                     p = prepared[i]
                     submitted[i] = SlurmJob(self.client, self.conf, p.job.output_dir, p.script, job_id, p.task,
                                             states=states)
