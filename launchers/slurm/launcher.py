@@ -172,14 +172,15 @@ class SlurmLauncher(ClusterLauncher):
             results.update({i: LaunchResult(exit_code=2, message=str(exc)) for i in new if i not in submitted})
         return submitted
 
-    def _submit_array(self, points: List[PreparedJob]) -> List[str]:
-        """sbatch one array for ``points``; their ids ``<array>_<i>``, each recorded in its run dir."""
+    def _submit_array(self, points: List[PreparedJob], after: Sequence[str] = ()) -> List[str]:
+        """sbatch one array for ``points`` (after the jobs ``after``); their ids ``<array>_<i>``, each recorded
+        in its run dir."""
         script = self._array_script_path(points)
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(array_script(self.conf, [p.job for p in points], array_dir(points)), "utf-8")
         for p in points:
             _note_submitting(p.job.output_dir)
-        array_id = self.client.submit(script)
+        array_id = self.client.submit(script, after)
         ids = [f"{array_id}_{i}" for i in range(len(points))]
         for p, job_id in zip(points, ids):
             record_job_id(p.job.output_dir, job_id)
