@@ -20,6 +20,12 @@ What is fingerprinted is cheap and needs neither TensorFlow nor the images:
 A part that cannot be computed (a module not importable from here, a folder
 not readable) is left out and not compared: the trainer reports those in its
 own words.
+
+What only the loaded data can tell (a factory's or an archive's class names
+and image counts: ``data_loaded``) is added by the trainer once rank 0 has
+the data (``check_loaded_data``, one call in ``training/trainer.py``): recorded
+at a first start, compared on a resume, refused in the same one line on every
+rank (rank 0 decides, Horovod broadcasts it).
 """
 from __future__ import annotations
 
@@ -118,16 +124,52 @@ def check_resume(run_dir: Path, cfg: Any) -> None:
         return
     differing = differences(old, fingerprint(cfg))
     if differing:
-        raise FingerprintChanged(
-            f"{run_dir} holds checkpoints trained with other code or data: {'; '.join(differing)}. "
+        raise FingerprintChanged(_refusal(run_dir, differing))
+
+
+def _refusal(run_dir: Path, differing: List[str]) -> str:
+    return (f"{run_dir} holds checkpoints trained with other code or data: {'; '.join(differing)}. "
             f"Put the old code or data back, re-run with {OVERRIDE}=true to resume anyway, "
             "or choose a new hydra.run.dir")
+
+
+def loaded_data_problem(run_dir: Path, cfg: Any, data: Any, resuming: bool) -> str:
+    """Rank 0: compare (on a resume) and record what the loaded ``data`` is; the refusal, or ""."""
+    from cifar_dist.atomic_files import write_json
+
+    now = {"class_names": [str(n) for n in data.class_names], "train_images": int(data.train_size),
+           "test_images": int(data.test_size)}
+    old = recorded(Path(run_dir)) or {}
+    accept = bool(cfg.trainer.get("resume_despite_changes", False))
+    differing = differences({"data_loaded": old.get("data_loaded", {})}, {"data_loaded": now})
+    if resuming and differing and not accept:
+        return _refusal(run_dir, differing)
+    if old.get("data_loaded") != now:
+        write_json(Path(run_dir) / FINGERPRINT, {**old, "data_loaded": now})
+    return ""
+
+
+def check_loaded_data(run: Any, data: Any) -> None:
+    """Every rank: refuse resuming with loaded data other than the run's (rank 0 decides; see the module doc)."""
+    import horovod.tensorflow as hvd  # after init_world (training/trainer.py's module doc)
+
+    from cifar_dist.training.checkpoints import list_checkpoints
+
+    problem = ""
+    if run.world.is_chief:
+        resuming = bool(list_checkpoints(run.checkpoint_dir))
+        problem = loaded_data_problem(run.output_dir, run.cfg, data, resuming)
+    problem = hvd.broadcast_object(problem, root_rank=0)
+    if problem:
+        raise FingerprintChanged(problem)
 
 
 def record(run_dir: Path, cfg: Any, resuming: bool) -> None:
     """Write the fingerprint at a first start, on a resume that accepted changes, or when an earlier run lacks it."""
     from cifar_dist.atomic_files import write_json
 
-    if resuming and recorded(run_dir) is not None and not bool(cfg.trainer.get("resume_despite_changes", False)):
+    old = recorded(run_dir)
+    if resuming and old is not None and not bool(cfg.trainer.get("resume_despite_changes", False)):
         return
-    write_json(Path(run_dir) / FINGERPRINT, fingerprint(cfg))
+    loaded = {"data_loaded": old["data_loaded"]} if resuming and old and "data_loaded" in old else {}
+    write_json(Path(run_dir) / FINGERPRINT, {**fingerprint(cfg), **loaded})

@@ -38,6 +38,7 @@ from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.models.builder import check_builder
 from cifar_dist.results import METRICS_FILE
+from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training import checkpoints, recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.hardware import cpu_supports_bfloat16
@@ -242,6 +243,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.training.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
 
     data = load_data(run)
+    check_loaded_data(run, data)  # a resume with other data (class names, counts) is refused: rundir/fingerprint.py
     model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
     train_data, val_data = make_streams(run, data, initial_epoch)
