@@ -52,11 +52,13 @@ def select_launcher(cfg: DictConfig) -> Launcher:
 def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
     """One line on stderr, then exit: no traceback for user errors.
 
-    A run dir this command created and the job wrote nothing into is removed
-    (a refused command leaves nothing behind); any other keeps the reason in
-    its log (a full disk or a diverged loss keeps its checkpoints)."""
+    A run dir this command created and the job wrote nothing into but its log
+    is removed (a refused command, or an error found at the start such as a
+    missing data path, leaves nothing behind; the line on the console says
+    why); any other keeps the reason in its log (a full disk or a diverged
+    loss keeps its checkpoints)."""
     message = redact_text(message)  # it may quote an override (a typo's tracking.urii=https://user:password@...)
-    if run_dir is None or not (only_scaffolding(run_dir) and remove_if_created_here(run_dir)):
+    if run_dir is None or not (only_scaffolding(run_dir, with_log=True) and remove_if_created_here(run_dir)):
         to_log_file_only(logging.ERROR, "stopped: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
     sys.exit(code)

@@ -214,6 +214,9 @@ class TrainerConfig:
     # false: start fresh, refuse to touch existing checkpoints.
     # (A string, not an Enum: the command line's true/false arrive as booleans.)
     resume: str = "auto"
+    # Resume although the model builder's source or the data's files changed since the run started
+    # (recorded in the run dir, cifar_dist/rundir/fingerprint.py); the new ones are recorded then.
+    resume_despite_changes: bool = False
     # Per-rank CPU threads; 0 = automatic (cores available / local ranks).
     intra_op_threads: int = 0
     inter_op_threads: int = 0

@@ -73,6 +73,14 @@ def training_complete(run_dir: Path) -> bool:
     return bool((read_metrics(run_dir) or {}).get("complete", False))
 
 
+def finished_run(run_dir: Path, epochs: int, ranks: int) -> Optional[Dict[str, Any]]:
+    """metrics.json when it records this run finished: complete, ``epochs`` planned on ``ranks`` ranks; else None."""
+    metrics = read_metrics(run_dir) or {}
+    run = metrics.get("run") or {}
+    done = metrics.get("complete") and run.get("epochs") == epochs and metrics.get("ranks") == ranks
+    return metrics if done else None
+
+
 def final_accuracy(metrics: Optional[Dict[str, Any]]) -> Optional[float]:
     """The number a sweep optimises: the final test accuracy (evaluation accuracy for task=evaluate)."""
     test = (metrics or {}).get("test") or {}

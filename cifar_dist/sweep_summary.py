@@ -103,11 +103,35 @@ def _launcher_choice(job_dir: Path) -> str:
     return str(OmegaConf.select(hydra_cfg, "runtime.choices.launcher", default="") or "")
 
 
-def dry_run_line(launchers: List[str]) -> str:
-    """``dry run: N commands written, nothing started`` for dry runs of these launchers (jobs for the cluster ones)."""
+def dry_run_line(launchers: List[str], written: Optional[int] = None) -> str:
+    """``dry run: N commands written, nothing started`` for dry runs of points of these launchers (jobs for the
+    cluster ones); ``written`` commands when fewer than the points (a concurrent sweep runs k points per mpirun)."""
     kinds = {"job" if name in CLUSTER_LAUNCHERS else "command" for name in launchers}
     noun = kinds.pop() if len(kinds) == 1 else "command/job"
-    return f"dry run: {len(launchers)} {noun}{'s' if len(launchers) != 1 else ''} written, nothing started"
+    count = len(launchers) if written is None else written
+    of = f" for {len(launchers)} points" if count != len(launchers) else ""
+    return f"dry run: {count} {noun}{'s' if count != 1 else ''}{of} written, nothing started"
+
+
+def commands_written(points: List[Point]) -> int:
+    """How many commands (or jobs) the dry-run ``points`` wrote: one per point, except that points with one
+    launcher config and ``launcher.concurrent=k`` (mpirun, Gloo) share one command per k of them."""
+    import json
+    import math
+
+    from omegaconf import OmegaConf
+
+    groups: Dict[str, List[int]] = {}  # launcher config (or the point alone) -> [k, points]
+    for point in points:
+        try:
+            launcher = OmegaConf.to_container(OmegaConf.load(point.output_dir / ".hydra" / "config.yaml").launcher)
+        except (OSError, ValueError, AttributeError):
+            launcher = {}
+        cluster = _launcher_choice(point.output_dir) in CLUSTER_LAUNCHERS
+        k = 0 if cluster else int(launcher.get("concurrent", 0) or 0)
+        key = json.dumps(launcher, sort_keys=True, default=str) if k > 1 else str(point.output_dir)
+        groups.setdefault(key, [k, 0])[1] += 1
+    return sum(math.ceil(n / k) if k > 1 else n for k, n in groups.values())
 
 
 def collect(sweep_dir: Path) -> List[Point]:
@@ -226,7 +250,7 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
     dry = [p for p in points if p.status == "dry_run"]
     if dry:
-        print(dry_run_line([_launcher_choice(p.output_dir) for p in dry]), file=out, flush=True)
+        print(dry_run_line([_launcher_choice(p.output_dir) for p in dry], commands_written(dry)), file=out, flush=True)
     if failed:
         log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
                     ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))

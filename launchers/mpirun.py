@@ -47,6 +47,7 @@ class MpirunLauncher(MultiRankLauncher):
     runner_name = "mpirun"
 
     conf_class = MpirunLauncherConf
+    splits_into_groups = True  # launchers/ranks/concurrent_points.py
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """launcher.concurrent=k: k points at a time, each its own MPI group of one MPMD mpirun."""

@@ -2,7 +2,11 @@
 
 Hydra's sweeper (basic, Optuna, ...) hands ``launch(job_overrides,
 initial_job_idx)`` a batch of points. Each point's config is composed as
-Hydra's BasicLauncher composes it; then the point's own ``launcher`` decides:
+Hydra's BasicLauncher composes it, and every point is checked before the
+first one starts and before Hydra writes into its dir (values, then its run
+dir: ``sweep_checks.py``); a refused point fails alone without starting, and
+a batch refused whole ends the sweep with exit 2. Then the point's own
+``launcher`` decides:
 
 - the in-process launcher (``launcher=local``), or no ``launcher`` group at
   all (any other Hydra app): Hydra's ``run_job`` with the app's task function,
@@ -42,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
+from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
 from cifar_dist.options import config_option
 from cifar_dist.redaction import redact_logs, redact_text
 
@@ -122,14 +127,22 @@ def masked(ret: JobReturn) -> JobReturn:
 
 class SweepLauncher(HydraLauncher):
     def __init__(self) -> None:
+        from cifar_dist.rundir.guard import RunDirGuard
+
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
+        self.guard = RunDirGuard()  # the locks of the points' dirs, held while their batch runs
+        self.existed: Optional[Path] = None  # the nearest folder of the sweep dir that existed before the sweep
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        from cifar_dist.rundir.owner import existing_ancestor
+
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
+        # Before the sweeper creates the sweep dir (and writes multirun.yaml there): a refused sweep removes it.
+        self.existed = existing_ancestor(Path(str(config.hydra.sweep.dir)))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -141,19 +154,28 @@ class SweepLauncher(HydraLauncher):
         log.info("Launching %d jobs", len(job_overrides))
         points = [self.sweep_config(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
         try:
-            return self.launch_points(points, sweep_dir)
+            refused = check_points(points, self.guard, sweep_dir, self.existed or sweep_dir)
+            for i, why in sorted(refused.items()):
+                log.error("%s: %s", point_label(points[i]), why)
+            return self.launch_points(points, sweep_dir, refused)
         except KeyboardInterrupt:  # Ctrl-C: the sweep's parent run ends KILLED, then the whole sweep ends
             from cifar_dist.tracking.sweep_parent import close_sweep
 
             close_sweep(sweep_dir, [], interrupted=True)
             raise
+        finally:
+            release_unstarted(points, self.guard)
 
-    def launch_points(self, points: List[DictConfig], sweep_dir: Path) -> Sequence[JobReturn]:
-        """Every point of a batch: in-process ones one by one, the others by their launcher, then the summary."""
+    def launch_points(self, points: List[DictConfig], sweep_dir: Path,
+                      refused: Optional[Dict[int, str]] = None) -> Sequence[JobReturn]:
+        """Every point of a batch: in-process ones one by one, the others by their launcher, then the summary;
+        a ``refused`` point (sweep_checks.py) is FAILED without starting."""
         returns: List[Optional[JobReturn]] = [None] * len(points)
         groups: Dict[str, List[int]] = {}
         for i, config in enumerate(points):
-            if runs_in_process(config):
+            if i in (refused or {}):
+                returns[i] = refused_return(config, refused[i])
+            elif runs_in_process(config):
                 returns[i] = self.run(config, self.task_function)
             else:
                 groups.setdefault(launcher_key(config), []).append(i)

@@ -114,6 +114,17 @@ def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user
     assert "holds layers that run Python code when loaded (mymodels>Scale 'scale'); refusing" in one_error_line(refused)
 
 
+@pytest.mark.mpi
+def test_on_two_ranks_the_readmes_first_command_trains_one_epoch_of_two_as_it_says(user_dir):
+    """On 2 ranks ``trainer.epochs=2`` is one epoch (epoch_policy=divide): the README names what to add there."""
+    (extra,) = re.findall(r"add `(launcher=mpirun launcher.np=2 [^`]*)` to both", " ".join(section().split()))
+    train = [a for a in readme_commands()[0] if not a.startswith(("trainer.epochs=", "hydra.run.dir="))]
+    _ok(run_cli(*train, *extra.split(), "hydra.run.dir=outputs/mine-2", cwd=user_dir, env=cli_env()))
+    m = read_metrics(user_dir / "outputs" / "mine-2")
+    assert m["ranks"] == 2 and m["run"]["epochs"] == 2 and [e["epoch"] for e in m["epochs"]] == [1]
+    assert not m["complete"]
+
+
 def test_the_readme_refusal_is_what_a_user_sees(user_dir):
     argv, error = readme_refusal()
     proc = run_cli(*argv, cwd=user_dir, env=cli_env(), timeout=120)

@@ -19,10 +19,14 @@ holder is the job this launch follows (then it goes on without the lock) and
 refuses one that would follow it with other settings; everyone else is
 refused naming the holder (job id, host, pid).
 
-In a sweep (``-m``) every point's dir is locked and checked when its job
-starts (``on_job_start``: Hydra has written that point's ``.hydra/`` by then)
-and the locks are held until the whole sweep has ended, so points a
-concurrent launcher runs later stay locked too.
+In a sweep (``-m``) cifar_dist's sweep launcher (``launchers/sweep_launcher.py``)
+guards every point's dir with ``guard_run_dir`` before the first point
+starts and before Hydra writes that point's ``.hydra/``: a point that would
+resume with other settings, follow another job or take over a folder of the
+user's own files is refused like a single run. The locks are held until the
+batch has ended, so points a concurrent launcher runs later stay locked too.
+With another Hydra launcher, the points are guarded when their job starts
+(``on_job_start``), after Hydra has written their ``.hydra/``.
 """
 from __future__ import annotations
 
@@ -57,57 +61,84 @@ def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> 
     return bool(follows(run_dir, config, holder)) if callable(follows) else False
 
 
+def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
+    """Check ``run_dir`` for a job of ``config`` and lock it; None when the launch follows the job holding it.
+
+    Raises a ``CifarDistError`` (nothing in the run dir touched) for a foreign folder, a live holder, or a
+    re-run that would not continue the run dir's experiment unchanged."""
+    from cifar_dist.rundir.resume_policy import check_rerun, record_start
+
+    existed, was = existing_ancestor(run_dir), owner(run_dir)
+    lock = RunDirLock(run_dir)
+    try:
+        refuse_foreign(run_dir)
+        busy = None
+        try:
+            lock.acquire()
+        except RunDirInUse as in_use:
+            busy = in_use
+        if _launcher_follows_job(config, run_dir, busy.holder if busy else None):
+            return None  # the job holds its run dir; this process only follows it
+        if busy is not None:
+            raise busy
+        check_rerun(run_dir, config)
+        kept = claim(run_dir, was, existed)
+        record_start(run_dir, config)
+    except CifarDistError:
+        lock.release()
+        raise
+    if kept:
+        print(f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),
+              file=sys.stderr, flush=True)
+    return lock
+
+
+def guarded_by_sweep_launcher(config: Any) -> bool:
+    """Whether the sweep's launcher is cifar_dist's, which guards every point before Hydra writes into it."""
+    from omegaconf import OmegaConf
+
+    from cifar_dist.launchers.sweep_launcher import PLUGIN_CLASS
+
+    return OmegaConf.select(config, "hydra.launcher._target_", default=None) == PLUGIN_CLASS
+
+
 class RunDirGuard(Callback):
     """Holds the lock of every run dir this process launches into; see the module doc."""
 
     def __init__(self) -> None:
-        self._locks: Dict[Path, RunDirLock] = {}
+        self._locks: Dict[Path, Optional[RunDirLock]] = {}
 
-    def _guard(self, run_dir: Path, config: Any) -> None:
+    def guard(self, run_dir: Path, config: Any) -> None:
+        """Guard ``run_dir`` (``guard_run_dir``) once per process, keeping its lock; raises a ``CifarDistError``."""
         from cifar_dist.process_role import in_child_process
-        from cifar_dist.rundir.resume_policy import check_rerun
 
         if in_child_process() or run_dir in self._locks:
             return
-        existed, was = existing_ancestor(run_dir), owner(run_dir)
-        lock = RunDirLock(run_dir)
-        try:
-            refuse_foreign(run_dir)
-            busy = None
-            try:
-                lock.acquire()
-            except RunDirInUse as in_use:
-                busy = in_use
-            if _launcher_follows_job(config, run_dir, busy.holder if busy else None):
-                return  # the job holds its run dir; this process only follows it
-            if busy is not None:
-                raise busy
-            check_rerun(run_dir, config)
-            kept = claim(run_dir, was, existed)
-        except CifarDistError as error:
-            lock.release()
-            _exit_with(error)
-        if kept:
-            print(f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),
-                  file=sys.stderr, flush=True)
-        self._locks[run_dir] = lock
+        self._locks[run_dir] = guard_run_dir(run_dir, config)
 
-    def _release_all(self) -> None:
+    def _guard(self, run_dir: Path, config: Any) -> None:
+        try:
+            self.guard(run_dir, config)
+        except CifarDistError as error:
+            _exit_with(error)
+
+    def release_all(self) -> None:
         for lock in self._locks.values():
-            lock.release()
+            if lock is not None:
+                lock.release()
         self._locks.clear()
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         self._guard(Path(str(config.hydra.run.dir)).absolute(), config)
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
-        self._release_all()
+        self.release_all()
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         from hydra.types import RunMode
 
-        if config.hydra.mode == RunMode.MULTIRUN:
+        if config.hydra.mode == RunMode.MULTIRUN and not guarded_by_sweep_launcher(config):
             self._guard(Path(str(config.hydra.runtime.output_dir)).absolute(), config)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        self._release_all()
+        self.release_all()

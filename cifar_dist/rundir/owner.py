@@ -7,7 +7,7 @@ holds someone's own files must not be taken over silently. When cifar_dist
 creates a run dir (or finds it empty) it writes ``.cifar_dist_run`` (who
 created it, when); run dirs of earlier versions are recognised by Hydra's
 ``.hydra/hydra.yaml`` naming the ``cifar_dist`` job, the run-dir lock file or
-``checkpoints/checkpoint-NNN.h5`` (.keras). Any other folder with
+checkpoints (``checkpoints.list_checkpoints``). Any other folder with
 files in it is refused before anything in it is touched, with the way out:
 another ``hydra.run.dir``, or adopting the folder by creating an empty
 marker (``touch <dir>/.cifar_dist_run``). An adopted folder's files that a
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import List
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
 from cifar_dist.override_syntax import shell_command
 from cifar_dist.training.checkpoints import list_checkpoints
@@ -39,12 +40,13 @@ OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an e
 OUTPUT_NAMES = (
     ".hydra", "cifar_dist.log", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard",
     "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
-    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock",
+    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock", FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
-SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra")
+SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
+SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into a sweep dir before its first batch
 
 
 class Owner(Enum):
@@ -85,14 +87,29 @@ def owner(run_dir: Path) -> Owner:
     return Owner.LEGACY if _legacy(run_dir) else Owner.FOREIGN
 
 
+def _listing(folder: Path) -> str:
+    """``a, b, c, d, e and 3 more``: what a refused folder holds."""
+    names = sorted(p.name for p in Path(folder).iterdir())
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def refuse_foreign_sweep_dir(sweep_dir: Path) -> None:
+    """One line, nothing touched, when ``sweep_dir`` holds files but is no sweep's dir (no ``multirun.yaml``):
+    its summary would list every run found below it as a point of this sweep."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir() or (sweep_dir / SWEEP_RECORD).is_file() or not any(sweep_dir.iterdir()):
+        return
+    raise ForeignRunDir(
+        f"sweep dir {sweep_dir} exists and is not the dir of a sweep (it holds {_listing(sweep_dir)}, no "
+        f"{SWEEP_RECORD}); choose another hydra.sweep.dir: a new or empty folder, or an earlier sweep's dir to re-run it")
+
+
 def refuse_foreign(run_dir: Path) -> None:
     """One line, nothing touched, when ``run_dir`` holds files cifar_dist did not write."""
     if owner(run_dir) is not Owner.FOREIGN:
         return
-    names = sorted(p.name for p in Path(run_dir).iterdir())
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
     raise ForeignRunDir(
-        f"run dir {run_dir} exists and was not made by cifar_dist (it holds {shown}); choose another "
+        f"run dir {run_dir} exists and was not made by cifar_dist (it holds {_listing(run_dir)}); choose another "
         f"hydra.run.dir, or adopt it (files a run would write are then moved aside as <name>.kept-<time>, "
         f"never deleted) with: {shell_command('touch', Path(run_dir) / MARKER)}")
 
@@ -146,11 +163,13 @@ def created_below(run_dir: Path) -> "Path | None":
     return Path(lines[1][len("below "):]) if lines[1].startswith("below ") else None
 
 
-def only_scaffolding(run_dir: Path) -> bool:
-    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, empty log)."""
+def only_scaffolding(run_dir: Path, with_log: bool = False) -> bool:
+    """``run_dir`` holds nothing but what cifar_dist writes before a job starts (its marker, lock, .hydra/, an
+    empty log; ``with_log``: a log with lines, a job that stopped at its start before writing anything else)."""
     run_dir = Path(run_dir)
     return run_dir.is_dir() and all(
-        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and entry.stat().st_size == 0) for entry in run_dir.iterdir())
+        entry.name in SCAFFOLDING or (entry.name == JOB_LOG and (with_log or entry.stat().st_size == 0))
+        for entry in run_dir.iterdir())
 
 
 def remove_if_created_here(run_dir: Path) -> bool:
@@ -158,12 +177,17 @@ def remove_if_created_here(run_dir: Path) -> bool:
     existed = created_below(run_dir)
     if existed is None:
         return False
-    shutil.rmtree(run_dir, ignore_errors=True)
-    parent = Path(run_dir).absolute().parent
+    remove_created(run_dir, existed)
+    return True
+
+
+def remove_created(path: Path, existed: Path) -> None:
+    """Remove ``path`` and its parents this command created, up to ``existed`` (the folder that existed before)."""
+    shutil.rmtree(path, ignore_errors=True)
+    parent = Path(path).absolute().parent
     while parent != existed and existed in parent.parents:  # e.g. the date folder of the default run dir
         try:
             parent.rmdir()
         except OSError:
             break
         parent = parent.parent
-    return True

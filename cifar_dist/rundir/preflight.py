@@ -125,7 +125,11 @@ class RunDirCheck(Callback):
             _exit_with(error)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        from cifar_dist.rundir.owner import refuse_foreign_sweep_dir
+
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         try:
-            check_future_dir(Path(str(config.hydra.sweep.dir)), "sweep dir")
-        except RunDirError as error:
+            check_future_dir(sweep_dir, "sweep dir")
+            refuse_foreign_sweep_dir(sweep_dir)
+        except CifarDistError as error:
             _exit_with(error)

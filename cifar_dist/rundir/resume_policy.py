@@ -3,30 +3,34 @@
 A run dir's checkpoints, ``metrics.json`` and ``.hydra/`` describe one
 experiment. Re-running into it resumes that experiment, so the settings that
 define it must stay as they were (``.hydra/config.yaml`` of the run that
-wrote the checkpoints):
+wrote the checkpoints). The rule is by group, not by a list of keys, so an
+option added later is fixed unless it is named free here:
 
-* the model (``model.*``), the optimizer (``optimizer.*``: its kind, lr,
-  decay, momentum...),
-* the data set and its augmentation (``data.name``, ``data.augment.*``,
-  ``data.shuffle_buffer``),
-* the training recipe: ``trainer.batch_size``, ``epoch_policy``,
-  ``lr_scaling``, ``warmup_epochs``, ``lr_decay_epochs``, ``lr_decay_factor``,
-  ``seed``, ``precision``, ``compression``.
-
-Everything else may change: ``trainer.epochs`` (grow a run), how long one
-invocation runs (``max_epochs_per_run``), what is written (``verbose``,
-``keep_checkpoints``, ``tensorboard``, ``plot``, ``save_model``), how fast it
-runs (threads, ``onednn``, ``steps_per_execution``, ``jit_compile``,
-``deterministic``), where the data comes from (``data.path``, the cache,
-downloads) and the launcher, ranks included (the run then continues with that
-world size's scaled lr and epoch count, as docs/launchers.md describes).
+* every key of ``data``, ``model``, ``optimizer`` and ``trainer`` is fixed
+  (the data set, its factory and kwargs, its split, augmentation and
+  shuffling; the model; the optimizer; the training recipe: batch size, epoch
+  policy, lr scaling, warmup, decay, schedule, label smoothing, lookahead,
+  seed, precision, compression, ...),
+* except the keys in ``FREE``: how long the run is and how long one
+  invocation runs (``trainer.epochs``, ``max_epochs_per_run``), what is
+  written (``verbose``, ``keep_checkpoints``, ``tensorboard``, ``plot``,
+  ``save_model``), the final test's TTA, how often it validates, how fast it
+  runs (threads, ``onednn``, ``steps_per_execution``, ``jit_compile``,
+  ``deterministic``), how a resume is decided (``resume``,
+  ``resume_despite_changes``) and where the data is read from (``data.path``,
+  the cache, downloads, prefetch: that the data behind it is the same is
+  checked by its fingerprint, ``rundir/fingerprint.py``);
+* every other group (the launcher, ranks included: the run then continues
+  with that world size's scaled lr and epoch count, as docs/launchers.md
+  describes; tracking; task) may change.
 
 Refused, in one line listing every difference, before Hydra overwrites
-``.hydra/config.yaml``/``overrides.yaml`` (``RunDirGuard`` in
-``cifar_dist/rundir/guard.py`` calls this from Hydra's ``on_run_start``). Also
-refused there: ``trainer.resume=false`` over checkpoints, and training again
-into a finished run whose checkpoints are gone (that would silently replace
-its saved model).
+``.hydra/config.yaml``/``overrides.yaml`` (``guard_run_dir`` in
+``cifar_dist/rundir/guard.py`` calls this from Hydra's ``on_run_start``, and
+for every point of a sweep before it starts). Also refused there:
+``trainer.resume=false`` over checkpoints, and training again into a
+finished run whose checkpoints are gone (that would silently replace its
+saved model).
 """
 from __future__ import annotations
 
@@ -36,14 +40,16 @@ from typing import Any, Dict, List
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.fingerprint import check_resume, record
 
-FIXED_GROUPS = ("model", "optimizer", "data.augment")
-FIXED_KEYS = (
-    "data.name", "data.shuffle_buffer",
-    "trainer.batch_size", "trainer.epoch_policy", "trainer.lr_scaling", "trainer.warmup_epochs",
-    "trainer.lr_decay_epochs", "trainer.lr_decay_factor", "trainer.seed", "trainer.precision",
-    "trainer.compression",
-)
+FIXED_GROUPS = ("data", "model", "optimizer", "trainer")
+FREE = frozenset((
+    "data.path", "data.cache_dir", "data.url", "data.download", "data.download_timeout_s", "data.prefetch",
+    "trainer.epochs", "trainer.max_epochs_per_run", "trainer.verbose", "trainer.keep_checkpoints",
+    "trainer.tensorboard", "trainer.plot", "trainer.save_model", "trainer.tta", "trainer.validate_every",
+    "trainer.intra_op_threads", "trainer.inter_op_threads", "trainer.onednn", "trainer.steps_per_execution",
+    "trainer.jit_compile", "trainer.deterministic", "trainer.resume", "trainer.resume_despite_changes",
+))
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 
 
@@ -77,7 +83,7 @@ def all_settings(cfg: DictConfig) -> Dict[str, Any]:
 def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:
     """The settings of ``cfg`` that a resume must keep, by dotted name."""
     return {k: v for k, v in all_settings(cfg).items()
-            if k in FIXED_KEYS or any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)}
+            if k not in FREE and any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)}
 
 
 def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_label: str = "now ") -> List[str]:
@@ -96,7 +102,7 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
     from cifar_dist.training.checkpoints import list_checkpoints
     from cifar_dist.training.trainer import MODEL_NAME
 
-    if cfg.get("task") is None or cfg.task.get("name") != "train":
+    if not is_training(cfg):
         return
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     saved_model = run_dir / "saved_models" / MODEL_NAME
@@ -112,11 +118,22 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
             f"{run_dir / 'checkpoints'} already holds checkpoints; resume with trainer.resume=true "
             "or start a new run dir (hydra.run.dir=...)")
     saved = run_dir / SAVED_CONFIG
-    if not saved.is_file():
-        return  # written by hand or by another tool: nothing to compare with
-    differing = differences(OmegaConf.load(saved), cfg)
+    differing = differences(OmegaConf.load(saved), cfg) if saved.is_file() else []  # none: written by hand
     if differing:
         raise ResumeConflict(
             f"{run_dir} holds checkpoints of another experiment; a resume must keep its settings, but these "
             f"differ: {'; '.join(differing)}. Re-run with the old values, or choose a new hydra.run.dir "
-            "(trainer.epochs, the launcher, ranks and speed settings may change)")
+            "(trainer.epochs, data.path, the launcher, ranks and speed settings may change)")
+    check_resume(run_dir, cfg)
+
+
+def is_training(cfg: DictConfig) -> bool:
+    return cfg.get("task") is not None and cfg.task.get("name") == "train"
+
+
+def record_start(run_dir: Path, cfg: DictConfig) -> None:
+    """Once the re-run is allowed: record the code and data a training run starts (or resumes) with."""
+    from cifar_dist.training.checkpoints import list_checkpoints
+
+    if is_training(cfg):
+        record(run_dir, cfg, resuming=bool(list_checkpoints(run_dir / "checkpoints")))

@@ -48,6 +48,7 @@ from cifar_dist.models import checks as model_checks
 from cifar_dist.results import METRICS_FILE
 from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
+from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training import checkpoints, recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
@@ -225,6 +226,7 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     from cifar_dist.training.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
 
     data = load_data(run)
+    check_loaded_data(run, data)  # a resume with other data (class names, counts) is refused: rundir/fingerprint.py
     model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
     train_data, val_data = make_streams(run, data, initial_epoch)

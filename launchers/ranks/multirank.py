@@ -151,6 +151,7 @@ class MultiRankLauncher(Launcher):
     runner_name = "runner"
 
     conf_class = MultiRankConf  # each subclass: its own dataclass (MpirunLauncherConf, GlooLauncherConf)
+    splits_into_groups = False  # launcher.concurrent > 1: k points in one run of the runner (mpirun's MPMD form)
 
     def __init__(self, **fields):
         # The config node as Hydra's instantiate passes it, back in its dataclass: one field list.
@@ -257,13 +258,20 @@ class MultiRankLauncher(Launcher):
         env = self.environment(job)
         return RunningJob(self, job, self.command(job, env), env)
 
+    def config_problems(self) -> List[str]:
+        """launcher.concurrent: >= 1, and > 1 only where the runner's world can be split into groups (mpirun)."""
+        if self.conf.concurrent < 1:
+            return [f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)"]
+        if self.conf.concurrent > 1 and not self.splits_into_groups:
+            return [f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod world that "
+                    "cannot be split into groups; use launcher=mpirun or launcher.concurrent=1"]
+        return []
+
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """A sweep's points one after another (mpirun overrides this for launcher.concurrent > 1)."""
-        if self.conf.concurrent < 1:
-            raise LaunchError(f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)")
-        if self.conf.concurrent > 1:
-            raise LaunchError(f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod "
-                              "world that cannot be split into groups; use launcher=mpirun or launcher.concurrent=1")
+        problems = self.config_problems()
+        if problems:
+            raise LaunchError("; ".join(problems))
         return super().launch_all(jobs)
 
     def launch(self, job: JobSpec) -> LaunchResult:

@@ -104,9 +104,11 @@ class SlurmClient:
         except subprocess.TimeoutExpired:
             raise LaunchError(f"{what}: {argv[0]} did not answer in {self.timeout_s:g}s; is slurmctld up?") from None
 
-    def submit(self, script: Path) -> str:
-        """``sbatch --parsable``: the new job's id (an array's id for an array script)."""
-        done = self._run(["sbatch", "--parsable", str(script)], "submit")
+    def submit(self, script: Path, after: Sequence[str] = ()) -> str:
+        """``sbatch --parsable``: the new job's id (an array's id for an array script); with ``after``, it
+        starts only once those jobs have ended (``--dependency=afterany:...``)."""
+        dependency = [f"--dependency=afterany:{':'.join(after)}"] if after else []
+        done = self._run(["sbatch", "--parsable", *dependency, str(script)], "submit")
         if done.returncode != 0:
             raise LaunchError(refusal(script, done.stderr))
         return done.stdout.strip().split(";")[0]

@@ -88,12 +88,12 @@ class SlurmLauncher(ClusterLauncher):
         print(prepared.script.read_text("utf-8"), end="", flush=True)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {prepared.script}")
 
-    def submit(self, prepared: PreparedJob, states: Optional[JobStates] = None) -> SlurmJob:
+    def submit(self, prepared: PreparedJob, states: Optional[JobStates] = None, after: Sequence[str] = ()) -> SlurmJob:
         run_dir = prepared.job.output_dir
         if prepared.running is not None:
             return self._follow(prepared, states)
         _note_submitting(run_dir)
-        job_id = self.client.submit(prepared.script)
+        job_id = self.client.submit(prepared.script, after)
         record_job_id(run_dir, job_id)
         conf = self.conf
         log.info("submitted Slurm job %s: %d node(s) x %d rank(s), %d min; run dir %s",
@@ -111,9 +111,33 @@ class SlurmLauncher(ClusterLauncher):
         return SlurmJob(self.client, self.conf, run_dir, prepared.script, job_id, prepared.task,
                         follow_from_start=False, states=states)
 
+    def finished(self, job: JobSpec) -> Optional[LaunchResult]:
+        """A training run whose run dir records it finished with these epochs and ranks (a re-run of a
+        killed sweep's completed point): its result, without a job (which would only score it again)."""
+        from cifar_dist.results import finished_run
+        from cifar_dist.training.trainer import planned_epochs
+
+        if str(job.cfg.task.get("name", "train")) != "train":
+            return None
+        ranks = self.conf.world_size
+        metrics = finished_run(job.output_dir, planned_epochs(job.cfg.trainer, ranks), ranks)
+        if metrics is None:
+            return None
+        log.info("%s already finished its %d epoch(s) on %d rank(s): nothing to submit", job.output_dir,
+                 metrics["run"]["epochs"], ranks)
+        return LaunchResult(exit_code=0, metrics=metrics, message=f"{job.output_dir} had finished")
+
     # --- a sweep: one job array ---------------------------------------------------------
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        """Every job not already finished (``finished``): one job, or a job array of them."""
+        done = {i: result for i, result in ((i, self.finished(job)) for i, job in enumerate(jobs)) if result}
+        rest = iter(self._launch_unfinished([job for i, job in enumerate(jobs) if i not in done]))
+        return [done[i] if i in done else next(rest) for i in range(len(jobs))]
+
+    def _launch_unfinished(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
+        if not jobs:
+            return []
         if len(jobs) < 2:
             return super().launch_all(jobs)
         results: Dict[int, LaunchResult] = {}
@@ -134,11 +158,13 @@ class SlurmLauncher(ClusterLauncher):
         states = JobStates(self.client)
         submitted = {i: self._follow(p, states) for i, p in prepared.items() if p.running is not None}
         new = [i for i, p in prepared.items() if p.running is None]
+        # launcher.concurrent=k counts the followed tasks too: what is submitted now starts after them
+        after = [p.running.job_id for p in prepared.values() if p.running is not None] if self.conf.concurrent else []
         try:
             if len(new) == 1:
-                submitted[new[0]] = self.submit(prepared[new[0]], states)
+                submitted[new[0]] = self.submit(prepared[new[0]], states, after)
             elif new:
-                for i, job_id in zip(new, self._submit_array([prepared[i] for i in new])):
+                for i, job_id in zip(new, self._submit_array([prepared[i] for i in new], after)):
                     p = prepared[i]
                     submitted[i] = SlurmJob(self.client, self.conf, p.job.output_dir, p.script, job_id, p.task,
                                             states=states)
@@ -147,14 +173,15 @@ class SlurmLauncher(ClusterLauncher):
             results.update({i: LaunchResult(exit_code=2, message=str(exc)) for i in new if i not in submitted})
         return submitted
 
-    def _submit_array(self, points: List[PreparedJob]) -> List[str]:
-        """sbatch one array for ``points``; their ids ``<array>_<i>``, each recorded in its run dir."""
+    def _submit_array(self, points: List[PreparedJob], after: Sequence[str] = ()) -> List[str]:
+        """sbatch one array for ``points`` (after the jobs ``after``); their ids ``<array>_<i>``, each recorded
+        in its run dir."""
         script = self._array_script_path(points)
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(array_script(self.conf, [p.job for p in points], array_dir(points)), "utf-8")
         for p in points:
             _note_submitting(p.job.output_dir)
-        array_id = self.client.submit(script)
+        array_id = self.client.submit(script, after)
         ids = [f"{array_id}_{i}" for i in range(len(points))]
         for p, job_id in zip(points, ids):
             record_job_id(p.job.output_dir, job_id)
