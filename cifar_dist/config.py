@@ -400,9 +400,15 @@ def typed(cfg):
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
         out.data = typed_data(cfg.data)
-        # A run's config saved before engines existed trained on Horovod with Keras 2: the defaults.
-        out.engine = OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
+        out.engine = engine_of(cfg)
     return out
+
+
+def engine_of(cfg):
+    """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
 
 
 def typed_data(data):

@@ -33,3 +33,18 @@ def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_r
     lr_only = run_cli(*BASE, "trainer.batch_size=64", "optimizer.lr=0.001", f"hydra.run.dir={half_run}", timeout=120)
     assert lr_only.returncode == 2 and "optimizer.lr (was 0.0001, now 0.001)" in error_lines(lr_only)[0]
     assert snapshot(half_run) == before
+
+
+def test_the_engine_is_fixed_and_a_config_saved_before_engines_counts_as_horovod_keras_2():
+    """A run's checkpoints are of one Keras (issue 29): engine.keras may not change on resume; a run dir saved
+    before the engine group existed trained on Horovod with Keras 2 and resumes with the defaults unrefused."""
+    from omegaconf import OmegaConf
+
+    from cifar_dist.rundir.resume_policy import differences
+
+    base = {"data": {"name": "sample"}, "model": {}, "optimizer": {}, "trainer": {}}
+    old = OmegaConf.create(base)
+    default = OmegaConf.create({**base, "engine": {"name": "horovod", "keras": 2}})
+    keras3 = OmegaConf.create({**base, "engine": {"name": "horovod", "keras": 3}})
+    assert differences(old, default) == []
+    assert differences(default, keras3) == ["engine.keras (was 2, now 3)"]

@@ -20,6 +20,8 @@ option added later is fixed unless it is named free here:
   ``resume_despite_changes``) and where the data is read from (``data.path``,
   the cache, downloads, prefetch: that the data behind it is the same is
   checked by its fingerprint, ``rundir/fingerprint.py``);
+* the engine (``engine.name``, ``engine.keras``: a run's checkpoints are of
+  one Keras; a config saved before engines existed counts as horovod, 2);
 * every other group (the launcher, ranks included: the run then continues
   with that world size's scaled lr and epoch count, as docs/launchers.md
   describes; tracking; task) may change.
@@ -39,6 +41,7 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.config import engine_of
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.fingerprint import check_resume, record
 
@@ -93,22 +96,23 @@ def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_lab
 
 
 def differences(saved: DictConfig, new: DictConfig) -> List[str]:
-    """The fixed settings that differ, as ``changed`` says them."""
-    return changed(fixed_settings(saved), fixed_settings(new))
+    """The fixed settings that differ, as ``changed`` says them (and the engine: which one, and the built-in
+    models' Keras, which decides the checkpoints' format)."""
+    engines = changed(_flat(_plain(engine_of(saved)), "engine"), _flat(_plain(engine_of(new)), "engine"))
+    return changed(fixed_settings(saved), fixed_settings(new)) + engines
 
 
 def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
     """Refuse a training re-run into ``run_dir`` that would not continue its experiment unchanged."""
-    from cifar_dist.training.checkpoints import list_checkpoints
-    from cifar_dist.training.trainer import MODEL_NAME
+    from cifar_dist.training.checkpoints import find_saved_model, list_checkpoints
 
     if not is_training(cfg):
         return
     checkpoints = list_checkpoints(run_dir / "checkpoints")
-    saved_model = run_dir / "saved_models" / MODEL_NAME
+    saved_model = find_saved_model(run_dir)
     resume = str(cfg.trainer.resume).lower()
     if not checkpoints:
-        if saved_model.is_file():
+        if saved_model is not None:
             raise ResumeConflict(
                 f"{run_dir} holds a finished run ({saved_model.relative_to(run_dir)}) but no checkpoints to resume "
                 "from; choose a new hydra.run.dir (or move saved_models/ aside to train here from scratch)")
