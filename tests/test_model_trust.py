@@ -73,3 +73,28 @@ def test_a_model_whose_lambda_runs_code_is_refused_unless_trusted(tmp_path):
     trusted = run_cli("task=evaluate", f"evaluate.model={model_file}", "data=sample", "evaluate.trust_model=true",
                       f"hydra.run.dir={tmp_path / 'eval-trusted'}", timeout=300)
     assert marker.exists(), trusted.stderr[-3000:]  # the user opted in: the file's code ran
+
+
+KERAS3_FILES = r"""
+import sys
+import cifar_dist, keras
+inputs = keras.Input((32, 32, 3))
+x = keras.layers.Flatten()(inputs)
+plain = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+plain.save(sys.argv[1] + "/plain.keras")
+x = keras.layers.Lambda(lambda t: t * 2.0)(x)
+keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x)).save(sys.argv[1] + "/lambda.keras")
+"""
+
+
+def test_a_keras3_file_is_read_by_the_same_refusal_rule(tmp_path):
+    """Keras 3's .keras zip (config.json) goes through the same check as an .h5: a Lambda is refused before
+    Keras reads the file, a model of built-in layers only is not (issue 29)."""
+    proc = subprocess.run([sys.executable, "-c", KERAS3_FILES, str(tmp_path)], cwd=REPO, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from cifar_dist.evaluation.model_trust import code_in_model_file
+
+    assert code_in_model_file(tmp_path / "plain.keras") == []
+    found = code_in_model_file(tmp_path / "lambda.keras")
+    assert found and found[0].startswith("Lambda"), found  # (and its "__lambda__" function object)
