@@ -288,7 +288,12 @@ def probe_model_flavor(cfg) -> int:
         probe = instantiate_model(cfg.model, int(asked) if asked is not None else 10, cfg.engine.keras)
     except Exception as exc:  # the builder's own error, whatever it is: one line naming the builder
         raise build_failure(exc, cfg.model._target_) from None
-    return check_model(probe, cfg.model._target_, cfg.engine.name)
+    flavor = check_model(probe, cfg.model._target_, cfg.engine.name)
+    # Forget the probe: the real model's layers get the names they would have had without it
+    # ("scale", not "scale_1"), as saved models, checkpoints and messages show them.
+    del probe
+    keras_module(flavor).backend.clear_session()
+    return flavor
 
 
 def load_data(run: Run):
