@@ -165,6 +165,7 @@ def test_a_factory_giving_ranks_different_data_is_named_not_a_stall(factory):
             "rank 1: 96 train / 96 test images, 4 classes)") in proc.stdout + proc.stderr, proc.stderr[-3000:]
 
 
+@pytest.mark.slow  # ~45 s on 2 ranks; the training variant above stays in the default suite
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_scoring_a_factory_that_gives_ranks_different_data_is_named(factory):
     """The same factory scored on 2 ranks: rank 0 put rank 1's 96 results into an array of 64 (a traceback)."""

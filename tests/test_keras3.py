@@ -167,6 +167,7 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     assert got == expected
 
 
+@pytest.mark.slow  # ~1.5 min; Keras 3 in sync on 2 ranks, evaluate and the one-line refusals stay in the default suite
 @pytest.mark.timeout(600)
 def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
     common = (*RUN, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
@@ -210,6 +211,7 @@ def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path
     assert not list(run_dir.glob("checkpoints/*"))
 
 
+@pytest.mark.slow  # ~1 min; the Slurm launcher's own 2-rank tests (Keras 2) stay in the default suite
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
     from slurm_cluster import missing_packages

@@ -143,6 +143,7 @@ def make(seed, path="images.npz"):
 '''
 
 
+@pytest.mark.slow  # ~45 s on 2 ranks; the builder and class-folder fingerprints stay in the default suite
 def test_a_factorys_data_changed_under_the_same_config_is_refused_on_every_rank(tmp_path):
     import numpy as np
 

@@ -5,7 +5,8 @@ from omegaconf import OmegaConf
 from conftest import run_cli
 
 
-@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+@pytest.mark.parametrize("relative", [True, pytest.param(False, marks=pytest.mark.slow)],  # (absolute: ~1 min, -m slow)
+                         ids=["relative", "absolute"])
 def test_the_readmes_rerun_from_a_saved_config_works_and_logs_to_cifar_dist_log(trained_run, tmp_path, relative):
     run_dir, _ = trained_run
     again = tmp_path / "again"

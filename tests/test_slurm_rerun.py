@@ -8,6 +8,7 @@ point was submitted again beside the followed one despite launcher.concurrent=1.
 import os
 import signal
 
+import pytest
 from omegaconf import OmegaConf
 
 from conftest import one_error_line, read_metrics, run_cli, start_cli, wait_for
@@ -60,6 +61,7 @@ def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one
     assert (sweep / "0" / ".hydra" / "config.yaml").read_bytes() == before
 
 
+@pytest.mark.slow  # ~30 s on the real Slurm; the re-run tests of hostile 1, 3 and 15 stay in the default suite
 def test_a_point_submitted_again_waits_for_the_followed_task_under_concurrent_1(cluster, tiny_data, tmp_path):
     sweep = tmp_path / "sweep"
     args = small(tiny_data, "trainer.epochs=50", "launcher.concurrent=1", "launcher.wait=false",
