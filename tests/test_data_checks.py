@@ -134,6 +134,18 @@ def test_a_factorys_bad_elements_are_refused_in_one_line(factory, kind, message)
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_a_factorys_labels_outside_the_classes_stop_two_ranks_in_one_line_before_training(factory):
+    """Hostile 6 end to end: labels outside [0, num_classes) trained silently (all-zero targets) and reported an
+    accuracy; on 2 real ranks the command now stops in one line naming the label, before any epoch."""
+    proc = run_cli("data=custom", "data._target_=checkfactory.make", "+data.kwargs.kind=too_high", "trainer.epochs=1",
+                   "launcher=mpirun", "launcher.np=2", f"hydra.run.dir={factory / 'run'}", cwd=factory,
+                   env=cli_env(PYTHONPATH=str(factory)), timeout=300)
+    assert proc.returncode != 0
+    assert "yields label 4, outside [0, 4) for num_classes=4" in proc.stdout + proc.stderr
+    assert "Epoch 1/1" not in proc.stdout and not list((factory / "run").glob("checkpoints/*"))
+
+
 def test_a_good_factory_passes_and_a_size_tensorflow_cannot_know_must_be_stated(factory):
     def load(kind):
         return load_dataset(_cfg(CustomDataConfig, _target_="checkfactory.make", kwargs={"kind": kind}))
