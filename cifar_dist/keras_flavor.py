@@ -91,3 +91,16 @@ def takes_keras_argument(fn) -> bool:
         return KERAS_ARGUMENT in inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or a class without a readable signature
         return False
+
+
+def keras_argument(fn, version: int) -> dict:
+    """``{"keras": <the Keras module of version>}`` for ``fn`` that declares it, else ``{}``: the keyword
+    arguments the trainer adds to a builder's or an optimizer factory's call."""
+    return {KERAS_ARGUMENT: keras_module(version)} if takes_keras_argument(fn) else {}
+
+
+def as_tf_variable(variable):
+    """The tf.Variable behind a variable of either Keras on TensorFlow (Keras 3 keeps it as ``value``)."""
+    import tensorflow as tf
+
+    return variable if isinstance(variable, tf.Variable) else variable.value

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from cifar_dist.keras_flavor import as_tf_variable
+
 AIRBENCH_DECAY = 0.95 ** 5  # airbench94: per 5 steps, at the end of the run
 AIRBENCH_POWER = 3.0
 STEPS_PER_DECAY = 5  # the decay is given per this many steps (airbench updates every 5)
@@ -48,7 +50,7 @@ class Lookahead(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         # After restore and broadcast: the slow copy starts as the weights every rank holds now.
         self._weights = [w for w in self.model.weights if _is_float(w)]
-        self._slow = [tf.Variable(_tensor(w), trainable=False) for w in self._weights]
+        self._slow = [tf.Variable(as_tf_variable(w), trainable=False) for w in self._weights]
         self._last_step = int(np.asarray(self.model.optimizer.iterations))
 
     def on_train_batch_end(self, batch, logs=None):
@@ -59,17 +61,12 @@ class Lookahead(tf.keras.callbacks.Callback):
         self._last_step = step
         for slow, weight in zip(self._slow, self._weights):
             if decay == 0.0:  # most of the run: the slow copy just follows
-                slow.assign(_tensor(weight))
+                slow.assign(as_tf_variable(weight))
                 continue
-            slow.assign(decay * slow + (1.0 - decay) * _tensor(weight))
+            slow.assign(decay * slow + (1.0 - decay) * as_tf_variable(weight))
             weight.assign(slow)
 
 
 def _is_float(variable) -> bool:
     """A float variable of either Keras (Keras 3 variables name their dtype as a string)."""
     return tf.as_dtype(variable.dtype).is_floating
-
-
-def _tensor(variable):
-    """A variable's value as a TensorFlow tensor (Keras 2: the tf.Variable; Keras 3 on TensorFlow: its ``value``)."""
-    return variable if isinstance(variable, tf.Variable) else variable.value

@@ -46,7 +46,7 @@ from cifar_dist.errors import CifarDistError, ConfigError
 from cifar_dist.models.builder import check_builder
 from cifar_dist.models import checks as model_checks
 from cifar_dist.results import METRICS_FILE
-from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module, takes_keras_argument, version_of
+from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training import checkpoints, recipe
@@ -56,7 +56,6 @@ from cifar_dist.validation import validate
 
 log = logging.getLogger(__name__)
 
-MODEL_NAME = checkpoints.SAVED_MODEL_NAME + ".h5"  # the seed's file name (a Keras 3 model's ends in .keras)
 
 
 class ResumeError(CifarDistError, RuntimeError):
@@ -275,9 +274,8 @@ def start_run(cfg: DictConfig, output_dir: Path):
 
 def instantiate_model(model_cfg, num_classes: int, keras_version: int):
     """The model option's builder called with ``num_classes`` and, if it declares the parameter, the Keras to use."""
-    builder = hydra.utils.get_method(model_cfg._target_)
-    extra = {"keras": keras_module(keras_version)} if takes_keras_argument(builder) else {}
-    return hydra.utils.instantiate(model_cfg, num_classes=num_classes, **extra)
+    keras = keras_argument(hydra.utils.get_method(model_cfg._target_), keras_version)
+    return hydra.utils.instantiate(model_cfg, num_classes=num_classes, **keras)
 
 
 def probe_model_flavor(cfg) -> int:
@@ -325,8 +323,8 @@ def build_model(run: Run, data):
     from cifar_dist.data.pipeline import steps_per_epoch  # imports TensorFlow
 
     t, world = run.trainer, run.world
-    model_kwargs(run.cfg.model, data)  # a model.num_classes that disagrees with the data: one line
-    model = instantiate_model(run.cfg.model, data.num_classes, run.flavor)
+    # (model_kwargs: a model.num_classes that disagrees with the data is one line)
+    model = instantiate_model(run.cfg.model, model_kwargs(run.cfg.model, data)["num_classes"], run.flavor)
     model_checks.check_model(model, data, run.cfg.model._target_)  # the data's images and classes, softmax
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
@@ -343,8 +341,7 @@ def make_optimizer(optimizer_cfg, lr_or_schedule, flavor: int):
     """The optimizer option's factory called with the lr (a float or a schedule) and, if it declares it, the Keras."""
     # (_partial_: a LearningRateSchedule is no float for the typed config node)
     factory = hydra.utils.instantiate(optimizer_cfg, _partial_=True)
-    extra = {"keras": keras_module(flavor)} if takes_keras_argument(factory.func) else {}
-    return factory(lr=lr_or_schedule, **extra)
+    return factory(lr=lr_or_schedule, **keras_argument(factory.func, flavor))
 
 
 def steps_per_call(flavor: int, steps_per_epoch: int, asked: int) -> int:

@@ -21,7 +21,7 @@ import logging
 
 import numpy as np
 
-from cifar_dist.keras_flavor import KERAS2, flavor_of
+from cifar_dist.keras_flavor import KERAS2, as_tf_variable, flavor_of
 from cifar_dist.training.horovod_env import World, init_world
 
 log = logging.getLogger(__name__)
@@ -77,14 +77,15 @@ class HorovodEngine:
         """Copy rank 0's ``variables`` (the model's and its optimizer's) to every rank."""
         # HOROVOD: broadcast_variables matches variables across ranks by their order here,
         # which the same model and optimizer built the same way make equal on every rank.
-        self.hvd.broadcast_variables([_tf_variable(v) for v in variables], root_rank=0)
+        self.hvd.broadcast_variables([as_tf_variable(v) for v in variables], root_rank=0)
 
     def average_variables(self, variables, name: str) -> None:
         """Replace each of ``variables`` by its mean over the ranks, in place (a collective)."""
         if not variables or self.world.size == 1:
             return
         # HOROVOD: one grouped allreduce for all of them; every rank receives the same bytes.
-        averaged = self.hvd.grouped_allreduce([_value(v) for v in variables], op=self.hvd.Average, name=name)
+        averaged = self.hvd.grouped_allreduce([as_tf_variable(v).value() for v in variables], op=self.hvd.Average,
+                                               name=name)
         for var, value in zip(variables, averaged):
             var.assign(value)
 
@@ -105,19 +106,6 @@ class HorovodEngine:
         from cifar_dist.training.callbacks import AverageEpochMetrics
 
         return AverageEpochMetrics(self)
-
-
-def _tf_variable(variable):
-    """The tf.Variable behind a variable of either Keras (Keras 3 on TensorFlow keeps it as ``value``)."""
-    import tensorflow as tf
-
-    return variable if isinstance(variable, tf.Variable) else variable.value
-
-
-def _value(variable):
-    """A variable's current value as a tensor (Keras 2: ``value()``; Keras 3: the ``value`` property)."""
-    value = variable.value
-    return value() if callable(value) else value
 
 
 def distributed_keras3_optimizer(optimizer, hvd, compression):
