@@ -45,6 +45,19 @@ def names_data(overrides: Sequence[str]) -> bool:
     return any(key == "data" or key.startswith("data.") for key in map(override_key, overrides))
 
 
+def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
+    """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
+    model trained on JAX is scored on JAX, as its exact test was), else the config's."""
+    from cifar_dist.config import engine_of
+
+    run = training_run_dir(model_path)
+    saved = run / SAVED_CONFIG if run is not None else None
+    named = overrides is None or any(key == "engine" or key.startswith("engine.") for key in map(override_key, overrides))
+    if named or saved is None or not saved.is_file():
+        return engine_of(cfg).name
+    return engine_of(OmegaConf.load(saved)).name
+
+
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:
     """``cfg`` with the data (and ``trainer.seed``) of the run that trained ``model_path``, unless the command
     names the data or there is no such run; and a line saying which data that is."""
