@@ -160,3 +160,19 @@ def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(proj
     for word in ("model._target_=mymodels2.build", "Keras 2 (tf.keras)", "engine=jax", "import keras"):
         assert word in line, line
     assert "not-read" not in proc.stderr
+
+
+def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
+    from cifar_dist.training.engines.jax import local_processes_from_env, local_rank_from_env, processes_from_env
+
+    ompi = {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000", "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    srun = {"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "7"}
+    assert [f(ompi) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+    assert [f(srun) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+    # mpirun inside a Slurm allocation: Open MPI's world, as JAX itself detects it first.
+    assert processes_from_env({**srun, **ompi, "OMPI_COMM_WORLD_SIZE": "2"}) == 2
+    # An sbatch script's own environment (no step) and a plain shell: one process, nothing to join.
+    assert processes_from_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == 1
+    assert processes_from_env({}) == 1 and local_processes_from_env({}) == 1 and local_rank_from_env({}) == 0
