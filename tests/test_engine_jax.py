@@ -176,3 +176,13 @@ def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
     # An sbatch script's own environment (no step) and a plain shell: one process, nothing to join.
     assert processes_from_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == 1
     assert processes_from_env({}) == 1 and local_processes_from_env({}) == 1 and local_rank_from_env({}) == 0
+
+
+def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
+    code = ("import os; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras\n"
+            "from cifar_dist.training.engines.jax import select_keras_backend\n"
+            "try:\n    select_keras_backend()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip()
+    assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line

@@ -72,6 +72,25 @@ def bind_horovod_to_tf_keras() -> None:
 
 
 @contextlib.contextmanager
+def tensorflow_without_jax():
+    """While TensorFlow loads, ``import jax`` fails, unless JAX or TensorFlow is loaded already.
+
+    TensorFlow Lite's converter (``tensorflow/lite/python/util.py``) imports
+    JAX whenever it is installed, for a JAX-model conversion this project never
+    makes: ~1.4 s more per rank and JAX's own threads in every Horovod run.
+    JAX is engine=jax's alone (``tests/test_lazy_imports.py``)."""
+    if "tensorflow" in sys.modules or "jax" in sys.modules:
+        yield
+        return
+    sys.modules["jax"] = None  # what Python's import system reads as "not importable"
+    try:
+        yield
+    finally:
+        if "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]
+
+
+@contextlib.contextmanager
 def horovod_sees_tf_keras(tf_keras_module):
     """While it lasts, ``import keras`` gives ``tf_keras_module`` unless a ``keras`` is loaded already.
 
@@ -96,7 +115,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
     use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
-    with filtered_native_stderr():  # TensorFlow's CUDA start-up noise on CPU machines
+    with filtered_native_stderr(), tensorflow_without_jax():  # CUDA start-up noise on CPU machines; no JAX here
         if tf_keras_is_keras2():  # (TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3, trained as Keras 3 models are)
             bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
