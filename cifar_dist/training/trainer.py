@@ -160,7 +160,8 @@ def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, floa
     """
     logs = {}
     if stream.samples:
-        logs = model.evaluate(stream.dataset, steps=stream.steps, verbose=0, return_dict=True)
+        logs = model.evaluate(labels_for_each_output(stream.dataset, outputs), steps=stream.steps, verbose=0,
+                              return_dict=True)
     # Keras reports a float32 mean; the count of correct images behind it is
     # exact after rounding, so the combined accuracy is an exact fraction.
     mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
@@ -176,6 +177,16 @@ def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, floa
         results.append({"loss": sum(p[0][i][0] for p in parts) / total, "accuracy": correct / total,
                         "correct": int(correct), "samples": int(total)})
     return results
+
+
+def labels_for_each_output(dataset, outputs):
+    """``dataset``'s (images, labels) as a model with several named outputs takes them: the labels once per
+    output, keyed by its name (the metric prefix without its "_"). Keras 2 took one label tensor for all
+    outputs; Keras 3 wants the outputs' own structure."""
+    if len(outputs) == 1:
+        return dataset
+    names = [o.rstrip("_") for o in outputs]
+    return dataset.map(lambda images, labels: (images, {name: labels for name in names}))
 
 
 def weights_digest(model) -> str:
