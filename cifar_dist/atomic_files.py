@@ -3,9 +3,12 @@
 Every file cifar_dist writes whole (checkpoints and the saved model through
 ``atomic_path``; metrics.json, evaluation.json, the CSV logs, exit records,
 the run file through ``atomic_write_text``/``write_json``; the plots through
-``save_figure``; a downloaded archive) goes to a temp file beside its target,
-is fsynced, and is renamed over the target, with the rename made durable
-(``fsync_dir``). Readers never see half a file; a kill leaves at worst a
+``save_figure``; a downloaded archive; the files a launcher downloads from a
+job's outputs) goes to a temp file beside its target, is fsynced, and is
+renamed over the target, with the rename made durable (``fsync_dir``). A
+folder built whole under a hash of its content (the Azure launchers' wheel and
+code snapshot) is staged beside its target and renamed into place by
+``publish_dir``. Readers never see half a file; a kill leaves at worst a
 ``.<name>.<random>.cifar_dist.partial`` that ``remove_partials`` deletes;
 a full disk becomes one DiskFullError line instead of a traceback.
 
@@ -69,6 +72,21 @@ def publish(tmp, path: Path) -> None:
     os.chmod(tmp, 0o666 & ~mask)
     os.replace(tmp, path)
     fsync_dir(path.parent)  # the new name survives a crash too
+
+
+def publish_dir(staged: Path, target: Path) -> None:
+    """Rename the finished folder ``staged`` to ``target`` (same file system), durably.
+
+    For folders named by a hash of their content: when a concurrent builder of the
+    same content got there first, its ``target`` stays and ``staged`` is left to
+    the caller's temp dir.
+    """
+    try:
+        os.replace(staged, target)
+    except OSError:
+        if not Path(target).is_dir():
+            raise
+    fsync_dir(Path(target).parent)
 
 
 @contextmanager

@@ -39,14 +39,6 @@ _NAME_RE = re.compile(r"^[A-Za-z][-\w]{0,254}$", re.ASCII)
 _HOROVOD = "horovod"
 
 
-def job_name(output_dir: Path, job_num: int) -> str:
-    """A deterministic name per run dir (and sweep point): re-running the same
-    launch finds the job it already submitted instead of creating a twin."""
-    from cifar_dist.launchers.batchai.job import job_name as per_run_dir
-
-    return per_run_dir(output_dir, job_num, prefix="cifar_dist")
-
-
 def check_name(kind: str, value: str) -> None:
     if not _NAME_RE.match(value):
         raise LaunchError(

@@ -17,6 +17,8 @@ from typing import Any, Dict, Optional
 
 import yaml
 
+from cifar_dist.launchers.azure.credentials import make_credential
+from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.azureml.config import Settings, VmPriority, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.azureml.job import (
     COMPUTE_FILE,
@@ -27,7 +29,6 @@ from cifar_dist.launchers.azureml.job import (
     compute_document,
     dockerfile,
     job_document,
-    job_name,
 )
 from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
@@ -98,7 +99,6 @@ class AzureMLLauncher(ClusterLauncher):
 
     def submit(self, prepared: PreparedJob) -> AzureMLJob:
         from cifar_dist.launchers.azureml.client import Workspace
-        from cifar_dist.launchers.batchai.client import make_credential
 
         workspace = Workspace(prepared.settings, make_credential(self.conf.credential))
         try:

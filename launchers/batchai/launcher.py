@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
 
+from cifar_dist.launchers.azure.credentials import make_credential
+from cifar_dist.launchers.azure.errors import azure_errors
+from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
@@ -27,7 +30,6 @@ from cifar_dist.launchers.batchai.job import (
     build_cluster_body,
     build_job_body,
     check_names,
-    job_name,
     ssh_public_key,
 )
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
@@ -148,7 +150,7 @@ class BatchAILauncher(ClusterLauncher):
 
     def submit(self, staged: StagedJob) -> BatchAIJob:
         """Ensure everything the job needs exists remotely, then submit it (once per run dir)."""
-        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService, azure_errors, make_credential
+        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
         from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
 
         conf, settings, layout = self.conf, staged.settings, staged.layout
