@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from cifar_dist.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.carry import Shipped, without_searchpath
+from cifar_dist.launchers.user_sources import Shipped, without_searchpath
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.redaction import redact_text
@@ -49,7 +49,7 @@ def check_name(kind: str, value: str) -> None:
 def remote_overrides(job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None) -> List[str]:
     """The job's own overrides, pinned to the run dir mounted as the job's output
     (and, for task=evaluate, to the model mounted as its input), its search path
-    pointing at the copies in the snapshot (``carry.Shipped``). The ranks log to
+    pointing at the copies in the snapshot (``user_sources.Shipped``). The ranks log to
     cifar_dist_node.log, which the downloaded outputs bring home beside the
     launching side's own cifar_dist.log."""
     shipped = shipped or Shipped()

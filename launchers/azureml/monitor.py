@@ -23,7 +23,7 @@ from cifar_dist.atomic_files import atomic_path
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
-from cifar_dist.launchers.ranks.rank_failure import print_tail
+from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
 from cifar_dist.override_syntax import shell_command
 

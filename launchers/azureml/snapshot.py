@@ -3,7 +3,7 @@
 node ``python -m cifar_dist`` runs from the job's working directory with
 nothing to install beyond the environment.
 
-The user's own files the job was composed from (``launchers/carry.py``: their
+The user's own files the job was composed from (``launchers/user_sources.py``: their
 ``_target_`` modules under ``user/code/``, their config dirs under
 ``user/conf/<n>/``) are copied in beside the package, so the job's command
 points at them relative to the snapshot.
@@ -27,7 +27,7 @@ _INSTALLED_AS = {"cifar_dist": Path("cifar_dist"), "conf": Path("cifar_dist/conf
 
 def source_snapshot(cache_dir: Path, user_files: Optional[Mapping[str, Path]] = None) -> Path:
     """The snapshot folder of the current source tree plus ``user_files`` (snapshot path -> local
-    file, ``carry.Shipped.files``), made once per content hash."""
+    file, ``user_sources.Shipped.files``), made once per content hash."""
     root = source_root()
     files = [f for f in source_files(root) if f.parts[0] in _INSTALLED_AS]
     copies = {_INSTALLED_AS[rel.parts[0]].joinpath(*rel.parts[1:]): root / rel for rel in files}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.carry import Shipped
+from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 from cifar_dist.redaction import MASK
@@ -129,7 +129,7 @@ def check_counts(conf) -> None:
 
 def node_arguments(layout: ShareLayout, shipped: Optional[Shipped] = None) -> List[str]:
     """``node_entry.py``'s arguments: the composed config, the run dir, and the user's files
-    copied beside them (``carry.Shipped``: every config dir a search dir, the modules' dir)."""
+    copied beside them (``user_sources.Shipped``: every config dir a search dir, the modules' dir)."""
     args = ["--config-dir", layout.on_node(layout.job_dir), "--config-name", CONFIG_NAME,
             "--run-dir", layout.on_node(layout.run_dir)]
     if shipped is not None:

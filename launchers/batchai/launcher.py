@@ -35,7 +35,7 @@ from cifar_dist.launchers.batchai.job import (
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
-from cifar_dist.launchers.carry import Shipped
+from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 from cifar_dist.tracking.settings import node_credentials
 from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher

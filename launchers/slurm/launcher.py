@@ -25,7 +25,7 @@ from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
-from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job_id
+from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
