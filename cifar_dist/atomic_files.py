@@ -3,8 +3,9 @@
 Every file cifar_dist writes whole (checkpoints and the saved model through
 ``atomic_path``; metrics.json, evaluation.json, the CSV logs, exit records,
 the run file through ``atomic_write_text``/``write_json``; the plots through
-``save_figure``; a downloaded archive; the files a launcher downloads from a
-job's outputs) goes to a temp file beside its target, is fsynced, and is
+``save_figure``; a downloaded archive; the launchers' job files (job.sbatch,
+job.yml, job.json, the Slurm job id) and the files they download from a job's
+outputs) goes to a temp file beside its target, is fsynced, and is
 renamed over the target, with the rename made durable (``fsync_dir``). A
 folder built whole under a hash of its content (the Azure launchers' wheel and
 code snapshot) is staged beside its target and renamed into place by
@@ -116,7 +117,7 @@ def atomic_path(path: Path) -> Iterator[str]:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file + rename: readers never see half a file."""
     with atomic_path(path) as tmp:
-        with open(tmp, "w") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
 
 

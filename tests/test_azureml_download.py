@@ -1,6 +1,7 @@
-"""A job's outputs reach the local run dir only through the one atomic writer (issue 32): a copy that
+"""A job's files and outputs reach the local run dir only through the one atomic writer (issue 32): a copy that
 fails half-way (a full disk, a kill) leaves no half file under the output's name and no temp file
 that remove_partials would not clean."""
+import ast
 import shutil
 from pathlib import Path
 
@@ -46,3 +47,36 @@ def test_a_copy_that_fails_half_way_leaves_no_half_file_under_the_name(tmp_path,
     assert [p.name for p in left if not is_temp_name(p.name)] == []
     assert left == []  # the failed write removed its own temp file
     assert monitor.shutil is shutil  # the patched copy is the one the download uses
+
+
+def whole_file_writes(path: Path) -> list:
+    """``.write_text``/``.write_bytes`` calls and ``open`` in a writing mode other than append, on anything
+    but a temp file of atomic_path (named ``tmp``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("write_text", "write_bytes"):
+            found.append(f"line {node.lineno}: .{node.func.attr}")
+        elif isinstance(node.func, ast.Name) and node.func.id == "open" and len(node.args) > 1:
+            mode, target = node.args[1], node.args[0]
+            writes = isinstance(mode, ast.Constant) and "w" in str(mode.value)
+            if writes and not (isinstance(target, ast.Name) and target.id == "tmp"):
+                found.append(f"line {node.lineno}: open(..., {mode.value!r})")
+    return found
+
+
+def test_the_launchers_write_whole_files_only_through_the_atomic_writer():
+    """Job files (job.sbatch, job.yml, job.json, the Slurm job id) and downloads: a kill never leaves half of one.
+    Logs are appended to, not written whole."""
+    launchers = Path(__file__).resolve().parent.parent / "launchers"
+    sources = sorted(launchers.rglob("*.py"))
+    assert len(sources) > 40
+    found = {str(p.relative_to(launchers)): whole_file_writes(p) for p in sources}
+    assert {path: writes for path, writes in found.items() if writes} == {}
+
+
+def test_the_check_sees_a_plain_write(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n    open(tmp, 'wb')\n    open(p, 'ab')\n")
+    assert whole_file_writes(module) == ["line 2: .write_text", "line 3: open(..., 'w')"]

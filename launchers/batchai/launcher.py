@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
 
+from cifar_dist.atomic_files import atomic_write_text
 from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.azure.job_names import job_name
@@ -112,15 +113,15 @@ class BatchAILauncher(ClusterLauncher):
         local = job.output_dir / LOCAL_SUBDIR
         local.mkdir(parents=True, exist_ok=True)
         config_file = local / Path(layout.config_file).name
-        config_file.write_text(node_job_config(apply_to_node_config(job.cfg, scoring), job.choices), "utf-8")
+        atomic_write_text(config_file, node_job_config(apply_to_node_config(job.cfg, scoring), job.choices))
         entry_file = local / Path(layout.entry_file).name
-        entry_file.write_text(node_entry_source(), "utf-8")
+        atomic_write_text(entry_file, node_entry_source())
 
         secrets = node_credentials(job.cfg)
         doc = az_job_file(build_job_body(settings, layout, reveal_key=False, secrets=secrets, shipped=shipped))
         validate_job_file(doc)
         job_file = job.output_dir / "job.json"
-        job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+        atomic_write_text(job_file, json.dumps(doc, indent=2) + "\n")
         uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file,
                    **{f"{layout.job_dir}/{rel}": local for rel, local in shipped.files.items()}}
         if scoring is not None:
@@ -137,7 +138,7 @@ class BatchAILauncher(ClusterLauncher):
             doc = az_cluster_file(build_cluster_body(settings, self.conf.node_count, ssh_public_key(settings)))
             validate_cluster_file(doc)
             cluster_file = staged.job_file.with_name("cluster.json")
-            cluster_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+            atomic_write_text(cluster_file, json.dumps(doc, indent=2) + "\n")
             print(f"Dry run: wrote {cluster_file} (valid against the Batch AI 2018-05-01 cluster schema).")
             commands.insert(0, az_cluster_command(settings, cluster_file) + "  # unless it exists")
         print(f"Dry run: wrote {staged.job_file} (valid against the Batch AI 2018-05-01 Horovod job schema).")
