@@ -78,5 +78,6 @@ def test_the_launchers_write_whole_files_only_through_the_atomic_writer():
 
 def test_the_check_sees_a_plain_write(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n    open(tmp, 'wb')\n    open(p, 'ab')\n")
+    module.write_text("def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n"
+                      "    open(tmp, 'wb')\n    open(p, 'ab')\n")
     assert whole_file_writes(module) == ["line 2: .write_text", "line 3: open(..., 'w')"]
