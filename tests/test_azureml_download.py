@@ -81,3 +81,20 @@ def test_the_check_sees_a_plain_write(tmp_path):
     module.write_text("def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n"
                       "    open(tmp, 'wb')\n    open(p, 'ab')\n")
     assert whole_file_writes(module) == ["line 2: .write_text", "line 3: open(..., 'w')"]
+
+
+def test_a_folder_built_by_a_concurrent_twin_stays_and_a_real_failure_is_raised(tmp_path):
+    from cifar_dist.atomic_files import publish_dir
+
+    staged, target = tmp_path / "staged", tmp_path / "by-hash"
+    staged.mkdir()
+    (staged / "a").write_text("mine")
+    publish_dir(staged, target)
+    assert (target / "a").read_text() == "mine" and not staged.exists()
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / "a").write_text("twin's, same content hash")
+    publish_dir(twin, target)  # the twin got there first: no error, the first folder stays
+    assert (target / "a").read_text() == "mine"
+    with pytest.raises(OSError):
+        publish_dir(tmp_path / "never-built", tmp_path / "other")
