@@ -16,7 +16,7 @@ from cifar_dist.config import register_configs
 from cifar_dist.config_files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
-from cifar_dist.launchers.carry import with_searchpath
+from cifar_dist.launchers.user_sources import with_searchpath
 from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.saved_run import from_saved_run
@@ -115,7 +115,7 @@ def with_local_options(argv: List[str]) -> List[str]:
     """``argv`` with ``conf/local`` on Hydra's search path when it holds options of the user's own
     (``conf/local/model/mine.yaml``: ``model=mine``). Hydra's primary config cannot put it there for every
     primary config that includes ours, so the command line does; Hydra records it like any search path,
-    and the launchers carry it to every rank and job (carry.py). Without such options: ``argv`` as given."""
+    and the launchers carry it to every rank and job (user_sources.py). Without such options: ``argv`` as given."""
     local = local_dir()
     args = parsed_command_line(argv) if holds_options(local) else None
     if args is None:

@@ -3,9 +3,13 @@
 Every file cifar_dist writes whole (checkpoints and the saved model through
 ``atomic_path``; metrics.json, evaluation.json, the CSV logs, exit records,
 the run file through ``atomic_write_text``/``write_json``; the plots through
-``save_figure``; a downloaded archive) goes to a temp file beside its target,
-is fsynced, and is renamed over the target, with the rename made durable
-(``fsync_dir``). Readers never see half a file; a kill leaves at worst a
+``save_figure``; a downloaded archive; the launchers' job files (job.sbatch,
+job.yml, job.json, the Slurm job id) and the files they download from a job's
+outputs) goes to a temp file beside its target, is fsynced, and is
+renamed over the target, with the rename made durable (``fsync_dir``). A
+folder built whole under a hash of its content (the Azure launchers' wheel and
+code snapshot) is staged beside its target and renamed into place by
+``publish_dir``. Readers never see half a file; a kill leaves at worst a
 ``.<name>.<random>.cifar_dist.partial`` that ``remove_partials`` deletes;
 a full disk becomes one DiskFullError line instead of a traceback.
 
@@ -71,6 +75,21 @@ def publish(tmp, path: Path) -> None:
     fsync_dir(path.parent)  # the new name survives a crash too
 
 
+def publish_dir(staged: Path, target: Path) -> None:
+    """Rename the finished folder ``staged`` to ``target`` (same file system), durably.
+
+    For folders named by a hash of their content: when a concurrent builder of the
+    same content got there first, its ``target`` stays and ``staged`` is left to
+    the caller's temp dir.
+    """
+    try:
+        os.replace(staged, target)
+    except OSError:
+        if not Path(target).is_dir():
+            raise
+    fsync_dir(Path(target).parent)
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[str]:
     """A temp file beside ``path`` for the block to write; published over ``path`` only if the block succeeds.
@@ -98,7 +117,7 @@ def atomic_path(path: Path) -> Iterator[str]:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temp file + rename: readers never see half a file."""
     with atomic_path(path) as tmp:
-        with open(tmp, "w") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
 
 

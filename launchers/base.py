@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.launchers.carry import Carried
+from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.override_syntax import override_key, quote_override_value
 from cifar_dist.redaction import redact_text
@@ -105,7 +105,7 @@ class JobSpec:
 
     def child_command(self, python: Optional[str] = None, launcher: str = "local") -> List[str]:
         """``python -m cifar_dist <config flags> <child overrides>`` as an argv list: the launch's own
-        ``--config-path/--config-dir/--config-name`` (``carry.py``), then the overrides."""
+        ``--config-path/--config-dir/--config-name`` (``user_sources.py``), then the overrides."""
         return [python or sys.executable, "-m", "cifar_dist", *self.carried.hydra_args(),
                 *self.child_overrides(launcher)]
 

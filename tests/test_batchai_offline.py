@@ -13,6 +13,7 @@ import pytest
 from conftest import run_cli, shared_path
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
+from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf, resolve_settings
 from cifar_dist.launchers.batchai.job import (
@@ -21,7 +22,6 @@ from cifar_dist.launchers.batchai.job import (
     az_job_file,
     build_job_body,
     iso8601_duration,
-    job_name,
 )
 from cifar_dist.launchers.batchai.schema import schema_errors
 

@@ -92,7 +92,8 @@ def test_every_generated_job_validates_and_carries_the_key_only_in_its_credentia
     import base64
 
     from cifar_dist.launchers.batchai.config import BatchAILauncherConf, resolve_settings
-    from cifar_dist.launchers.batchai.job import ShareLayout, az_job_file, build_job_body, check_names, job_name
+    from cifar_dist.launchers.azure.job_names import job_name
+    from cifar_dist.launchers.batchai.job import ShareLayout, az_job_file, build_job_body, check_names
     from cifar_dist.launchers.batchai.schema import schema_errors
 
     secret = base64.b64encode(b"PLANTED" + key).decode()

@@ -8,7 +8,7 @@ import pytest
 
 from cifar_dist import results
 from conftest import REPO
-from cifar_dist.launchers.slurm.job import SlurmJob
+from cifar_dist.launchers.slurm.monitor import SlurmJob
 from cifar_dist.sweep_summary import read_point
 from cifar_dist.tracking.run_description import load_job
 

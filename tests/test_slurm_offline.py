@@ -152,7 +152,7 @@ class FlakyController:
 
 
 def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):
-    from cifar_dist.launchers.slurm.job import MAX_FAILED_POLLS, SlurmJob
+    from cifar_dist.launchers.slurm.monitor import MAX_FAILED_POLLS, SlurmJob
 
     conf = SlurmLauncherConf(stream_output=False)
     job = SlurmJob(FlakyController(2), conf, tmp_path, tmp_path / "job.sbatch", "5", "train")
@@ -188,7 +188,7 @@ class CountingQueue:
 
 def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
     from cifar_dist.launchers.cluster_base import watch
-    from cifar_dist.launchers.slurm.job import SlurmJob
+    from cifar_dist.launchers.slurm.monitor import SlurmJob
     from cifar_dist.launchers.slurm.queue import JobStates
 
     queue = CountingQueue({"9_0": 2, "9_1": 4, "9_2": 3})
@@ -204,7 +204,7 @@ def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
 
 
 def test_a_job_someone_cancelled_is_reported_as_cancelled_not_by_its_ranks_signal(tmp_path):
-    from cifar_dist.launchers.slurm.job import SlurmJob
+    from cifar_dist.launchers.slurm.monitor import SlurmJob
 
     class Cancelled(CountingQueue):
         def states(self, job_ids):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
 from cifar_dist.redaction import SECRET_NAME, redact_text
 from cifar_dist.results import read_results
 
@@ -140,10 +140,10 @@ def git_commit(source_root: Path) -> Optional[str]:
     """HEAD of the checkout cifar_dist runs from; None when it is not a git checkout (an installed wheel)."""
     if not (source_root / ".git").exists():
         return None
-    try:
-        proc = subprocess.run(["git", "-C", str(source_root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
+    try:  # best effort: a run without the commit is still described
+        proc = run_command(["git", "-C", str(source_root), "rev-parse", "HEAD"], "reading the git commit",
+                           "check `git rev-parse HEAD`", LOCAL_QUERY_TIMEOUT_S)
+    except (OSError, CommandTimedOut):
         return None
     commit = proc.stdout.strip()
     return commit if proc.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}", commit) else None

@@ -13,9 +13,10 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+from cifar_dist.launchers.azure.errors import azure_errors
+from cifar_dist.launchers.azure.retries import retry_settings, transport_timeouts
 from cifar_dist.launchers.azureml.config import KNOWN_CLOUDS, Settings
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.batchai.client import azure_errors
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def import_sdk():
 
 @contextlib.contextmanager
 def sdk_errors(action: str) -> Iterator[None]:
-    """azure-core's errors (via the Batch AI launcher's mapping) and azure-ai-ml's own, as one line."""
+    """azure-core's errors (the Azure launchers' shared wording) and azure-ai-ml's own, as one line."""
     from azure.ai.ml.exceptions import MlException
 
     with azure_errors(action, auth_hint=AUTH_HINT):
@@ -51,11 +52,8 @@ def sdk_errors(action: str) -> Iterator[None]:
 def client_kwargs(conf) -> Dict[str, Any]:
     """Transport, retry and cloud settings for MLClient (passed on to every azure-core pipeline)."""
     kwargs: Dict[str, Any] = {
-        "retry_total": conf.retry_total,
-        "retry_backoff_factor": conf.retry_backoff_factor,
-        "retry_backoff_max": conf.retry_backoff_max_s,
-        "connection_timeout": conf.connection_timeout_s,
-        "read_timeout": conf.read_timeout_s,
+        **retry_settings(conf),
+        **transport_timeouts(conf),
         "show_progress": False,
         "enable_telemetry": False,  # no Application Insights traffic from this launcher
         "cloud": conf.cloud,

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from cifar_dist.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.carry import Shipped, without_searchpath
+from cifar_dist.launchers.user_sources import Shipped, without_searchpath
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.redaction import redact_text
@@ -39,14 +39,6 @@ _NAME_RE = re.compile(r"^[A-Za-z][-\w]{0,254}$", re.ASCII)
 _HOROVOD = "horovod"
 
 
-def job_name(output_dir: Path, job_num: int) -> str:
-    """A deterministic name per run dir (and sweep point): re-running the same
-    launch finds the job it already submitted instead of creating a twin."""
-    from cifar_dist.launchers.batchai.job import job_name as per_run_dir
-
-    return per_run_dir(output_dir, job_num, prefix="cifar_dist")
-
-
 def check_name(kind: str, value: str) -> None:
     if not _NAME_RE.match(value):
         raise LaunchError(
@@ -57,7 +49,7 @@ def check_name(kind: str, value: str) -> None:
 def remote_overrides(job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None) -> List[str]:
     """The job's own overrides, pinned to the run dir mounted as the job's output
     (and, for task=evaluate, to the model mounted as its input), its search path
-    pointing at the copies in the snapshot (``carry.Shipped``). The ranks log to
+    pointing at the copies in the snapshot (``user_sources.Shipped``). The ranks log to
     cifar_dist_node.log, which the downloaded outputs bring home beside the
     launching side's own cifar_dist.log."""
     shipped = shipped or Shipped()

@@ -17,6 +17,9 @@ from typing import Any, Dict, Optional
 
 import yaml
 
+from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.launchers.azure.credentials import make_credential
+from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.azureml.config import Settings, VmPriority, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.azureml.job import (
     COMPUTE_FILE,
@@ -27,7 +30,6 @@ from cifar_dist.launchers.azureml.job import (
     compute_document,
     dockerfile,
     job_document,
-    job_name,
 )
 from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
@@ -72,8 +74,7 @@ class AzureMLLauncher(ClusterLauncher):
         out = job.output_dir / LOCAL_SUBDIR
         out.mkdir(parents=True, exist_ok=True)
         if not self.conf.environment:
-            (out / ENVIRONMENT_DIR).mkdir(exist_ok=True)
-            (out / ENVIRONMENT_DIR / "Dockerfile").write_text(dockerfile(settings), "utf-8")
+            atomic_write_text(out / ENVIRONMENT_DIR / "Dockerfile", dockerfile(settings))
         doc = job_document(settings, job, name, code, _model_input(job) if task == "evaluate" else None, shipped)
         job_file = out / JOB_FILE
         _write_yaml(job_file, doc)
@@ -98,7 +99,6 @@ class AzureMLLauncher(ClusterLauncher):
 
     def submit(self, prepared: PreparedJob) -> AzureMLJob:
         from cifar_dist.launchers.azureml.client import Workspace
-        from cifar_dist.launchers.batchai.client import make_credential
 
         workspace = Workspace(prepared.settings, make_credential(self.conf.credential))
         try:
@@ -169,7 +169,7 @@ def _model_input(job: JobSpec) -> Dict[str, str]:
 
 def _write_yaml(path: Path, doc: Dict[str, Any]) -> None:
     header = "# Written by cifar_dist's Azure ML launcher; `az ml` reads it as is.\n"
-    path.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=1 << 16), "utf-8")
+    atomic_write_text(path, header + yaml.safe_dump(doc, sort_keys=False, width=1 << 16))
 
 
 def _load_job(job_file: Path) -> Any:

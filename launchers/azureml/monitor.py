@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from cifar_dist.atomic_files import atomic_path
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
-from cifar_dist.launchers.ranks.rank_failure import print_tail
+from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
 from cifar_dist.override_syntax import shell_command
 
@@ -173,9 +174,8 @@ class AzureMLJob(ClusterJob):
                 rel = path.relative_to(source)
                 if path.is_dir() or rel.parts[0] in _SKIPPED_OUTPUTS:
                     continue
-                dest = self.output_dir / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, dest)
+                with atomic_path(self.output_dir / rel) as tmp:  # a kill leaves no half file under its name
+                    shutil.copy2(path, tmp)
                 count += 1
         return count
 

@@ -3,7 +3,7 @@
 node ``python -m cifar_dist`` runs from the job's working directory with
 nothing to install beyond the environment.
 
-The user's own files the job was composed from (``launchers/carry.py``: their
+The user's own files the job was composed from (``launchers/user_sources.py``: their
 ``_target_`` modules under ``user/code/``, their config dirs under
 ``user/conf/<n>/``) are copied in beside the package, so the job's command
 points at them relative to the snapshot.
@@ -14,13 +14,12 @@ no code version with that hash, so an unchanged tree is uploaded once.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
 
-from cifar_dist.launchers.batchai.staging import source_files, source_root
+from cifar_dist.atomic_files import publish_dir
+from cifar_dist.launchers.azure.package_sources import content_hash, copy_files, source_files, source_root
 
 # Repository folder -> where setup.cfg's package_dir installs it.
 _INSTALLED_AS = {"cifar_dist": Path("cifar_dist"), "conf": Path("cifar_dist/conf"), "launchers": Path("cifar_dist/launchers")}
@@ -28,34 +27,18 @@ _INSTALLED_AS = {"cifar_dist": Path("cifar_dist"), "conf": Path("cifar_dist/conf
 
 def source_snapshot(cache_dir: Path, user_files: Optional[Mapping[str, Path]] = None) -> Path:
     """The snapshot folder of the current source tree plus ``user_files`` (snapshot path -> local
-    file, ``carry.Shipped.files``), made once per content hash."""
+    file, ``user_sources.Shipped.files``), made once per content hash."""
     root = source_root()
     files = [f for f in source_files(root) if f.parts[0] in _INSTALLED_AS]
     copies = {_INSTALLED_AS[rel.parts[0]].joinpath(*rel.parts[1:]): root / rel for rel in files}
     copies.update({Path(rel): Path(local) for rel, local in sorted((user_files or {}).items())})
-    target = cache_dir / "snapshots" / _snapshot_hash(copies)[:16]
+    target = cache_dir / "snapshots" / content_hash(copies)[:16]
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="snapshot-", dir=target.parent) as tmp:
         staged = Path(tmp) / "code"
-        for dest, source in copies.items():
-            (staged / dest).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, staged / dest)
-        try:
-            os.replace(staged, target)  # atomic: a concurrent snapshot of the same hash is harmless
-        except OSError:
-            if not target.is_dir():
-                raise
+        copy_files(copies, staged)
+        publish_dir(staged, target)  # a concurrent snapshot of the same hash is harmless
     return target
 
-
-def _snapshot_hash(copies: Mapping[Path, Path]) -> str:
-    """The content hash of the snapshot's files under their names in it."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for dest, source in copies.items():
-        digest.update(dest.as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(source.read_bytes()).digest())
-    return digest.hexdigest()

@@ -8,36 +8,15 @@ SDK errors become one-line LaunchErrors that say what to do.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
+from cifar_dist.launchers.azure.errors import azure_errors
+from cifar_dist.launchers.azure.retries import retry_settings, transport_timeouts
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings, VmPriority
-from cifar_dist.launchers.batchai.job import redact
 
 log = logging.getLogger(__name__)
-
-_CREDENTIALS = {
-    "default": "azure.identity.DefaultAzureCredential",
-    "cli": "azure.identity.AzureCliCredential",
-    "managed_identity": "azure.identity.ManagedIdentityCredential",
-    "environment": "azure.identity.EnvironmentCredential",
-}
-
-
-def make_credential(name: str) -> Any:
-    """An azure-identity credential by short name, or any TokenCredential class by import path."""
-    from hydra.utils import get_class
-
-    path = _CREDENTIALS.get(name, name)
-    try:
-        cls = get_class(path)
-    except Exception as exc:  # hydra wraps import errors in its own types
-        raise LaunchError(
-            f"launcher.credential={name!r} is neither one of {sorted(_CREDENTIALS)} nor an importable class: {exc}"
-        ) from None
-    return cls()
 
 
 def pipeline_kwargs(settings: Settings) -> Dict[str, Any]:
@@ -47,72 +26,18 @@ def pipeline_kwargs(settings: Settings) -> Dict[str, Any]:
     conf = settings.conf
     return {
         "retry_policy": RetryPolicy(
-            retry_total=conf.retry_total,
+            **retry_settings(conf),
             retry_status=conf.retry_total,
             retry_connect=conf.retry_total,
             retry_read=conf.retry_total,
-            retry_backoff_factor=conf.retry_backoff_factor,
-            retry_backoff_max=conf.retry_backoff_max_s,
             timeout=conf.retry_timeout_s,
         ),
-        "connection_timeout": conf.connection_timeout_s,
-        "read_timeout": conf.read_timeout_s,
+        **transport_timeouts(conf),
         "polling_interval": conf.poll_interval_s,
     }
 
 
-ARM_AUTH_HINT = (
-    "sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) "
-    "and check launcher.subscription_id"
-)
 STORAGE_AUTH_HINT = "check $AZURE_BATCHAI_STORAGE_KEY and launcher.storage_account"
-
-
-@contextlib.contextmanager
-def azure_errors(action: str, secret: Optional[str] = None, auth_hint: str = ARM_AUTH_HINT) -> Iterator[None]:
-    """Turn SDK exceptions into LaunchErrors naming ``action`` and what to do."""
-    from azure.core.exceptions import (
-        ClientAuthenticationError,
-        HttpResponseError,
-        ServiceRequestError,
-        ServiceRequestTimeoutError,
-        ServiceResponseError,
-        ServiceResponseTimeoutError,
-    )
-
-    try:
-        yield
-    except (ServiceRequestTimeoutError, ServiceResponseTimeoutError) as exc:
-        # azure-core's RetryPolicy ran out of launcher.retry_timeout_s (the
-        # service kept answering 429/5xx, or not at all): not a network typo.
-        raise LaunchError(
-            redact(f"Azure did not let us {action} within launcher.retry_timeout_s of retries ({_first_line(str(exc))}); "
-                   "the service is throttled or unavailable: re-run later (the launch is idempotent) "
-                   "or raise launcher.retry_timeout_s", secret)
-        ) from None
-    except ClientAuthenticationError as exc:
-        detail = _first_line(getattr(exc, "message", None) or str(exc))
-        raise LaunchError(
-            redact(
-                f"Azure rejected the credentials while trying to {action} ({detail}); {auth_hint}",
-                secret,
-            )
-        ) from None
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise LaunchError(
-            redact(f"cannot reach Azure to {action}: {_first_line(str(exc))}; check the network and endpoints", secret)
-        ) from None
-    except HttpResponseError as exc:
-        code = getattr(getattr(exc, "error", None), "code", None) or exc.reason or ""
-        message = getattr(getattr(exc, "error", None), "message", None) or str(exc)
-        raise LaunchError(
-            redact(f"Azure refused to {action}: HTTP {exc.status_code} {code}: {_first_line(message)}", secret)
-        ) from None
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return lines[0] if lines else "no details"
 
 
 class BatchAIService:

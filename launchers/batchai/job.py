@@ -8,7 +8,6 @@ so what a user reviews is what gets submitted.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import re
 import shlex
 from dataclasses import dataclass
@@ -16,10 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.carry import Shipped
+from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
-from cifar_dist.redaction import MASK, redact_text
+from cifar_dist.redaction import MASK
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
 CLUSTER_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/cluster.json"
@@ -31,13 +30,6 @@ MOUNT_ROOT = "$AZ_BATCHAI_JOB_MOUNT_ROOT"
 CONFIG_NAME = "job_config"  # <CONFIG_NAME>.yaml, composed by Hydra on the nodes
 ENTRY_NAME = "node_entry.py"
 _NAME_RE = re.compile(r"^[-\w]{1,64}$", re.ASCII)
-
-
-def job_name(output_dir: Path, job_num: int, prefix: str = "cifar_dist") -> str:
-    """A deterministic name per run dir (and sweep point): re-running the same
-    launch finds the job it already submitted instead of creating a twin."""
-    digest = hashlib.sha256(str(Path(output_dir).resolve()).encode()).hexdigest()[:12]
-    return f"{prefix}-{digest}-{job_num}"
 
 
 @dataclass(frozen=True)
@@ -137,7 +129,7 @@ def check_counts(conf) -> None:
 
 def node_arguments(layout: ShareLayout, shipped: Optional[Shipped] = None) -> List[str]:
     """``node_entry.py``'s arguments: the composed config, the run dir, and the user's files
-    copied beside them (``carry.Shipped``: every config dir a search dir, the modules' dir)."""
+    copied beside them (``user_sources.Shipped``: every config dir a search dir, the modules' dir)."""
     args = ["--config-dir", layout.on_node(layout.job_dir), "--config-name", CONFIG_NAME,
             "--run-dir", layout.on_node(layout.run_dir)]
     if shipped is not None:
@@ -303,7 +295,3 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
     commands.append(create)
     return commands
 
-
-def redact(text: str, secret: Optional[str]) -> str:
-    """Defence in depth for messages built from service replies: the storage key and every known secret masked."""
-    return redact_text(text, extra=secret)

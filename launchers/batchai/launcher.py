@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.launchers.azure.credentials import make_credential
+from cifar_dist.launchers.azure.errors import azure_errors
+from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
@@ -27,13 +31,12 @@ from cifar_dist.launchers.batchai.job import (
     build_cluster_body,
     build_job_body,
     check_names,
-    job_name,
     ssh_public_key,
 )
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
-from cifar_dist.launchers.carry import Shipped
+from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 from cifar_dist.tracking.settings import node_credentials
 from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher
@@ -117,15 +120,15 @@ class BatchAILauncher(ClusterLauncher):
         local = job.output_dir / LOCAL_SUBDIR
         local.mkdir(parents=True, exist_ok=True)
         config_file = local / Path(layout.config_file).name
-        config_file.write_text(node_job_config(apply_to_node_config(job.cfg, scoring), job.choices), "utf-8")
+        atomic_write_text(config_file, node_job_config(apply_to_node_config(job.cfg, scoring), job.choices))
         entry_file = local / Path(layout.entry_file).name
-        entry_file.write_text(node_entry_source(), "utf-8")
+        atomic_write_text(entry_file, node_entry_source())
 
         secrets = node_credentials(job.cfg)
         doc = az_job_file(build_job_body(settings, layout, reveal_key=False, secrets=secrets, shipped=shipped))
         validate_job_file(doc)
         job_file = job.output_dir / "job.json"
-        job_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+        atomic_write_text(job_file, json.dumps(doc, indent=2) + "\n")
         uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file,
                    **{f"{layout.job_dir}/{rel}": local for rel, local in shipped.files.items()}}
         if scoring is not None:
@@ -142,7 +145,7 @@ class BatchAILauncher(ClusterLauncher):
             doc = az_cluster_file(build_cluster_body(settings, self.conf.node_count, ssh_public_key(settings)))
             validate_cluster_file(doc)
             cluster_file = staged.job_file.with_name("cluster.json")
-            cluster_file.write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+            atomic_write_text(cluster_file, json.dumps(doc, indent=2) + "\n")
             print(f"Dry run: wrote {cluster_file} (valid against the Batch AI 2018-05-01 cluster schema).")
             commands.insert(0, az_cluster_command(settings, cluster_file) + "  # unless it exists")
         print(f"Dry run: wrote {staged.job_file} (valid against the Batch AI 2018-05-01 Horovod job schema).")
@@ -155,7 +158,7 @@ class BatchAILauncher(ClusterLauncher):
 
     def submit(self, staged: StagedJob) -> BatchAIJob:
         """Ensure everything the job needs exists remotely, then submit it (once per run dir)."""
-        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService, azure_errors, make_credential
+        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
         from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
 
         conf, settings, layout = self.conf, staged.settings, staged.layout

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.cluster_base import detached, rerun_or
-from cifar_dist.launchers.ranks.rank_failure import print_tail
+from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
 from cifar_dist.override_syntax import shell_command
 
@@ -71,16 +72,12 @@ class JobFollower:
 
     def poll(self) -> Optional[LaunchResult]:
         """One round: the job's outcome once it has ended and its outputs are local, else None."""
-        from cifar_dist.launchers.batchai.client import azure_errors
-
         with azure_errors(f"follow Batch AI job {self.name}"):
             job = self._ended_job()
             return None if job is None else self._finish(job)
 
     def interrupt(self) -> LaunchResult:
         """Ctrl-C: terminate the job or leave it running, as launcher.on_interrupt says."""
-        from cifar_dist.launchers.batchai.client import azure_errors
-
         with azure_errors(f"stop following Batch AI job {self.name}"):
             return self._interrupted()
 

@@ -2,7 +2,7 @@
 
 The launcher uploads this file next to the run's composed config; Batch AI
 starts it under mpirun, once per rank, after jobPreparation has installed the
-cifar_dist wheel. It runs the Hydra app with that config (in-process launcher)
+cifar_dist wheel. It runs the app as ``python -m cifar_dist`` with that config (in-process launcher)
 and its run dir on the mounted share, so the outputs land where the launcher
 downloads them from. It reads its rank as every rank wrapper does
 (``rank_exec.RANK_VARS``) and quotes the run dir with the project's one rule
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import runpy
 import sys
 from typing import List, Optional, Sequence
 
@@ -59,9 +60,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
     sys.path[:0] = args.code_dir  # the app runs in this process: the user's modules import from here
     sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank(), args.search_dir)]
-    from cifar_dist.app import main as app_main
-
-    app_main()
+    # The app through its command line, `python -m cifar_dist`, as every launcher starts its ranks: in this
+    # process (the user's modules on sys.path above), without importing the app (the layer above launchers).
+    runpy.run_module("cifar_dist", run_name="__main__")
 
 
 if __name__ == "__main__":

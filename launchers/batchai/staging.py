@@ -9,30 +9,20 @@ the hash is part of its path on the share) uploaded again.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.atomic_files import publish_dir
+from cifar_dist.external_commands import BUILD_TIMEOUT_S, run_command
+from cifar_dist.launchers.azure.package_sources import content_hash, copy_files, source_files, source_root
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.redaction import redact_text
-
-_PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
-# The source folders setup.cfg packages (cifar_dist.conf and cifar_dist.launchers
-# live at the top level of the repository, mapped by package_dir; hydra_plugins/
-# holds the sweep launcher's name for Hydra).
-_SOURCE_DIRS = ("cifar_dist", "conf", "launchers", "hydra_plugins")
-_SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
-_SKIP_SUFFIXES = {".pyc", ".pyo"}
-# The user's own cluster/storage names (git-ignored) stay on the user's machine.
-_SKIP_PARTS = ("conf", "local")
 
 # Groups not repeated in the node's defaults list: hydra's own (the nodes get
 # their own run dir), the presets (their effect is already in the other
@@ -53,43 +43,6 @@ class Wheel:
         return f"packages/{self.digest[:16]}/{self.path.name}"
 
 
-def source_root() -> Path:
-    """The source tree this package runs from (an editable install or a checkout)."""
-    import cifar_dist
-
-    root = Path(cifar_dist.__file__).resolve().parent.parent
-    if not (root / "setup.cfg").is_file():
-        raise LaunchError(
-            f"cifar_dist is installed from {root}, not from a source tree, so no wheel can be built; "
-            "install it editable (pip install -e .) or pass launcher.package=<path to a cifar_dist wheel>"
-        )
-    return root
-
-
-def source_files(root: Path) -> List[Path]:
-    """The files that make the wheel, relative to ``root``, in a stable order."""
-    files = [Path(name) for name in _PROJECT_FILES if (root / name).is_file()]
-    for top in _SOURCE_DIRS:
-        for dirpath, dirnames, filenames in os.walk(root / top):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-            rel_dir = Path(dirpath).relative_to(root)
-            if rel_dir.parts[-2:] == _SKIP_PARTS:
-                dirnames[:] = []
-                continue
-            for name in sorted(filenames):
-                if Path(name).suffix not in _SKIP_SUFFIXES:
-                    files.append(rel_dir / name)
-    return files
-
-
-def content_hash(root: Path, files: Iterable[Path]) -> str:
-    digest = hashlib.sha256()
-    for rel in files:
-        digest.update(str(rel).encode() + b"\0")
-        digest.update(hashlib.sha256((root / rel).read_bytes()).digest())
-    return digest.hexdigest()
-
-
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -107,37 +60,32 @@ def package_wheel(prebuilt: Optional[str], cache_dir: Path) -> Wheel:
             raise LaunchError(f"launcher.package={prebuilt!r} is not a wheel file; build one with `pip wheel . --no-deps`")
         return Wheel(path, file_hash(path))
     root = source_root()
-    files = source_files(root)
-    digest = content_hash(root, files)
+    copies = {rel: root / rel for rel in source_files(root)}
+    digest = content_hash(copies)
     target = cache_dir / "wheels" / digest[:16]
     built = sorted(target.glob("cifar_dist-*.whl")) if target.is_dir() else []
     if built:
         return Wheel(built[0], digest)
-    return Wheel(_build(root, files, target), digest)
+    return Wheel(_build(copies, target), digest)
 
 
-def _build(root: Path, files: List[Path], target: Path) -> Path:
+def _build(copies: Dict[Path, Path], target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cifar_dist-wheel-", dir=target.parent) as tmp:
         src = Path(tmp) / "src"
-        for rel in files:
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(root / rel, src / rel)
+        copy_files(copies, src)
         out = Path(tmp) / "out"
         cmd = [
             sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
             "--disable-pip-version-check", "-q", "-w", str(out), str(src),
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = run_command(cmd, "building the cifar_dist wheel", "build it yourself (`pip wheel . --no-deps`) and "
+                           "pass launcher.package=<the wheel>", BUILD_TIMEOUT_S, error=LaunchError)
         wheels = sorted(out.glob("cifar_dist-*.whl"))
         if proc.returncode != 0 or not wheels:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no wheel produced"]
             raise LaunchError(f"building the cifar_dist wheel failed: {detail[0]} (try `pip wheel . --no-deps`)")
-        try:
-            os.replace(out, target)  # atomic: a concurrent build of the same hash is harmless
-        except OSError:
-            if not target.is_dir():
-                raise
+        publish_dir(out, target)  # a concurrent build of the same hash is harmless
     return sorted(target.glob("cifar_dist-*.whl"))[0]
 
 

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, List, Optional
 
+from cifar_dist.atomic_files import atomic_path
 from cifar_dist.launchers.batchai.config import Secret
 
 log = logging.getLogger(__name__)
@@ -113,11 +114,8 @@ class FileShare:
             props = file_client.get_file_properties()
             if target.is_file() and target.stat().st_size == props.size:
                 continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(target.name + ".partial")
-            with open(partial, "wb") as fh:
+            with atomic_path(target) as tmp, open(tmp, "wb") as fh:  # never a half-downloaded model
                 file_client.download_file().readinto(fh)
-            partial.replace(target)  # never a half-downloaded model under the real name
             fetched.append(rel)
         return fetched
 

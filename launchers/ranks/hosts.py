@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cifar_dist.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
 from cifar_dist.launchers.base import LaunchError
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
@@ -107,9 +107,10 @@ def is_local(name: str) -> bool:
 
 def _local_addresses() -> set:
     """Addresses of this machine's interfaces (Linux: from `ip -o addr`)."""
-    try:
-        out = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.TimeoutExpired):
+    try:  # best effort: without the list, a host counts as remote by name
+        out = run_command(["ip", "-o", "addr"], "listing this machine's addresses", "check `ip -o addr`",
+                          LOCAL_QUERY_TIMEOUT_S).stdout
+    except (OSError, CommandTimedOut):
         return set()
     found = set()
     for line in out.splitlines():
@@ -157,12 +158,8 @@ def check_reachable(hosts: Sequence[Host], remote_shell: Sequence[str], timeout_
             continue
         argv = [*remote_shell, host.name, "true"]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise LaunchError(
-                f"host {host.name} did not answer within {timeout_s:g}s ({shlex.join(argv)}); "
-                "check the name, the network and passwordless ssh, or drop it from launcher.hosts"
-            ) from None
+            proc = run_command(argv, f"host {host.name}", "check the name, the network and passwordless ssh, "
+                               "or drop it from launcher.hosts", timeout_s, error=LaunchError)
         except FileNotFoundError:
             raise LaunchError(
                 f"remote shell {remote_shell[0]!r} not found; install openssh-client or set launcher.rsh_agent"

@@ -221,7 +221,7 @@ class MultiRankLauncher(Launcher):
 
     def rank_environment(self, *jobs: JobSpec) -> Dict[str, str]:
         """Variables set for the ranks (on top of this process's environment); the user modules
-        of ``jobs`` first on PYTHONPATH (launchers/carry.py)."""
+        of ``jobs`` first on PYTHONPATH (launchers/user_sources.py)."""
         extra = {"HOROVOD_CYCLE_TIME": f"{self.conf.cycle_time_ms:g}"} if self.conf.cycle_time_ms > 0 else {}
         roots = [root for job in jobs for root in job.carried.code_roots()]
         return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s, code_roots=roots)

@@ -11,7 +11,7 @@ Azure ML job, a Batch AI job) sets these for them:
   rank then refuses Keras 3 in one line at start), else ``1``;
 * ``PYTHONPATH`` with the user's own module roots first (``code_roots``: the
   dirs that hold a ``model._target_``/``data._target_`` module, from
-  ``JobSpec.carried``; launchers/carry.py is the rule), then the launching
+  ``JobSpec.carried``; launchers/user_sources.py is the rule), then the launching
   process's own PYTHONPATH (not for a snapshot job, ``same_files=False``: the
   launching machine's paths mean nothing there);
 * Horovod's stall check, when the launcher asks for one;

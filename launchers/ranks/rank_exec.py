@@ -169,6 +169,8 @@ def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_ar
     log = open_rank_log(log_dir, rank, local_rank, local_size)
 
     chief = rank == 0 and not mpi_group  # streams to the console
+    # The rank's training: a long-lived child, so no timeout (cifar_dist/external_commands.py is for short
+    # commands); supervised instead: signals forwarded, dies with this wrapper, heartbeat file.
     child = subprocess.Popen(
         command,
         env=child_env,

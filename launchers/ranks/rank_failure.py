@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
 from cifar_dist.override_syntax import rerun_hint
 from cifar_dist.training.checkpoints import list_checkpoints
@@ -65,30 +65,6 @@ def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
         if record.get("time", 0) >= since:
             records.append(record)
     return records
-
-
-def tail(path: Path, lines: int = 15) -> str:
-    """The last ``lines`` non-empty lines of a log, read from its last 32 KiB, as the console last showed them."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 32768))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    # Keras progress bars redraw with \r and \b: keep only what was last shown.
-    shown = [line.rsplit("\r", 1)[-1].replace("\b", "") for line in text.splitlines()]
-    return "\n".join([line for line in shown if line.strip()][-lines:])
-
-
-def print_tail(path: Path, lines: int, what: str) -> None:
-    """Write the tail of a job's log to stderr under a heading naming ``what`` (nothing when empty)."""
-    text = tail(path, lines) if lines > 0 else ""
-    if not text:
-        return
-    shown = text.splitlines()
-    sys.stderr.write(f"--- last {len(shown)} lines of {what} ---\n{text}\n")
-    sys.stderr.flush()
 
 
 def _describe(code: int, sig: Optional[int]) -> str:

@@ -159,6 +159,8 @@ class Supervisor:
         start = time.monotonic()
         before = set(_children(os.getpid()))
         subreaper = _set_child_subreaper(True)
+        # mpirun/horovodrun: a long-lived child, so no timeout (cifar_dist/external_commands.py is for short
+        # commands); supervised instead: Ctrl-C and the watch stop it, then the kill grace, then its tree.
         proc = subprocess.Popen(
             self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence
 
+from cifar_dist.external_commands import DEFAULT_TIMEOUT_S, run_command
 from cifar_dist.launchers.base import LaunchError
 
 # States after which the job will not run again by itself (a requeued job passes through
@@ -89,20 +90,19 @@ def job_info(fields: Mapping[str, str]) -> JobInfo:
 class SlurmClient:
     """Runs Slurm's commands with the given environment (``SLURM_CONF`` picks the cluster)."""
 
-    def __init__(self, env: Optional[Mapping[str, str]] = None, timeout_s: float = 60.0):
+    def __init__(self, env: Optional[Mapping[str, str]] = None, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.env = dict(env) if env is not None else None
         self.timeout_s = timeout_s
 
     def _run(self, argv: Sequence[str], what: str) -> subprocess.CompletedProcess:
         try:
-            return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
+            return run_command(argv, f"Slurm ({what})", "is slurmctld up? check with `scontrol ping`, then re-run",
+                               self.timeout_s, self.env, error=LaunchError)
         except FileNotFoundError:
             raise LaunchError(
                 f"{argv[0]} not found on PATH: run this on a Slurm login node, or install the client "
                 "(apt-get install slurm-client) configured for your cluster"
             ) from None
-        except subprocess.TimeoutExpired:
-            raise LaunchError(f"{what}: {argv[0]} did not answer in {self.timeout_s:g}s; is slurmctld up?") from None
 
     def submit(self, script: Path, after: Sequence[str] = ()) -> str:
         """``sbatch --parsable``: the new job's id (an array's id for an array script); with ``after``, it

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from cifar_dist.atomic_files import atomic_write_text
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
-from cifar_dist.launchers.slurm.job import SlurmJob, record_job_id, recorded_job_id
+from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
@@ -75,8 +76,7 @@ class SlurmLauncher(ClusterLauncher):
         if running is None:
             _warn_if_requeue_cannot_resume(job, task)
             text = batch_script(self.conf, job)  # refuses a run dir Slurm cannot take before writing anything
-            script.parent.mkdir(parents=True, exist_ok=True)
-            script.write_text(text, "utf-8")
+            atomic_write_text(script, text)
         return PreparedJob(job=job, script=script, task=task, running=running)
 
     def report_dry_run(self, prepared: PreparedJob) -> LaunchResult:
@@ -178,7 +178,7 @@ class SlurmLauncher(ClusterLauncher):
         in its run dir."""
         script = self._array_script_path(points)
         script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(array_script(self.conf, [p.job for p in points], array_dir(points)), "utf-8")
+        atomic_write_text(script, array_script(self.conf, [p.job for p in points], array_dir(points)))
         for p in points:
             _note_submitting(p.job.output_dir)
         array_id = self.client.submit(script, after)
@@ -203,7 +203,7 @@ class SlurmLauncher(ClusterLauncher):
         if len(new) > 1:
             script = self._array_script_path(new)
             script.parent.mkdir(parents=True, exist_ok=True)
-            script.write_text(array_script(self.conf, [p.job for p in new], array_dir(new)), "utf-8")
+            atomic_write_text(script, array_script(self.conf, [p.job for p in new], array_dir(new)))
             print(f"Dry run: wrote {script}, the job array of these points; submit it by hand with: {shell_command('sbatch', script)}")
             print(script.read_text("utf-8"), end="", flush=True)
         return results

@@ -9,7 +9,7 @@ round. So a 100-point sweep costs one ``squeue`` per ``poll_interval_s``, not
 once for all its jobs. A job squeue does not list (finished and already
 gone from its view) is asked for with ``scontrol show job`` in that round;
 one Slurm has forgotten is ``None``. A failed query fails every job's poll
-of that round alike (each counts its failed polls, job.py).
+of that round alike (each counts its failed polls, monitor.py).
 """
 from __future__ import annotations
 

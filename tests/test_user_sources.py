@@ -1,4 +1,4 @@
-"""What a launch composed from reaches every rank and job (launchers/carry.py), checked without training.
+"""What a launch composed from reaches every rank and job (launchers/user_sources.py), checked without training.
 
 A user's project (tests/user_project.py: ``mymodels.py``, ``mydata.py``,
 ``myconf/``) is written into a temporary directory outside the checkout and
@@ -24,7 +24,7 @@ from fake_azure.fixtures import cli_env as azure_env, fake_azure, launcher_overr
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from user_project import USER_ARGS, write_user_project
 
-from cifar_dist.launchers.carry import CarryError, Carried
+from cifar_dist.launchers.user_sources import CarryError, Carried
 from cifar_dist.launchers.ranks.rank_env import python_path, rank_environment
 
 
@@ -129,7 +129,7 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
     from omegaconf import OmegaConf
 
     from cifar_dist.launchers.base import JobSpec
-    from cifar_dist.launchers.carry import UserModule
+    from cifar_dist.launchers.user_sources import UserModule
     from cifar_dist.launchers.ranks.concurrent_points import Batch
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
@@ -244,12 +244,12 @@ def test_a_config_path_is_refused_for_a_snapshot_job_in_one_line(project, fake_a
 
 
 def test_too_large_or_namespace_sources_are_refused_in_one_line(tmp_path, monkeypatch):
-    from cifar_dist.launchers import carry
+    from cifar_dist.launchers import user_sources
 
     conf = tmp_path / "conf"
     conf.mkdir()
     (conf / "data.bin").write_bytes(b"x" * 2048)
-    monkeypatch.setattr(carry, "MAX_SHIPPED_BYTES", 1024)
+    monkeypatch.setattr(user_sources, "MAX_SHIPPED_BYTES", 1024)
     with pytest.raises(CarryError) as big:
         Carried(config_dir=str(conf)).shipped("azureml")
     assert str(big.value).count("\n") == 0 and f"config dir {conf} holds more than" in str(big.value)
@@ -257,7 +257,7 @@ def test_too_large_or_namespace_sources_are_refused_in_one_line(tmp_path, monkey
     for part in ("a", "b"):
         (tmp_path / part / "nspkg").mkdir(parents=True)
         monkeypatch.syspath_prepend(str(tmp_path / part))
-    (modules,) = carry.user_modules({"model": {"_target_": "nspkg.build"}})
+    (modules,) = user_sources.user_modules({"model": {"_target_": "nspkg.build"}})
     assert sorted(Carried(modules=(modules,)).code_roots()) == sorted(str((tmp_path / p).resolve()) for p in "ab")
     with pytest.raises(CarryError, match=r"^model\._target_: nspkg is a namespace package .*add an __init__\.py"):
         Carried(modules=(modules,)).shipped("batchai")

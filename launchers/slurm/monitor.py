@@ -21,9 +21,11 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cifar_dist.atomic_files import atomic_write_text
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached
-from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, tail
+from cifar_dist.launchers.log_tail import tail
+from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.multirank import LOG_DIR
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
@@ -66,9 +68,7 @@ class OutputStream:
 
 
 def record_job_id(run_dir: Path, job_id: str) -> None:
-    path = run_dir / SLURM_DIR / JOB_ID_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(job_id + "\n")
+    atomic_write_text(run_dir / SLURM_DIR / JOB_ID_FILE, job_id + "\n")
     # The launcher holding the run dir's lock says it does so for this job: its batch script then
     # waits for the lock instead of refusing the run dir (rundir_hold.py).
     from cifar_dist.rundir.lock import note_holder
