@@ -107,6 +107,7 @@ def test_pins_come_from_the_installed_package():
     settings = resolve_settings(AzureMLLauncherConf(subscription_id="s", resource_group="g", workspace="w", compute="c"), {})
     text = dockerfile(settings)
     assert text.index("tensorflow==2.18.1") < text.index("horovod==0.28.1")  # Horovod is built against it
+    assert "'jax[cpu]==0.10.2'" in text  # engine=jax runs in the same environment
 
 
 def test_bad_sizes_and_custom_clouds_are_refused():

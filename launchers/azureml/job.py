@@ -96,10 +96,19 @@ def pinned_requirements() -> Tuple[List[str], str]:
     return [r for r in plain if r not in horovod], horovod[0]
 
 
+def engine_jax_requirements() -> List[str]:
+    """The ``jax`` extra's pins (setup.cfg), so that the environment runs ``engine=jax`` too."""
+    requires = importlib.metadata.requires("cifar_dist") or []
+    return [r.split(";")[0].strip() for r in requires if re.search(r"""extra\s*==\s*["']jax["']""", r)]
+
+
 def dockerfile(settings: Settings) -> str:
     """The environment's image: the base image, MPI and a compiler, the pinned
-    TensorFlow/tf-keras/Hydra, then Horovod built against them with MPI."""
+    TensorFlow/tf-keras/Hydra and JAX (engine=jax; its CPU build: a GPU cluster
+    registers an environment with ``jax[cuda12]``, ``launcher.environment``),
+    then Horovod built against them with MPI."""
     others, horovod = pinned_requirements()
+    others += engine_jax_requirements()
     conf = settings.conf
     return "\n".join(
         [
