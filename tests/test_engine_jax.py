@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_env, one_error_line, read_metrics, run_cli, wait_for
+from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_keras3 import MODEL
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
@@ -135,6 +136,17 @@ def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
     assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
+
+
+def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tmp_path):
+    """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
+    run_dir = tmp_path / "run"
+    proc = run_cli(*RUN, "trainer.epochs=1", *aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml),
+                   cwd=project, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["run"]["engine"] == "jax" and "jax" in m["run"]
+    assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
 
 
 @pytest.mark.parametrize("overrides, words", [
