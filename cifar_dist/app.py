@@ -12,7 +12,7 @@ from typing import ContextManager, List, Optional
 import hydra
 from omegaconf import DictConfig
 
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.config_files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
@@ -26,7 +26,7 @@ from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
 from cifar_dist.atomic_files import disk_full
 from cifar_dist.training.tf_console import quiet_by_default
-from cifar_dist.tracking import after_job
+from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.validation import validate
 

@@ -7,16 +7,14 @@ and its defaults are the option's values (no YAML file repeats them). A
 variant of an option is a subclass that changes defaults (``data=sample``).
 
 Launchers keep their options next to their code (``launchers/*.py``,
-``launchers/*/config.py``); ``register_configs`` imports them.
+``launchers/*/config.py``); ``all_options.register_configs`` imports them.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from cifar_dist.data.config import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
@@ -416,21 +414,3 @@ def typed_data(data):
     from omegaconf import OmegaConf
 
     return OmegaConf.merge(OmegaConf.structured(data_schema(data.get("name"))), data)
-
-
-def register_configs() -> None:
-    """Store every built-in option (this module's and every launcher's) and the sweep
-    launcher in Hydra's ConfigStore, and register --help's resolver; called before
-    Hydra composes. Idempotent."""
-    from cifar_dist.launchers import register_built_in
-    from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
-    from cifar_dist.data import config as data_options
-    from cifar_dist.option_listing import register_resolver
-    from cifar_dist.options import store_options
-
-    register_resolver()  # ${cifar_dist_groups:}, --help's list of options
-    ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml
-    store_options(sys.modules[__name__])
-    store_options(data_options)  # cifar100, folder, custom
-    register_built_in()  # every launcher module stores its own options
-    register_sweep_launcher()

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 DIR_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp")
+DEFAULT_CONFIG_NAME = "config"  # the app's primary config (app.py's @hydra.main)
+PACKAGE_CONFIGS = "pkg://cifar_dist.conf"  # the app's own config_path (app.py's @hydra.main)
 
 
 def config_dirs(argv: Sequence[str]) -> List[Path]:

@@ -70,3 +70,17 @@ def ops_of(keras: ModuleType):
         split=lambda x, indices_or_sections, axis=0: tf.split(x, indices_or_sections, axis=axis),
         convert_to_numpy=lambda x: x.numpy(),
     )
+
+
+def current_lr(optimizer) -> float:
+    """The lr an optimizer of either Keras applies at its current step (a schedule is evaluated there)."""
+    if flavor_of(optimizer) == KERAS3:
+        import keras  # lazy: Keras 3, only for a Keras 3 optimizer
+
+        return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    import tensorflow as tf  # lazy: TensorFlow
+
+    lr = optimizer.lr
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        lr = lr(optimizer.iterations)
+    return float(tf.keras.backend.get_value(lr))

@@ -38,7 +38,7 @@ def builtin_options(group: str) -> List[str]:
     from hydra._internal.config_repository import ConfigRepository
     from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 
-    from cifar_dist.config import register_configs
+    from cifar_dist.all_options import register_configs
 
     register_configs()
     search_path = ConfigSearchPathImpl()

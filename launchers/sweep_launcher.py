@@ -27,8 +27,9 @@ when a point fails or ``hydra/callbacks`` is replaced.
 
 Hydra instantiates launcher plugins only from the ``hydra_plugins`` package:
 the class Hydra sees is the subclass in
-``hydra_plugins/cifar_dist_launcher/``; ``register()`` (called by the app)
-makes it and its config known without relying on plugin discovery.
+``hydra_plugins/cifar_dist_launcher/``, whose ``registration.register()``
+(called by the app) makes it and its config known without relying on plugin
+discovery.
 """
 from __future__ import annotations
 
@@ -48,36 +49,15 @@ from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
 from cifar_dist.options import config_option
+from cifar_dist.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.redaction import redact_logs, redact_text
 
 log = logging.getLogger(__name__)
 
-PLUGIN_CLASS = "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher.CifarDistLauncher"
-
-
 @config_option("hydra/launcher", "cifar_dist")
 @dataclass
 class SweepLauncherConf:
-    _target_: str = PLUGIN_CLASS
-
-
-def register() -> None:
-    """Make ``hydra/launcher=cifar_dist`` (the project's default) usable: its config in the
-    ConfigStore (again: idempotent), its class in Hydra's plugin registry. Explicit, because
-    Hydra's discovery of ``hydra_plugins`` misses setuptools editable installs (Hydra issues
-    #2359, #3252)."""
-    import sys
-
-    from hydra.core.plugins import Plugins
-
-    from cifar_dist.options import store_options
-    from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher
-
-    store_options(sys.modules[__name__])
-    Plugins.instance().register(CifarDistLauncher)
-    from cifar_dist.launchers import optuna_sweeper
-
-    optuna_sweeper.register()  # hydra/sweeper=optuna maximises the accuracy the jobs return
+    _target_: str = SWEEP_LAUNCHER_CLASS
 
 
 def runs_in_process(config: DictConfig) -> bool:
@@ -217,7 +197,7 @@ class SweepLauncher(HydraLauncher):
         if not ready:
             return prepared
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
-        from cifar_dist.tracking import after_job
+        from cifar_dist.tracking.job_hooks import after_job
 
         try:
             launcher = instantiate(configs[ready[0]].launcher, _convert_="all")

@@ -55,7 +55,7 @@ AFTER_FIT = [
     ("BatchNorm sync, weight digests, peak RSS", "final test (plain and TTA)", "R", "cifar_dist.training.recipe.final_test:enter"),
     ("final test, plain", "final test (plain and TTA)", "R", TRAINER + "_evaluate_exact:exit"),
     ("final test, TTA", "final test (plain and TTA)", "R", "cifar_dist.training.recipe.final_test:exit"),
-    ("model save", "model save", "R", "cifar_dist.training.checkpoints.atomic_save_model:exit"),
+    ("model save", "model save", "R", "cifar_dist.rundir.checkpoints.atomic_save_model:exit"),
     ("learning-curve plot + metrics.json", "checkpoints and logs", "R", TRAINER + "_write_record:exit"),
     ("tracker finish + result broadcast", "tracking", "R", TRAINER + "finish:exit"),
     ("trainer return", "exit", "R", TRAINER + "train:exit"),

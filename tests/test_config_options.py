@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 import cifar_dist.config
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.launchers import option_modules
 from cifar_dist.options import OPTION_ATTR
 from conftest import cli_env, run_cli

@@ -76,7 +76,7 @@ def test_a_cifar10_archive_given_as_cifar100_is_refused_in_one_line(tmp_path):
 def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, message):
     from hydra import compose, initialize_config_module
 
-    from cifar_dist.config import register_configs
+    from cifar_dist.all_options import register_configs
     from cifar_dist.validation import ConfigError, validate
 
     register_configs()

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cifar_fixtures import sample_batches
 from conftest import cli_env, compose_cfg
-from cifar_dist.evaluation.tta import plain_and_tta, with_tta
+from cifar_dist.models.tta import plain_and_tta, with_tta
 from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers

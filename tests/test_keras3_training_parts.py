@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from conftest import cli_env
 from cifar_dist.training import optimizers
-from cifar_dist.training.schedules import Triangular, build_schedule, current_lr, schedule_classes
+from cifar_dist.keras_ops import current_lr
+from cifar_dist.training.schedules import Triangular, build_schedule, schedule_classes
 
 STEPS = 4
 

@@ -11,7 +11,8 @@ and are not counted. The tests say:
   no two modules do; the flat top levels, cifar_dist/ and launchers/, count module by module);
 - the layering reads one way: the core never imports a launcher, a sweeper, the app or the
   Hydra plugin shims; launchers and sweepers never import the app; the shims in
-  hydra_plugins/ import the behaviour they wrap and nothing imports a shim;
+  hydra_plugins/ import the behaviour they wrap, and only the app (which registers them)
+  imports a shim;
 - an import inside a function keeps a heavy dependency off the start-up path, and says so
   in a comment on its line or the line above (``# lazy: TensorFlow``).
 """
@@ -27,11 +28,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The top: the command line and the Hydra app; only they may import everything.
-APP = ("cifar_dist.app", "cifar_dist.__main__")
+# The top: the command line, the Hydra app and the registry of every option; only they may import everything.
+APP = ("cifar_dist.app", "cifar_dist.__main__", "cifar_dist.all_options", "cifar_dist.local_options")
 LAUNCHERS = ("cifar_dist.launchers",)
 SWEEPERS = ("cifar_dist.sweepers",)
 SHIMS = ("hydra_plugins",)
+# TODO(h-azure): the cluster launchers helper h-azure is restructuring in parallel (issue 32 item 2); their
+# imports inside functions get their reasons (or move to the top) with that change, then this goes.
+NOT_YET_REVIEWED = ("cifar_dist.launchers.azureml", "cifar_dist.launchers.batchai", "cifar_dist.launchers.slurm",
+                    "cifar_dist.launchers.carry")
 # Folders of unrelated modules: between their modules, only module-level cycles count.
 FLAT_TOP_LEVELS = ("cifar_dist", "cifar_dist.launchers", "hydra_plugins")
 
@@ -197,7 +202,10 @@ def shortest_path(start: str, end: str, component: Set[str], edges: Dict[str, Se
 
 def folder_of(module: str, modules: Dict[str, Path]) -> str:
     """The first package below a flat top level that holds the module (training/engines/ is training/),
-    or the module itself when it lies flat in a top level."""
+    or the module itself when it lies flat in a top level or is a package's command (``__main__``: it uses
+    the package like any caller, ``python -m cifar_dist.tracking`` reads sweep points too)."""
+    if module.endswith(".__main__"):
+        return module
     for top in FLAT_TOP_LEVELS[::-1]:
         if module.startswith(top + "."):
             first = module[len(top) + 1:].split(".")[0]
@@ -255,7 +263,7 @@ def test_no_import_cycle_between_the_projects_folders(imports):
 
 
 def test_the_core_imports_no_launcher_sweeper_app_or_shim(imports):
-    top = LAUNCHERS + SWEEPERS + APP + SHIMS + ("cifar_dist.conf",)
+    top = LAUNCHERS + SWEEPERS + APP + SHIMS
     wrong = [where(imp) for imp in imports
              if within(imp.source, ("cifar_dist",)) and not within(imp.source, top) and within(imp.target, top)]
     assert wrong == []
@@ -266,11 +274,21 @@ def test_launchers_and_sweepers_never_import_the_app(imports):
     assert wrong == []
 
 
-def test_plugin_shims_import_the_behaviour_and_nothing_imports_a_shim(imports):
-    wrong = [where(imp) for imp in imports if within(imp.target, SHIMS) and not within(imp.source, SHIMS)]
+def test_plugin_shims_import_the_behaviour_and_only_the_app_imports_a_shim(imports):
+    wrong = [where(imp) for imp in imports if within(imp.target, SHIMS) and not within(imp.source, SHIMS + APP)]
     assert wrong == []
 
 
-def test_every_import_inside_a_function_says_why(imports):
-    silent = [where(imp) for imp in imports if imp.in_function and not imp.commented]
+def silent_function_imports(module: str, path: Path) -> Iterator[str]:
+    """Every import inside a function of ``module`` (of a project module or not) without a reason beside it."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node, in_function in import_nodes(ast.parse(source, str(path))):
+        if in_function and not has_reason(lines, node):
+            yield f"{module} (line {node.lineno}): {lines[node.lineno - 1].strip()}"
+
+
+def test_every_import_inside_a_function_says_why():
+    silent = [line for module, path in project_modules().items() if not within(module, NOT_YET_REVIEWED)
+              for line in silent_function_imports(module, path)]
     assert silent == [], f"{len(silent)} imports inside functions without a reason:\n" + "\n".join(silent)

@@ -21,7 +21,7 @@ class EvaluationInputError(CifarDistError):
 
 def resolve_model_path(model: str) -> Path:
     """A .h5 (.keras) file as given; for a run dir, its saved model, else its newest checkpoint."""
-    from cifar_dist.training.checkpoints import find_saved_model, list_checkpoints
+    from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 
     path = Path(model).expanduser()
     if path.is_file():

@@ -33,7 +33,7 @@ def command_overrides() -> Optional[Sequence[str]]:
     ``job_config`` a Batch AI node composes): such a config states its data itself."""
     from hydra.core.hydra_config import HydraConfig
 
-    from cifar_dist.launchers.carry import DEFAULT_CONFIG_NAME
+    from cifar_dist.config_files import DEFAULT_CONFIG_NAME
 
     if not HydraConfig.initialized() or HydraConfig.get().job.config_name != DEFAULT_CONFIG_NAME:
         return None

@@ -108,7 +108,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     engine = start_engine(cfg.engine.name if cfg.get("engine") else "horovod", cfg.trainer)
     world = engine.world
-    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
+    from cifar_dist.models.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
     cfg, data_used = evaluation_data(cfg, model_path, command_overrides())
     model, images, num_classes = _model_and_images(cfg, model_path)

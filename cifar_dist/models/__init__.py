@@ -7,5 +7,6 @@ built-ins also take ``keras``, the Keras module to build with (None:
 option (``model=<name>``: its arguments, typed, with their defaults) is a
 dataclass in ``cifar_dist/config.py``. A user's own model is a builder in their
 own module named by ``_target_`` in their ``model/<name>.yaml``, checked by
-``builder.py``; docs/models.md.
+``builder.py``; docs/models.md. ``tta.py`` wraps a trained model for
+test-time augmentation (the trainer's final test and ``task=evaluate``).
 """

@@ -151,7 +151,7 @@ def loaded_data_problem(run_dir: Path, cfg: Any, data: Any, resuming: bool) -> s
 
 def check_loaded_data(run: Any, data: Any) -> None:
     """Every rank: refuse resuming with loaded data other than the run's (rank 0 decides; see the module doc)."""
-    from cifar_dist.training.checkpoints import list_checkpoints
+    from cifar_dist.rundir.checkpoints import list_checkpoints
 
     problem = ""
     if run.world.is_chief:

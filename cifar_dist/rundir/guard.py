@@ -37,6 +37,7 @@ from typing import Any, Dict, Optional
 from hydra.experimental.callback import Callback
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
 
@@ -97,9 +98,7 @@ def guarded_by_sweep_launcher(config: Any) -> bool:
     """Whether the sweep's launcher is cifar_dist's, which guards every point before Hydra writes into it."""
     from omegaconf import OmegaConf
 
-    from cifar_dist.launchers.sweep_launcher import PLUGIN_CLASS
-
-    return OmegaConf.select(config, "hydra.launcher._target_", default=None) == PLUGIN_CLASS
+    return OmegaConf.select(config, "hydra.launcher._target_", default=None) == SWEEP_LAUNCHER_CLASS
 
 
 class RunDirGuard(Callback):

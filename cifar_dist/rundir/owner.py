@@ -32,7 +32,7 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
 from cifar_dist.override_syntax import shell_command
-from cifar_dist.training.checkpoints import list_checkpoints
+from cifar_dist.rundir.checkpoints import list_checkpoints
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption

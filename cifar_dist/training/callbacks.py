@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.keras_flavor import KERAS3, flavor_of
-from cifar_dist.training import checkpoints
+from cifar_dist.rundir import checkpoints
 from cifar_dist.atomic_files import write_json
-from cifar_dist.training.schedules import current_lr
+from cifar_dist.keras_ops import current_lr
 
 
 class EpochCSVLogger(tf.keras.callbacks.CSVLogger):

@@ -78,7 +78,7 @@ def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) 
     if tta == "none":
         (plain,) = evaluate_exact(model)
         return {"test": plain}
-    from cifar_dist.evaluation.tta import plain_and_tta
+    from cifar_dist.models.tta import plain_and_tta
 
     both = plain_and_tta(model, tta)
     both.compile(loss={"plain": compile_kwargs["loss"], "tta": compile_kwargs["loss"]},

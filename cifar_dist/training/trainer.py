@@ -49,7 +49,8 @@ from cifar_dist.results import METRICS_FILE
 from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.rundir.fingerprint import check_loaded_data
-from cifar_dist.training import checkpoints, recipe
+from cifar_dist.rundir import checkpoints
+from cifar_dist.training import recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
 from cifar_dist.validation import validate
@@ -486,7 +487,7 @@ def open_tracker(run: Run):
     """TRACKING (cifar_dist/tracking): rank 0 opens, or when resuming reopens, its MLflow run; None otherwise."""
     if not run.world.is_chief:
         return None
-    from cifar_dist.tracking import open_for_training  # tracking is an optional extra: only when configured
+    from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
     return open_for_training(run.cfg, run.output_dir, run.world.size)
 

@@ -189,7 +189,7 @@ class JobFollower:
         fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
         log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
         # tracking=mlflow: the nodes did not log (tracking.remote=import) or may have missed some: send the run dir.
-        from cifar_dist.tracking import after_download
+        from cifar_dist.tracking.job_hooks import after_download
 
         after_download(self.output_dir, succeeded=str(job.execution_state) == "succeeded")
         metrics = read_results_or_warn(self.output_dir)

@@ -33,7 +33,7 @@ SPANS = {
         "start_record", "open_tracker", "finish", "_evaluate_exact", "_write_record", "plot_learning_curves",
         "write_json"),
     "cifar_dist.training.recipe": ("final_test", "sync_model"),
-    "cifar_dist.training.checkpoints": ("atomic_save_model",),
+    "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
 CALLBACK_HOOKS = ("on_epoch_end", "on_test_begin")
 _STATE = {}  # path and rank of this process (set once by install)
