@@ -25,6 +25,7 @@ from cifar_dist.results import final_accuracy
 from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
 from cifar_dist.atomic_files import disk_full
+from cifar_dist.launchers.ranks.heartbeat import start_from_env
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
@@ -160,8 +161,6 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
-        from cifar_dist.launchers.ranks.heartbeat import start_from_env
-
         start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
     started = time.time() - 1  # mtimes may be rounded to the second (network file systems)
     try:

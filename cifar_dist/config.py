@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf, open_dict
 
 from cifar_dist.data.config import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
 from cifar_dist.options import config_option
@@ -392,8 +392,6 @@ def typed(cfg):
     strings and typos would pass. Merging onto the schemas restores both
     (and gives a config saved before ``engine`` existed its default).
     """
-    from omegaconf import OmegaConf, open_dict
-
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
@@ -404,13 +402,9 @@ def typed(cfg):
 
 def engine_of(cfg):
     """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
 
 
 def typed_data(data):
     """A ``data`` node (composed, or plain YAML from a run's ``.hydra/config.yaml``) merged onto its option's schema."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.merge(OmegaConf.structured(data_schema(data.get("name"))), data)

@@ -16,6 +16,7 @@ it (it costs ~1.5 s per rank).
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from types import ModuleType
 
@@ -31,7 +32,7 @@ class KerasChoiceError(CifarDistError, RuntimeError):
 def keras_module(version: int) -> ModuleType:
     """The Keras namespace of ``version``: ``tf.keras`` (tf-keras) for 2, the ``keras`` package for 3."""
     if int(version) == KERAS2:
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         if flavor_of(tf.keras.layers.Layer) != KERAS2:
             raise KerasChoiceError(
@@ -40,7 +41,7 @@ def keras_module(version: int) -> ModuleType:
                 "or build the built-ins in Keras 3 with engine.keras=3")
         return tf.keras
     if int(version) == KERAS3:
-        import keras
+        import keras  # lazy: Keras 3
 
         return keras
     raise ValueError(f"Keras {version!r}: cifar_dist runs Keras 2 (tf-keras) or Keras 3")
@@ -85,8 +86,6 @@ def takes_keras_argument(fn) -> bool:
     """Whether ``fn`` (a builder or optimizer factory) declares a ``keras`` parameter: the trainer then passes
     the Keras module to build with, as it passes ``num_classes`` from the data. Built-ins declare it; a user's
     builder needs not (it builds with the Keras it imports)."""
-    import inspect
-
     try:
         return KERAS_ARGUMENT in inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or a class without a readable signature
@@ -101,6 +100,6 @@ def keras_argument(fn, version: int) -> dict:
 
 def as_tf_variable(variable):
     """The tf.Variable behind a variable of either Keras on TensorFlow (Keras 3 keeps it as ``value``)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return variable if isinstance(variable, tf.Variable) else variable.value

@@ -57,7 +57,7 @@ def ops_of(keras: ModuleType):
     """``keras.ops`` for Keras 3; TensorFlow's equivalents under the same names for Keras 2 (``tf.keras``)."""
     if module_flavor(keras) == KERAS3:
         return keras.ops
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return SimpleNamespace(
         cast=tf.cast,

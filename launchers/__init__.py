@@ -18,6 +18,7 @@ import pkgutil
 from typing import Iterator
 
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult, Launcher
+from cifar_dist.options import store_options
 
 __all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "register_built_in"]
 
@@ -37,7 +38,5 @@ def option_modules() -> Iterator[str]:
 
 def register_built_in() -> None:
     """Import every launcher module; each stores its own option in Hydra's ConfigStore."""
-    from cifar_dist.options import store_options
-
     for name in option_modules():
         store_options(importlib.import_module(name))

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.carry import Carried
@@ -67,9 +71,6 @@ class JobSpec:
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         hc = HydraConfig.get()
         return cls(
             cfg=cfg,
@@ -165,9 +166,6 @@ class Launcher(abc.ABC):
 def _override_strings(node) -> List[str]:
     """Hydra's override strings, resolved as Hydra stores them; written as given when one cannot be
     resolved (``data.path=${oc.env:UNSET}``), so that validation can report it in one line."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         return list(node)
     except OmegaConfBaseException:
@@ -186,6 +184,4 @@ def _is_parent_only(override: str) -> bool:
 
 def parse_overrides(overrides: Sequence[str]) -> list:
     """Parse overrides with Hydra's own parser (used by tests and dry runs)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     return OverridesParser.create().parse_overrides(list(overrides))

@@ -93,7 +93,7 @@ def _save_keras3(model, path: Path) -> None:
 
 def read_optimizer_weights(path: Path) -> List[np.ndarray]:
     """The optimizer state a Keras 2 HDF5 model file holds, in the optimizer's own order."""
-    import h5py
+    import h5py  # lazy: h5py
 
     with h5py.File(path, "r") as f:
         if "optimizer_weights" not in f:

@@ -28,6 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import List
 
+from cifar_dist.atomic_files import is_temp_name
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
@@ -116,8 +117,6 @@ def refuse_foreign(run_dir: Path) -> None:
 
 def keep_aside(run_dir: Path) -> List[Path]:
     """Move every entry a run would write, replace or delete to ``<name>.kept-<time>``; the new paths."""
-    from cifar_dist.atomic_files import is_temp_name
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = []
     for entry in sorted(Path(run_dir).iterdir()):

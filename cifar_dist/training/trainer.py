@@ -52,6 +52,7 @@ from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training import recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
+from cifar_dist.training.engines import start_engine
 from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
 from cifar_dist.validation import validate
 
@@ -252,8 +253,6 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 
 def start_run(cfg: DictConfig, output_dir: Path):
     """Validate the config, start the engine, and check the model before any data is read."""
-    from cifar_dist.training.engines import start_engine
-
     wall_start = time.time()
     cfg = typed(cfg)
     validate(cfg)
@@ -307,8 +306,6 @@ def load_data(run: Run):
 
 def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
-    from cifar_dist.errors import ConfigError
-
     asked = model_cfg.get("num_classes")
     if asked is not None and int(asked) != data.num_classes:
         raise ConfigError(f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "

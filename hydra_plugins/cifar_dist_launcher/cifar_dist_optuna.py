@@ -21,7 +21,7 @@ if OptunaSweeper is not None:
             impl = self.sweeper
             impl.study_name = behaviour.study_name(impl.study_name)
             if impl.storage is None:  # in memory as before, but reachable when the study stops
-                import optuna
+                import optuna  # lazy: Optuna
 
                 impl.storage = optuna.storages.InMemoryStorage()
 
@@ -38,7 +38,7 @@ if OptunaSweeper is not None:
             except Exception as exc:
                 if not any(exc is failure for failure in launcher.failures):
                     raise  # not the plugin stopping the study on failed trials
-                import optuna
+                import optuna  # lazy: Optuna
 
                 study = optuna.load_study(study_name=impl.study_name, storage=impl.storage)
                 saved = behaviour.save_results(study, Path(str(impl.config.hydra.sweep.dir)))

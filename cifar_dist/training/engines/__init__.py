@@ -20,7 +20,7 @@ ENGINES = ("horovod",)
 def start_engine(name: str, trainer_cfg):
     """Start the named engine in this process (once, before any model is built) and return it."""
     if name == "horovod":
-        from cifar_dist.training.engines.horovod import HorovodEngine
+        from cifar_dist.training.engines.horovod import HorovodEngine  # lazy: only the engine this run uses
 
         return HorovodEngine.start(trainer_cfg)
     raise ValueError(f"engine={name!r}: cifar_dist has the engines {', '.join(ENGINES)}")

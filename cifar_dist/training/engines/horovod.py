@@ -33,7 +33,7 @@ class HorovodEngine:
     name = "horovod"
 
     def __init__(self, world: World):
-        import horovod.tensorflow as hvd
+        import horovod.tensorflow as hvd  # lazy: Horovod
 
         self.world = world
         self.hvd = hvd
@@ -44,7 +44,7 @@ class HorovodEngine:
         return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
 
     def versions(self) -> dict:
-        import horovod
+        import horovod  # lazy: Horovod
 
         return {"horovod": horovod.__version__}
 
@@ -57,7 +57,7 @@ class HorovodEngine:
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any one (a collective)."""
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         return float(self.hvd.allreduce(tf.constant(1.0 if flag else 0.0), op=self.hvd.Max, name="any_rank")) > 0
 
@@ -91,7 +91,7 @@ class HorovodEngine:
 
     def average_numbers(self, values) -> np.ndarray:
         """The mean over the ranks of a float vector (every rank passes the same length)."""
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         return self.hvd.allreduce(tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average,
                                   name="average_numbers").numpy()
@@ -103,7 +103,7 @@ class HorovodEngine:
 
             # HOROVOD: Horovod's own callback for Keras 2.
             return self.hvd.keras.callbacks.MetricAverageCallback()
-        from cifar_dist.training.callbacks import AverageEpochMetrics
+        from cifar_dist.training.callbacks import AverageEpochMetrics  # lazy: TensorFlow
 
         return AverageEpochMetrics(self)
 
