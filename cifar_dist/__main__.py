@@ -1,7 +1,7 @@
 """``python -m cifar_dist [overrides]`` (and the ``cifar-dist`` script): see README."""
 import sys
 
-from cifar_dist.config_files import check_user_yaml, local_dir
+from cifar_dist.config.files import check_user_yaml, local_dir
 from cifar_dist.local_options import local_problems
 from cifar_dist.process_role import in_child_process
 

@@ -13,11 +13,11 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.config_files import holds_options, local_dir
+from cifar_dist.config.files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.launchers.carry import with_searchpath
-from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
+from cifar_dist.config.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.saved_run import from_saved_run
 from cifar_dist.redaction import RedactingWriter, redact_logs, redact_text
@@ -29,7 +29,7 @@ from cifar_dist.launchers.ranks.heartbeat import start_from_env
 from cifar_dist.training.tf_console import quiet_by_default
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
-from cifar_dist.validation import validate
+from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
 

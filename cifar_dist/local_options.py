@@ -22,8 +22,8 @@ from hydra._internal.config_repository import ConfigRepository
 from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from cifar_dist.config_files import yaml_error
-from cifar_dist.override_check import override_values, parsed_command_line
+from cifar_dist.config.files import yaml_error
+from cifar_dist.config.override_check import override_values, parsed_command_line
 
 DEFAULT = "default.yaml"  # conf/local/default.yaml: loaded last by the primary config, by every command
 

@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.carry import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
-from cifar_dist.override_syntax import override_key, quote_override_value
+from cifar_dist.config.override_syntax import override_key, quote_override_value
 from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)

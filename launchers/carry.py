@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from cifar_dist.config_files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
+from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
 from cifar_dist.errors import CifarDistError
-from cifar_dist.override_syntax import override_key, searchpath_override
+from cifar_dist.config.override_syntax import override_key, searchpath_override
 
 SHIPPED_ROOT = "user"  # in a snapshot: user/code/<module>, user/conf/<n>/
 MAX_SHIPPED_BYTES = 20 * 1024 * 1024  # a config dir or module package bigger than this is not copied into a job

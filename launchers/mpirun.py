@@ -18,7 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.ranks.concurrent_points import run_batches
 from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 @config_option("launcher", "mpirun")

@@ -58,7 +58,7 @@ def seed_flow_rate(x, y, batch_size: int, count: int, workers: int) -> float:
 def cifar_dist_rate(x, y, batch_size: int, count: int) -> float:
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import AugmentConfig
+    from cifar_dist.config.schema import AugmentConfig
     from cifar_dist.data.pipeline import train_stream
 
     steps = len(x) // batch_size

@@ -32,7 +32,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from cifar_dist.errors import StudyStopped
-from cifar_dist.plugin_names import OPTUNA_SWEEPER_CLASS
+from cifar_dist.config.plugin_names import OPTUNA_SWEEPER_CLASS
 
 log = logging.getLogger(__name__)
 

@@ -152,7 +152,7 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
     from omegaconf import OmegaConf, open_dict
 
     from cifar_dist.all_options import register_configs
-    from cifar_dist.config import EpochPolicy
+    from cifar_dist.config.schema import EpochPolicy
     from cifar_dist.launchers.batchai.staging import node_job_config
 
     register_configs()

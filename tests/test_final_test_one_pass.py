@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from omegaconf import OmegaConf
 
-from cifar_dist.config import DataConfig
+from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
 from cifar_dist.models.tta import views, with_tta

@@ -85,7 +85,7 @@ def test_guard_turns_the_first_failure_into_one_warning_then_skips(caplog):
 
 
 def test_bad_remote_mode_is_a_config_error():
-    from cifar_dist.validation import problems
+    from cifar_dist.config.validation import problems
 
     assert any("tracking.remote" in p for p in problems(compose_cfg("tracking=mlflow", "tracking.remote=both")))
 

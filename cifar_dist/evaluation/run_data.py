@@ -17,9 +17,9 @@ from typing import Optional, Sequence, Tuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.config import typed_data
-from cifar_dist.config_files import DEFAULT_CONFIG_NAME
-from cifar_dist.override_syntax import override_key
+from cifar_dist.config.schema import typed_data
+from cifar_dist.config.files import DEFAULT_CONFIG_NAME
+from cifar_dist.config.override_syntax import override_key
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name

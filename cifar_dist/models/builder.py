@@ -1,6 +1,6 @@
 """A model named by ``model._target_``: which arguments its builder takes, and one line for a key it does not.
 
-A built-in model's option is a dataclass (``config.py``), so Hydra refuses a
+A built-in model's option is a dataclass (``config/schema.py``), so Hydra refuses a
 key it does not have. A user's own ``model/<name>.yaml`` (``_target_:
 mymodels.build`` plus arguments) has no dataclass: its keys are checked
 against the builder's parameters instead, the way ``hydra.utils.instantiate``

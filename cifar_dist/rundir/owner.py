@@ -32,7 +32,7 @@ from cifar_dist.atomic_files import is_temp_name
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.rundir.checkpoints import list_checkpoints
 
 MARKER = ".cifar_dist_run"

@@ -30,7 +30,7 @@ from hydra.experimental.callback import Callback
 from cifar_dist.errors import CifarDistError
 from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
-from cifar_dist.validation import validate
+from cifar_dist.config.validation import validate
 
 # Folders the job writes into, inside the run dir (trainer, launchers).
 OUTPUT_SUBDIRS = ("checkpoints", "saved_models", "logs")

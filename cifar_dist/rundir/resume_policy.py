@@ -41,7 +41,7 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.config import engine_of
+from cifar_dist.config.schema import engine_of
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record

@@ -1,4 +1,4 @@
-"""Optimizer factories named by the ``optimizer`` options in ``cifar_dist/config.py`` (``_target_``).
+"""Optimizer factories named by the ``optimizer`` options in ``cifar_dist/config/schema.py`` (``_target_``).
 
 For Keras 2 (``keras=None``, the default, or ``tf.keras``) they build Keras
 2's *legacy* optimizers: those keep the seed's ``decay`` argument (lr / (1 +

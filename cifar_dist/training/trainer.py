@@ -38,7 +38,7 @@ from typing import Any, Dict, List
 import hydra.utils
 from omegaconf import DictConfig
 
-from cifar_dist.config import typed
+from cifar_dist.config.schema import typed
 from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
 from cifar_dist.atomic_files import remove_partials, write_json
@@ -54,7 +54,7 @@ from cifar_dist.training import recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.engines import start_engine
 from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
-from cifar_dist.validation import validate
+from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ stands above both (the app calls ``register()``, ``cifar_dist/all_options.py``).
 from hydra.core.plugins import Plugins
 
 from cifar_dist.launchers import sweep_launcher
-from cifar_dist.options import store_options
+from cifar_dist.config.options import store_options
 from cifar_dist.sweepers import optuna as optuna_sweeper
 from hydra_plugins.cifar_dist_launcher import cifar_dist_optuna
 from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher

@@ -15,7 +15,7 @@ from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.cluster_base import detached, rerun_or
 from cifar_dist.launchers.ranks.rank_failure import print_tail
 from cifar_dist.results import read_results_or_warn
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 

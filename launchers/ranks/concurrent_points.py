@@ -44,7 +44,7 @@ from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
-from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from cifar_dist.launchers.ranks import hosts as hostlib
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
-from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.environment import snapshot
 from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
-from cifar_dist.override_syntax import rerun_hint
+from cifar_dist.config.override_syntax import rerun_hint
 from cifar_dist.rundir.checkpoints import list_checkpoints
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"

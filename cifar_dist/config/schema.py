@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf, open_dict
 
-from cifar_dist.data.config import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
-from cifar_dist.options import config_option
+from cifar_dist.config.data_options import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
+from cifar_dist.config.options import config_option
 
 
 class EpochPolicy(str, Enum):
