@@ -19,10 +19,23 @@ from __future__ import annotations
 import inspect
 import sys
 from types import ModuleType
+from typing import Mapping
 
 from cifar_dist.errors import CifarDistError
 
 KERAS2, KERAS3 = 2, 3
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+
+
+def legacy_keras(environ: Mapping[str, str]) -> str:
+    """TF_USE_LEGACY_KERAS for this process and its ranks: the user's explicit value, else "1".
+
+    Horovod 0.28 supports Keras 2 only. TensorFlow >= 2.16 binds tf.keras to Keras 3 unless this is set
+    before TensorFlow is imported; with tf-keras installed it binds tf.keras to Keras 2. An explicit "0" is
+    kept (a Keras 2 run then refuses Keras 3 in one line, training/horovod_env.py); unset or blank is "1".
+    """
+    value = environ.get(LEGACY_KERAS_ENV, "")
+    return value if value.strip() else "1"
 
 
 class KerasChoiceError(CifarDistError, RuntimeError):

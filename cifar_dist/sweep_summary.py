@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from cifar_dist.atomic_files import save_figure
+from cifar_dist.atomic_files import atomic_path, save_figure
 from cifar_dist.redaction import redact_text
 from cifar_dist.results import read_evaluation, read_metrics
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
@@ -161,7 +161,7 @@ def table(points: List[Point]) -> str:
 
 def write_csv(points: List[Point], path: Path) -> None:
     labels = varying_overrides(points)
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:  # a reader never sees half a table
         writer = csv.writer(f)
         writer.writerow(["job", "overrides", "varied", "status", "test_accuracy", "test_loss",
                          "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir", "mlflow_run_id"])

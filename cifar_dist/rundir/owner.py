@@ -30,6 +30,7 @@ from typing import List
 
 from cifar_dist.atomic_files import is_temp_name
 from cifar_dist.errors import CifarDistError
+from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
 from cifar_dist.config.override_syntax import shell_command
@@ -39,13 +40,13 @@ MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
 # Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking).
 OUTPUT_NAMES = (
-    ".hydra", "cifar_dist.log", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard",
-    "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
-    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock", FINGERPRINT,
+    ".hydra", "cifar_dist.log", METRICS_FILE, "training_log.csv", "learning_curves.png", "tensorboard",
+    "checkpoints", "saved_models", "logs", EVALUATION_FILE, "confusion_matrix.png", "predictions.csv",
+    "mlflow_run.json", "slurm", "azureml", "batchai", LOCK_NAME, FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
-SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", FINGERPRINT)
+SCAFFOLDING = (MARKER, LOCK_NAME, ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
 SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into a sweep dir before its first batch
 
