@@ -17,7 +17,7 @@ from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers
 from cifar_dist.models.builder import model_node_problem, signature_parameters
-from cifar_dist.training.recipe import fit_to_data
+from cifar_dist.training.recipe_hooks import fit_to_data
 from cifar_dist.config.override_check import command_line_problem
 
 SMALL = {"seed_cnn": (seed_cnn, {}), "resnet9": (resnet9, {"width": 8}), "airbench": (airbench, {"widths": (8, 16, 16)})}

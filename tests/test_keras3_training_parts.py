@@ -168,7 +168,7 @@ def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
 def test_the_recipe_gives_keras_3_runs_the_horovod_lr_and_keras_2_runs_the_plain_lr():
     """Keras 2 keeps Horovod's callbacks (a plain lr they can set); Keras 3 gets them as the schedule."""
     from conftest import compose_cfg
-    from cifar_dist.training import recipe
+    from cifar_dist.training import recipe_hooks as recipe
 
     t = compose_cfg("trainer.warmup_epochs=2", "trainer.lr_decay_epochs=[3]", "trainer.lr_decay_factor=0.5").trainer
     assert recipe.learning_rate(0.2, t, 10, 5) == 0.2

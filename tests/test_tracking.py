@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from cifar_dist.all_options import register_configs  # noqa: E402
 from cifar_dist.tracking.job_hooks import after_download, import_run_dir  # noqa: E402
 from cifar_dist.tracking.run_description import git_commit, load_job, params, sweep_dir  # noqa: E402
-from cifar_dist.tracking.never_fail import Guard  # noqa: E402
+from cifar_dist.tracking.failure_guard import Guard  # noqa: E402
 from cifar_dist.tracking.runfile import RUN_FILE, SWEEP_FILE, read_ref  # noqa: E402
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Experiment tracking: every job (single run or sweep point) recorded as an MLflow run (docs/tracking.md).
 
 ``tracking=mlflow`` turns it on. Rank 0 records; the tracker can never make
-a job fail (never_fail.py); the run id lives in the run dir (runfile.py) so a
+a job fail (failure_guard.py); the run id lives in the run dir (runfile.py) so a
 resumed job continues its run; a run dir can be sent later with
 ``python -m cifar_dist.tracking import <run dir or sweep dir>``. MLflow is
 imported only when tracking is on (the ``tracking`` extra), and with its

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from cifar_dist.results import EVALUATION_FILE
 from cifar_dist.tracking import run_description as describe
-from cifar_dist.tracking.never_fail import Guard
+from cifar_dist.tracking.failure_guard import Guard
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri, tracking_conf
 from cifar_dist.tracking.store import TrackedRun, status_of

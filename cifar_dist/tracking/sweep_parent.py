@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cifar_dist.tracking.client import client_for, run_exists
-from cifar_dist.tracking.never_fail import Guard
+from cifar_dist.tracking.failure_guard import Guard
 from cifar_dist.tracking.runfile import SWEEP_FILE, RunRef, read_ref, write_ref
 from cifar_dist.tracking.settings import redact
 

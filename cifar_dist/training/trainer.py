@@ -50,7 +50,7 @@ from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.rundir import checkpoints
-from cifar_dist.training import recipe
+from cifar_dist.training import recipe_hooks as recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.engines import start_engine
 from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
