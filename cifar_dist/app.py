@@ -26,7 +26,7 @@ from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
 from cifar_dist.atomic_files import disk_full
 from cifar_dist.launchers.ranks.heartbeat import start_from_env
-from cifar_dist.training.tf_console import quiet_by_default
+from cifar_dist.training.process.tf_console import quiet_by_default
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.config.validation import validate
@@ -157,7 +157,7 @@ def config_printout_masked(argv: List[str]) -> ContextManager:
 def run_job(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
-    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
+    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/process/tf_console.py)
     redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():

@@ -32,7 +32,7 @@ def legacy_keras(environ: Mapping[str, str]) -> str:
 
     Horovod 0.28 supports Keras 2 only. TensorFlow >= 2.16 binds tf.keras to Keras 3 unless this is set
     before TensorFlow is imported; with tf-keras installed it binds tf.keras to Keras 2. An explicit "0" is
-    kept (a Keras 2 run then refuses Keras 3 in one line, training/horovod_env.py); unset or blank is "1".
+    kept (a Keras 2 run then refuses Keras 3 in one line, training/process/horovod_env.py); unset or blank is "1".
     """
     value = environ.get(LEGACY_KERAS_ENV, "")
     return value if value.strip() else "1"

@@ -29,7 +29,7 @@ CATEGORIES = (
     "final test (plain and TTA)", "model save", "tracking", "exit",
 )
 TRAINER = "cifar_dist.training.trainer."
-RECIPE = "cifar_dist.training.recipe_hooks."
+RECIPE = "cifar_dist.training.recipe.hooks."
 APP = "cifar_dist.app."
 
 # (phase that ends at the marker, category, process: "L" launching / "R" rank 0, the marker's event)

@@ -81,7 +81,7 @@ def main() -> None:
     import tensorflow as tf
 
     from bench_common import load_arrays, write_result
-    from cifar_dist.training.threads import plan_threads
+    from cifar_dist.training.process.threads import plan_threads
 
     # One rank's thread pools, as cifar_dist's trainer sets them.
     plan = plan_threads(1)

@@ -149,8 +149,8 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
         epoch, t = _epoch(t, train, val)
         marks += epoch
     marks += [("fit.train_end.first", t + 0.2), ("fit.train_end.last", t + 0.2), (T + "finish:enter", t + 1.0),
-              ("cifar_dist.training.recipe_hooks.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
-              ("cifar_dist.training.recipe_hooks.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
+              ("cifar_dist.training.recipe.hooks.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
+              ("cifar_dist.training.recipe.hooks.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
               (T + "finish:exit", t + 4.6), (T + "train:exit", t + 4.7), ("process_exit", t + 5.0)]
     wrapper = _events(4, 0, t0, [("process_start", 2.5), ("process_exit", 39.0)])  # the launcher's rank_exec
     rank0 = wrapper + _events(2, 0, t0, marks) + _events(3, 1, t0, [("process_start", 3.0)])

@@ -17,7 +17,7 @@ from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
 from cifar_dist.models.tta import views, with_tta
 from cifar_dist.models.airbench import build as build_airbench
-from cifar_dist.training import recipe_hooks as recipe
+from cifar_dist.training.recipe import hooks as recipe
 from cifar_dist.training.trainer import _evaluate_exact
 
 

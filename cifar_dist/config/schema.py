@@ -198,7 +198,7 @@ class TrainerConfig:
     # Test-time augmentation in the final test evaluation (metrics.json "test";
     # without it in "test_plain").
     tta: Tta = Tta.none
-    # airbench's lookahead (training/lookahead.py): the weights pulled towards
+    # airbench's lookahead (training/recipe/lookahead.py): the weights pulled towards
     # their slow average, with this decay per 5 steps reached at the last step
     # (rising as (step/total)^3 from 0). 0 = off; airbench: 0.77 (0.95^5).
     lookahead_decay: float = 0.0

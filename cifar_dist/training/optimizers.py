@@ -30,7 +30,7 @@ def with_legacy_decay(lr, decay: float, keras: ModuleType):
     if not decay:
         return lr
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-        from cifar_dist.training.schedules import schedule_classes  # lazy: TensorFlow
+        from cifar_dist.training.recipe.schedules import schedule_classes  # lazy: TensorFlow
 
         return schedule_classes(keras).InverseTimeDecayed(lr, decay)
     return keras.optimizers.schedules.InverseTimeDecay(lr, decay_steps=1, decay_rate=decay)
@@ -38,7 +38,7 @@ def with_legacy_decay(lr, decay: float, keras: ModuleType):
 
 def rmsprop(lr: float, decay: float = 1e-6, rho: float = 0.9, epsilon: float = 1e-7, keras=None):
     if _is_keras3(keras):
-        from cifar_dist.training.keras3_optimizers import RMSprop  # lazy: TensorFlow, Keras 3
+        from cifar_dist.training.recipe.keras3_optimizers import RMSprop  # lazy: TensorFlow, Keras 3
 
         return RMSprop(learning_rate=with_legacy_decay(lr, decay, keras), rho=rho, epsilon=epsilon)
     import tensorflow as tf  # lazy: TensorFlow
@@ -70,9 +70,9 @@ def sgdw(lr, momentum: float = 0.9, nesterov: bool = True, weight_decay: float =
          exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta"), lr_multipliers=None, keras=None):
     """Nesterov SGD with decoupled weight decay (and per-variable lr factors); ``lr`` may be a LearningRateSchedule."""
     if _is_keras3(keras):
-        from cifar_dist.training.keras3_optimizers import SGDW  # lazy: TensorFlow, Keras 3
+        from cifar_dist.training.recipe.keras3_optimizers import SGDW  # lazy: TensorFlow, Keras 3
     else:
-        from cifar_dist.training.sgdw import SGDW  # lazy: TensorFlow
+        from cifar_dist.training.recipe.sgdw import SGDW  # lazy: TensorFlow
 
     return SGDW(learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                 exclude_from_weight_decay=list(exclude_from_weight_decay), lr_multipliers=dict(lr_multipliers or {}))

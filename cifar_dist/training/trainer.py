@@ -50,10 +50,12 @@ from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.rundir import checkpoints
-from cifar_dist.training import recipe_hooks as recipe
+from cifar_dist.training.recipe import hooks as recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.engines import start_engine
-from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
+from cifar_dist.training.process.keras_setup import (
+    PrecisionError, precision_policy, prepare_keras,  # noqa: F401 (re-exported)
+)
 from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
@@ -224,7 +226,7 @@ class Run:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     run, policy = start_run(cfg, Path(output_dir))
-    from cifar_dist.training.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
+    from cifar_dist.training.process.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
 
     data = load_data(run)
     check_loaded_data(run, data)  # a resume with other data (class names, counts) is refused: rundir/fingerprint.py

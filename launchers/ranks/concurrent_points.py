@@ -9,7 +9,7 @@ ONE mpirun in OpenMPI's MPMD form::
 
 so world ranks ``g*N .. g*N+N-1`` are group g. Each rank's wrapper tells the
 job its group, ``init_world`` splits MPI_COMM_WORLD by it (mpi4py) and
-initialises Horovod on the group's communicator (training/mpi_groups.py):
+initialises Horovod on the group's communicator (training/process/mpi_groups.py):
 k independent Horovod worlds of N ranks, each training its own point in its
 own run dir. Batches run one after another; the last one holds the
 remaining ``n mod k`` points and simply has fewer groups (fewer ranks, each

@@ -33,7 +33,7 @@ SPANS = {
         "train", "start_run", "start_engine", "load_data", "build_model", "restore_or_start", "make_streams",
         "start_record", "open_tracker", "finish", "_evaluate_exact", "_write_record", "plot_learning_curves",
         "write_json"),
-    "cifar_dist.training.recipe_hooks": ("final_test", "sync_model"),
+    "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
     "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
 CALLBACK_HOOKS = ("on_epoch_end", "on_test_begin")

@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from cifar_dist.keras_flavor import KERAS2, as_tf_variable, flavor_of
-from cifar_dist.training.horovod_env import World, init_world
+from cifar_dist.training.process.horovod_env import World, init_world
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, ker
     """The optimizer's lr: a float or a schedule of ``keras`` (None: tf.keras). A Keras 3 run's schedule also
     does what Horovod's warmup and step-decay callbacks do for Keras 2 runs (``schedules.HorovodLr``; ``size``:
     the world size), since those callbacks can only set a Keras 2 optimizer's lr variable."""
-    from cifar_dist.training.schedules import build_schedule  # lazy: TensorFlow
+    from cifar_dist.training.recipe.schedules import build_schedule  # lazy: TensorFlow
 
     if keras is None or module_flavor(keras) != KERAS3:
         return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras)
@@ -51,8 +51,8 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, ker
 
 def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
     """Callbacks to place before the writers (metrics, checkpoints): lookahead, then BatchNorm averaging."""
-    from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics  # lazy: TensorFlow
-    from cifar_dist.training.lookahead import Lookahead  # lazy: TensorFlow
+    from cifar_dist.training.recipe.batchnorm import AverageBatchNormStatistics, moving_statistics  # lazy: TensorFlow
+    from cifar_dist.training.recipe.lookahead import Lookahead  # lazy: TensorFlow
 
     found = []
     if trainer_cfg.lookahead_decay > 0:
@@ -64,7 +64,7 @@ def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
 
 def sync_model(model, engine) -> None:
     """Make every rank's model identical before it is fingerprinted, tested or saved (a collective)."""
-    from cifar_dist.training.batchnorm import average_moving_statistics  # lazy: TensorFlow
+    from cifar_dist.training.recipe.batchnorm import average_moving_statistics  # lazy: TensorFlow
 
     average_moving_statistics(model, engine)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.keras_flavor import KERAS3
-from cifar_dist.training.hardware import cpu_supports_bfloat16
+from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 
 
 class PrecisionError(CifarDistError, RuntimeError):

@@ -18,10 +18,10 @@ import sys
 from dataclasses import dataclass
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.training.hardware import onednn_enabled, use_onednn
-from cifar_dist.training.mpi_groups import join_sweep_group
-from cifar_dist.training.tf_console import filtered_native_stderr
-from cifar_dist.training.threads import ThreadPlan, plan_threads
+from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.mpi_groups import join_sweep_group
+from cifar_dist.training.process.tf_console import filtered_native_stderr
+from cifar_dist.training.process.threads import ThreadPlan, plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     """CPU kernels, hvd.init(), GPU pinning and thread pools; returns who we are.
 
     Inside a concurrent sweep (``launcher.concurrent=k``, see
-    training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
+    training/process/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
     use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
