@@ -135,6 +135,11 @@ class Launcher(abc.ABC):
         line and a refused command writes nothing."""
         return []
 
+    def engine_problems(self, engine: str) -> List[str]:
+        """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
+        checked with ``config_problems``. Most launchers start either engine's processes: none."""
+        return []
+
     @abc.abstractmethod
     def launch(self, job: JobSpec) -> LaunchResult:
         """Run ``job`` to completion (or submit it) and report the outcome."""

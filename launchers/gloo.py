@@ -50,6 +50,13 @@ class GlooLauncher(MultiRankLauncher):
     def runner_executable(self) -> str:
         return self.conf.horovodrun
 
+    def engine_problems(self, engine: str) -> List[str]:
+        """horovodrun --gloo gives its ranks Horovod's rendezvous only, which JAX processes cannot join."""
+        if engine == "jax":
+            return ["launcher=gloo starts Horovod's Gloo ranks, which engine=jax processes cannot join; use "
+                    "launcher=mpirun (JAX's own collectives run over Gloo on CPU) or engine=horovod"]
+        return super().engine_problems(engine)
+
     def missing_runner_hint(self) -> str:
         return ("install Horovod with Gloo into this environment (HOROVOD_WITH_GLOO=1 pip install horovod) "
                 "or set launcher.horovodrun=/path/to/horovodrun")

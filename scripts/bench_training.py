@@ -21,7 +21,8 @@ given as a ratio to the seed reference:
 Variants (``--variants``): seed, bare, cifar_dist_1, cifar_dist_N (N = --ranks,
 default the core count), fast (``experiment=fast`` on N ranks), fast_1,
 speedrun_1 and speedrun_N (``experiment=speedrun``: the modern model and
-recipe; docs/benchmarks.md), and the
+recipe; docs/benchmarks.md), keras3_1/keras3_N (the seed CNN in Keras 3 on
+Horovod), jax_1/jax_N and speedrun_jax_N (``engine=jax``), and the
 option probes mixed_1, mixed_N, fp16_N, jit_1, jit_N (cifar_dist) and bare_jit
 (bare Keras under XLA: what jit_compile would buy if Horovod's allreduce could
 be compiled on CPU), and the CPU-kernel probes seed_onednn and bare_onednn
@@ -99,6 +100,11 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
         # The built-in seed CNN in Keras 3 on the Horovod engine (docs/engines.md), beside cifar_dist_1/_N (Keras 2).
         "keras3_1": Variant("keras3_1", "cifar_dist engine.keras=3, 1 rank", 1, "cifar_dist", ["engine.keras=3"]),
         "keras3_N": Variant("keras3_N", f"cifar_dist engine.keras=3, {n} ranks", n, "cifar_dist", ["engine.keras=3"]),
+        # The same Keras 3 seed CNN on engine=jax (Keras' DataParallel, no Horovod), and the speedrun recipe on it.
+        "jax_1": Variant("jax_1", "cifar_dist engine=jax, 1 process", 1, "cifar_dist", ["engine=jax"]),
+        "jax_N": Variant("jax_N", f"cifar_dist engine=jax, {n} processes", n, "cifar_dist", ["engine=jax"]),
+        "speedrun_jax_N": Variant("speedrun_jax_N", f"cifar_dist experiment=speedrun engine=jax, {n} processes", n,
+                                  "cifar_dist", ["experiment=speedrun", "engine=jax"]),
     }
 
 

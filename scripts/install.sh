@@ -10,7 +10,7 @@
 #      ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (the build
 #      takes 10-15 minutes on 2 cores)
 #   4. this package, editable, with the azure, dev, mpi (mpi4py: concurrent sweeps)
-#      optuna (hydra/sweeper=optuna) and tracking (MLflow) extras
+#      optuna (hydra/sweeper=optuna), tracking (MLflow) and jax (engine=jax) extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -117,5 +117,5 @@ if ! horovod_ok; then
 fi
 
 # 4. This package ------------------------------------------------------------
-pip_install -e ".[azure,dev,mpi,optuna,tracking]"
+pip_install -e ".[azure,dev,jax,mpi,optuna,tracking]"
 say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"

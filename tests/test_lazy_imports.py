@@ -6,7 +6,8 @@ first on PYTHONPATH (which the launchers forward to the ranks). MLflow, the
 Azure SDKs, Optuna and submitit belong to options the run did not choose;
 Keras 3 (and the scikit-learn/matplotlib it pulls in) is not the Keras the
 trainer uses (tf.keras is tf-keras), yet Horovod's Keras layer loaded it in
-every rank; matplotlib is for the learning-curves plot only. The same run
+every rank; matplotlib is for the learning-curves plot only; JAX is engine=jax's
+(and an engine=jax run loads no Horovod). The same run
 with tracking=mlflow must load MLflow, or the check would prove nothing.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from conftest import cli_env, run_cli
 
-UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "matplotlib")
+UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "matplotlib", "jax")
 
 MODULES_HOOK = textwrap.dedent(
     """
@@ -80,3 +81,10 @@ def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path):
     assert sum(is_trainer(r) for r in records) == 2, [r["argv"] for r in records]  # both ranks recorded
     assert len(records) >= 5  # the launching process, and per rank its wrapper (rank_exec) and the rank
     assert unused_loaded(records) == {}
+
+
+def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path):
+    records = run_recording_imports(tmp_path, "engine=jax")
+    trainers = [r for r in records if is_trainer(r)]
+    assert trainers and all(loaded(r, "jax") for r in trainers)
+    assert [" ".join(r["argv"][:3]) for r in records if loaded(r, "horovod")] == []

@@ -32,7 +32,7 @@ BN_SCRIPT = textwrap.dedent(
     x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
     y = tf.one_hot(rng.integers(0, 10, 64), 10)
     from cifar_dist.training.engines.horovod import HorovodEngine
-    from cifar_dist.training.process.horovod_env import World
+    from cifar_dist.training.engines.world import World
     from cifar_dist.training.process.threads import plan_threads
 
     engine = HorovodEngine(World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False))

@@ -364,6 +364,16 @@ class HorovodEngineConfig(EngineConfig):
     name: str = "horovod"
 
 
+@config_option("engine", "jax")
+@dataclass
+class JaxEngineConfig(EngineConfig):
+    """engine=jax: Keras 3 models on JAX, made one job by Keras' own data parallelism (keras.distribution),
+    processes joined by jax.distributed; no Horovod. Keras 3 only: the built-ins are built in it. docs/engines.md."""
+
+    name: str = "jax"
+    keras: int = 3
+
+
 @dataclass
 class LauncherConfig:
     _target_: str = MISSING
@@ -402,7 +412,9 @@ def typed(cfg):
 
 def engine_of(cfg):
     """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
-    return OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
+    node = cfg.get("engine") or {}
+    schema = JaxEngineConfig if node.get("name") == JaxEngineConfig.name else HorovodEngineConfig
+    return OmegaConf.merge(OmegaConf.structured(schema), node)
 
 
 def typed_data(data):

@@ -167,7 +167,17 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
         return []
     if engine.keras not in (2, 3):
         return [f"engine.keras={engine.keras} must be 2 (tf.keras) or 3 (keras)"]
-    return []
+    if engine.name != "jax":
+        return []
+    found = []
+    if engine.keras != 3:
+        found.append(f"engine=jax trains Keras 3 models: engine.keras={engine.keras} cannot apply "
+                     "(leave it at 3, or use engine=horovod for Keras 2)")
+    compression = str(getattr(cfg.trainer.compression, "value", cfg.trainer.compression))
+    if compression != "none":
+        found.append(f"trainer.compression={compression} is Horovod's gradient compression; engine=jax reduces "
+                     "gradients inside XLA's step: use trainer.compression=none")
+    return found
 
 
 def _data_problems(data: DictConfig) -> List[str]:
@@ -192,7 +202,7 @@ def launcher_problems(cfg: DictConfig) -> List[str]:
         launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
     except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
         return []
-    return launcher.config_problems()
+    return launcher.config_problems() + launcher.engine_problems(str((cfg.get("engine") or {}).get("name", "horovod")))
 
 
 def validate(cfg: DictConfig) -> None:

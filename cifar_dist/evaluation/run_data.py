@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Tuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.config.schema import typed_data
+from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME
 from cifar_dist.config.override_syntax import override_key
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
@@ -42,6 +42,17 @@ def command_overrides() -> Optional[Sequence[str]]:
 def names_data(overrides: Sequence[str]) -> bool:
     """Whether the command chose or changed the data (``data=...``, ``data.path=...``, ``+data.kwargs.n=...``)."""
     return any(key == "data" or key.startswith("data.") for key in map(override_key, overrides))
+
+
+def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
+    """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
+    model trained on JAX is scored on JAX, as its exact test was), else the config's."""
+    run = training_run_dir(model_path)
+    saved = run / SAVED_CONFIG if run is not None else None
+    named = overrides is None or any(key == "engine" or key.startswith("engine.") for key in map(override_key, overrides))
+    if named or saved is None or not saved.is_file():
+        return engine_of(cfg).name
+    return engine_of(OmegaConf.load(saved)).name
 
 
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:

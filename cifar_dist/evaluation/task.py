@@ -22,7 +22,7 @@ from cifar_dist.data.checks import same_on_every_rank
 from cifar_dist.data.folder import folder_class_names
 from cifar_dist.evaluation import report
 from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model, resolve_model_path
-from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, training_run_dir
+from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, evaluation_engine, training_run_dir
 from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
 from cifar_dist.training.engines import start_engine
 
@@ -102,7 +102,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     output_dir = Path(output_dir)
     ev = cfg.evaluate
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
-    engine = start_engine(cfg.engine.name if cfg.get("engine") else "horovod", cfg.trainer)
+    engine = start_engine(evaluation_engine(cfg, model_path, command_overrides()), cfg.trainer)
     world = engine.world
     from cifar_dist.models.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 

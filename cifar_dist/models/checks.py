@@ -42,12 +42,16 @@ def check_is_model(model, target: str) -> None:
                           "return an uncompiled tf.keras.Model or keras.Model (docs/models.md)")
 
 
-def check_model(model, data, target: str) -> None:
-    """``model`` (what ``target`` built) is a Keras model taking the data's images to ``num_classes`` probabilities."""
+def check_model(model, data, target: str, predict=None) -> None:
+    """``model`` (what ``target`` built) is a Keras model taking the data's images to ``num_classes`` probabilities.
+
+    ``predict(model, images)``: how this process scores images (default ``model.predict``; the JAX engine's
+    scores them in this process alone, where ``predict`` would be a collective of the whole job)."""
     check_is_model(model, target)
     check_input(model, data)
     try:
-        outputs = model.predict(data.fit_images(CHECK_IMAGES), verbose=0)
+        images = data.fit_images(CHECK_IMAGES)
+        outputs = predict(model, images) if predict else model.predict(images, verbose=0)
     except Exception as exc:  # any Keras/TensorFlow error: the model cannot take these images
         text = str(exc).strip().splitlines()
         raise ConfigError(f"model._target_={target} cannot score {data.source}'s images "

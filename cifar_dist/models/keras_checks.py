@@ -73,8 +73,12 @@ def model_flavor(model, target: str) -> int:
     return flavor
 
 
-def check_backend(flavor: int, engine_name: str) -> None:
-    """A Keras 3 model on the Horovod engine must run on TensorFlow's backend."""
+def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
+    """A Keras 3 model on the Horovod engine must run on TensorFlow's backend; engine=jax trains Keras 3 only."""
+    if engine_name == "jax" and flavor != KERAS3:
+        raise ModelKerasError(
+            f"model._target_={target} builds a {name(flavor)} model, but engine=jax trains Keras 3 models only; "
+            "write it with `import keras` (docs/engines.md), or train it with engine=horovod")
     if flavor != KERAS3 or engine_name != "horovod":
         return
     import keras  # lazy: Keras 3
@@ -128,6 +132,6 @@ def check_saveable(model, target: str) -> None:
 def check_model(model, target: str, engine_name: str) -> int:
     """Every check above; returns the model's Keras (2 or 3)."""
     flavor = model_flavor(model, target)
-    check_backend(flavor, engine_name)
+    check_backend(flavor, engine_name, target)
     check_saveable(model, target)
     return flavor

@@ -13,6 +13,7 @@ skipped, never deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import warnings
@@ -87,8 +88,29 @@ def _save_keras3(model, path: Path) -> None:
     compile=False ignores it)."""
     from keras.src.saving import saving_lib  # the file-object writer behind keras.saving.save_model
 
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f, _undistributed():
         saving_lib.save_model(model, f)
+
+
+@contextlib.contextmanager
+def _undistributed():
+    """No Keras distribution while rank 0 saves alone (engine=jax).
+
+    Keras' saving builds reference objects (an ``Optimizer(1.0)``) whose
+    variables, under a distribution, would be created job-wide, a collective
+    the other processes never join. The model's own variables are read from
+    this process's replica, which needs no distribution either."""
+    import keras  # lazy: Keras 3
+
+    current = keras.distribution.distribution()
+    if current is None:
+        yield
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(current)
 
 
 def read_optimizer_weights(path: Path) -> List[np.ndarray]:
@@ -127,12 +149,16 @@ class Restored:
     skipped: List[str]
 
 
-def restore_latest(model, directory: Path) -> Restored:
-    """Restore the newest checkpoint that loads; report the ones that did not."""
+def restore_latest(model, directory: Path, listed: Optional[List[tuple]] = None, fetch=None) -> Restored:
+    """Restore the newest checkpoint that loads; report the ones that did not.
+
+    ``listed``: the (epoch, path) candidates (default: ``list_checkpoints(directory)``); ``fetch(path)``: the local
+    file to load for a candidate (default: itself). The JAX engine passes both from rank 0, so that every process
+    loads the same bytes."""
     skipped = []
-    for epoch, path in reversed(list_checkpoints(directory)):
+    for epoch, path in reversed(list_checkpoints(directory) if listed is None else listed):
         try:
-            restore(model, path)
+            restore(model, fetch(path) if fetch else path)
         except Exception as exc:  # a corrupt or foreign file: try the one before
             msg = f"{path.name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             log.warning("checkpoint %s does not load, trying an older one", msg)

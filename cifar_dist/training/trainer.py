@@ -118,33 +118,37 @@ def scaled_lr(lr: float, rule: str, size: int) -> float:
 
 
 def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int:
-    """Rank 0 restores the newest good checkpoint; every rank learns its epoch.
+    """Rank 0 decides whether to resume; the newest good checkpoint is restored; every rank learns its epoch.
 
-    ENGINE: only rank 0 reads the checkpoint (on several hosts the others
-    may not even see the file); train() then broadcasts its weights and
-    optimizer state to every rank before the first step, and the epoch to
+    ENGINE: only rank 0 reads the checkpoint files (on several hosts the
+    others may not even see them); the engine restores (Horovod: into rank
+    0's model, whose weights and optimizer state train() then broadcasts;
+    JAX: into every process's, from the bytes rank 0 read), and the epoch to
     start from is broadcast here so all ranks agree.
     """
-    decision = (0, None)
+    decision = (False, None)
     if world.is_chief:
         # Temp files of writes a kill -9 interrupted (never under a real name).
         remove_partials(checkpoint_dir.parent, checkpoint_dir, checkpoint_dir.parent / "saved_models")
         existing = checkpoints.list_checkpoints(checkpoint_dir)
         if mode == "false" and existing:
-            decision = (
-                -1,
-                f"{checkpoint_dir} already holds checkpoints; resume with trainer.resume=true "
-                "or start a new run dir (hydra.run.dir=...)",
-            )
+            decision = (False, f"{checkpoint_dir} already holds checkpoints; resume with trainer.resume=true "
+                               "or start a new run dir (hydra.run.dir=...)")
         elif mode in ("auto", "true") and existing:
-            restored = checkpoints.restore_latest(model, checkpoint_dir)
-            if restored.path is None:
-                decision = (-1, f"no checkpoint in {checkpoint_dir} loads ({'; '.join(restored.skipped)}); "
-                                "move them aside to start fresh")
-            else:
-                decision = (restored.epoch, None)
+            decision = (True, None)
         elif mode == "true":
-            decision = (-1, f"trainer.resume=true but {checkpoint_dir} holds no checkpoint; use trainer.resume=auto")
+            decision = (False, f"trainer.resume=true but {checkpoint_dir} holds no checkpoint; use trainer.resume=auto")
+    restore, error = engine.broadcast_object(decision)
+    if error:
+        raise ResumeError(error)
+    if not restore:
+        return 0
+    restored = engine.restore_latest(model, checkpoint_dir)  # ENGINE: rank 0 alone (Horovod) or every process (JAX)
+    if world.is_chief and restored.path is None:
+        decision = (-1, f"no checkpoint in {checkpoint_dir} loads ({'; '.join(restored.skipped)}); "
+                        "move them aside to start fresh")
+    else:
+        decision = (restored.epoch, None)
     epoch, error = engine.broadcast_object(decision)
     if error:
         raise ResumeError(error)
@@ -166,8 +170,9 @@ def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, floa
     mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
              round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)))
             for o in outputs]
-    # ENGINE: one collective for the numbers of every rank.
-    parts = engine.allgather_object((mine, stream.samples))
+    # ENGINE: one collective for the numbers of every rank; ranks that scored the same slice count once
+    # (JAX: every process scores all of it, and its numbers are the whole job's).
+    parts = list(dict(engine.allgather_object((engine.exact_test_slice(), (mine, stream.samples)))).values())
     total = sum(p[1] for p in parts)
     results = []
     for i in range(len(outputs)):
@@ -260,13 +265,15 @@ def start_run(cfg: DictConfig, output_dir: Path):
     validate(cfg)
     t = cfg.trainer
     engine = start_engine(cfg.engine.name, t)  # TensorFlow loads only now, with the CPU kernels it chose
-    check_jit_compile(bool(t.jit_compile), bool(engine.world.gpu))
+    if not engine.xla_only:
+        check_jit_compile(bool(t.jit_compile), bool(engine.world.gpu))
     try:
         check_builder(cfg.model)  # imported now, after the engine's start; checked against its signature
     except ConfigError as exc:
         raise import_failure(exc, cfg.engine.name) from None
     flavor = probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
-    policy = prepare_keras(flavor, t.seed + engine.world.rank, t.precision.value, bool(engine.world.gpu),
+    engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
+    policy = prepare_keras(flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu),
                            bool(t.deterministic))
     run = Run(cfg=cfg, engine=engine, output_dir=output_dir, epochs=planned_epochs(t, engine.world.size),
               lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.size), flavor=flavor,
@@ -325,7 +332,8 @@ def build_model(run: Run, data):
     t, world = run.trainer, run.world
     # (model_kwargs: a model.num_classes that disagrees with the data is one line)
     model = instantiate_model(run.cfg.model, model_kwargs(run.cfg.model, data)["num_classes"], run.flavor)
-    model_checks.check_model(model, data, run.cfg.model._target_)  # the data's images and classes, softmax
+    # the data's images and classes, softmax
+    model_checks.check_model(model, data, run.cfg.model._target_, predict=run.engine.predict_here)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
@@ -372,7 +380,7 @@ def compile_distributed(run: Run, model, optimizer, compile_kwargs, steps_per_ex
     compression = t.compression.value
     if run.flavor == KERAS2:
         optimizer = run.engine.distributed_optimizer(optimizer, compression)
-    model.compile(optimizer=optimizer, **compile_kwargs, jit_compile=bool(t.jit_compile),
+    model.compile(optimizer=optimizer, **compile_kwargs, jit_compile=run.engine.xla_only or bool(t.jit_compile),
                   steps_per_execution=steps_per_execution)
     if run.flavor == KERAS3:
         run.engine.distributed_optimizer(model.optimizer, compression)
@@ -501,10 +509,11 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     from cifar_dist.training.preemption import stop_on_signal_from_env  # a Keras callback too
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
+    averaging = run.engine.metric_averaging(model)  # None where the metrics are the whole job's already (JAX)
     callbacks = [
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # ENGINE: average the epoch's metrics over ranks, before anything logs them.
-        run.engine.metric_averaging(model),
+        *([averaging] if averaging is not None else []),
         StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
         # lookahead; BatchNorm statistics averaged across ranks, before any writer
         *recipe.callbacks(model, t, steps * run.epochs, run.engine),
@@ -512,7 +521,7 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
     if run.flavor == KERAS2:  # (Keras 3: the same ramps are in the lr schedule, recipe.learning_rate)
         callbacks += horovod_lr_callbacks(t, lr, steps, world.is_chief)
     if t.deterministic:
-        callbacks.append(ReseedEachEpoch(t.seed + world.rank))
+        callbacks.append(ReseedEachEpoch(run.engine.rank_seed(t.seed)))
     if t.max_epochs_per_run:
         callbacks.append(StopAfterEpochs(t.max_epochs_per_run))
     stop_on_signal = stop_on_signal_from_env(engine=run.engine)  # a cluster launcher's "time is nearly up" signal
@@ -578,7 +587,8 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     # ENGINE: rank 0 alone kept the record; every rank must agree whether to score.
     finished = engine.broadcast_object(done) >= run.epochs
     if finished:
-        test_stream = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=False)
+        rank, size = engine.exact_test_slice()  # ENGINE: this rank's slice (JAX: every process feeds all of it)
+        test_stream = eval_input(data, batch_size=t.batch_size, rank=rank, size=size, equal_shards=False)
         metrics.update(recipe.final_test(
             model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, engine, outputs), t.tta.value, compile_kwargs))
     if world.is_chief:

@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
@@ -81,6 +81,13 @@ class BatchAIJob(ClusterJob):
 class BatchAILauncher(ClusterLauncher):
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
+
+    def engine_problems(self, engine: str) -> List[str]:
+        """Batch AI (retired in 2019) runs Horovod's job type only; no JAX engine is offered on it."""
+        if engine == "jax":
+            return ["launcher=batchai runs Batch AI's Horovod jobs (horovodSettings) only; use engine=horovod, "
+                    "or launcher=azureml / launcher=slurm for engine=jax"]
+        return []
 
     def prepare(self, job: JobSpec) -> StagedJob:
         # The SDKs log every request at INFO; keep the user's log about the job.

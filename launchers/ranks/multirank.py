@@ -266,6 +266,13 @@ class MultiRankLauncher(Launcher):
                     "cannot be split into groups; use launcher=mpirun or launcher.concurrent=1"]
         return []
 
+    def engine_problems(self, engine: str) -> List[str]:
+        """engine=jax: JAX joins every process of the runner's world, which concurrent points would split."""
+        if engine == "jax" and self.conf.concurrent > 1:
+            return [f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
+                    "engine=jax joins the whole mpirun; use launcher.concurrent=1 with engine=jax"]
+        return []
+
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """A sweep's points one after another (mpirun overrides this for launcher.concurrent > 1)."""
         problems = self.config_problems()

@@ -7,14 +7,21 @@ copies rank 0's model to every rank, averages variables and epoch metrics,
 and moves small Python objects between ranks. One module per engine:
 
 * ``horovod.py``: Horovod 0.28 over MPI or Gloo, for Keras 2 (tf.keras, through
-  Horovod's own Keras layer) and Keras 3 on TensorFlow (Horovod's TF ops).
+  Horovod's own Keras layer) and Keras 3 on TensorFlow (Horovod's TF ops);
+* ``jax.py``: Keras 3 on JAX, its processes joined by ``jax.distributed`` and
+  the model made one over all of them by Keras' ``DataParallel``; no Horovod.
+
+Both answer the same questions (``world``, ``distribute_models``,
+``rank_seed``, ``distributed_optimizer``, ``broadcast_model``,
+``restore_latest``, ``average_variables``, ``metric_averaging``,
+``exact_test_slice``, the object collectives); docs/engines.md compares them.
 
 ``start_engine`` is the one entry: it imports the engine's module only when
 that engine is used (a Horovod run imports nothing of another engine).
 """
 from __future__ import annotations
 
-ENGINES = ("horovod",)
+ENGINES = ("horovod", "jax")
 
 
 def start_engine(name: str, trainer_cfg):
@@ -23,4 +30,8 @@ def start_engine(name: str, trainer_cfg):
         from cifar_dist.training.engines.horovod import HorovodEngine  # lazy: only the engine this run uses
 
         return HorovodEngine.start(trainer_cfg)
+    if name == "jax":
+        from cifar_dist.training.engines.jax import JaxEngine  # lazy: only the engine this run uses
+
+        return JaxEngine.start(trainer_cfg)
     raise ValueError(f"engine={name!r}: cifar_dist has the engines {', '.join(ENGINES)}")

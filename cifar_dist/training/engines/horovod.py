@@ -22,7 +22,9 @@ import logging
 import numpy as np
 
 from cifar_dist.keras_flavor import KERAS2, as_tf_variable, flavor_of
-from cifar_dist.training.process.horovod_env import World, init_world
+from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.world import World
+from cifar_dist.training.process.horovod_env import init_world
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ class HorovodEngine:
     """Horovod, started by ``start`` (hvd.init, GPU pinning, thread pools) in every rank."""
 
     name = "horovod"
+    xla_only = False  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
 
     def __init__(self, world: World):
         import horovod.tensorflow as hvd  # lazy: Horovod
@@ -42,6 +45,18 @@ class HorovodEngine:
     def start(cls, trainer_cfg) -> "HorovodEngine":
         t = trainer_cfg
         return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
+
+    def distribute_models(self) -> None:
+        """Nothing to set: every rank holds its own copy of the model; the optimizer averages the gradients."""
+
+    def rank_seed(self, seed: int) -> int:
+        """Each rank its own seed: its dropout differs, as one rank's would over more data (the initial weights are
+        rank 0's anyway: ``broadcast_model``)."""
+        return int(seed) + self.world.rank
+
+    def exact_test_slice(self) -> tuple:
+        """(rank, size): every rank scores its own slice of the test set; the trainer adds up the slices' sums."""
+        return self.world.rank, self.world.size
 
     def versions(self) -> dict:
         import horovod  # lazy: Horovod
@@ -73,6 +88,10 @@ class HorovodEngine:
             return hvd.keras.DistributedOptimizer(optimizer, compression=codec)
         return distributed_keras3_optimizer(optimizer, hvd, codec)
 
+    def predict_here(self, model, images):
+        """``model``'s outputs for ``images``, in this rank (every rank holds its own model)."""
+        return model.predict(images, verbose=0)
+
     def broadcast_model(self, model, variables) -> None:
         """Copy rank 0's ``variables`` (the model's and its optimizer's) to every rank."""
         # HOROVOD: broadcast_variables matches variables across ranks by their order here,
@@ -95,6 +114,11 @@ class HorovodEngine:
 
         return self.hvd.allreduce(tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average,
                                   name="average_numbers").numpy()
+
+    def restore_latest(self, model, directory):
+        """Rank 0 restores the newest checkpoint that loads (on several hosts the others may not even see the file);
+        ``broadcast_model`` then copies its weights to every rank."""
+        return checkpoints.restore_latest(model, directory) if self.world.is_chief else checkpoints.Restored(0, None, [])
 
     def metric_averaging(self, model):
         """The callback that averages each epoch's metrics over the ranks, before anything logs them."""

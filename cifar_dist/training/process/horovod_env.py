@@ -15,13 +15,13 @@ import contextlib
 import importlib
 import logging
 import sys
-from dataclasses import dataclass
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.mpi_groups import join_sweep_group
 from cifar_dist.training.process.tf_console import filtered_native_stderr
-from cifar_dist.training.process.threads import ThreadPlan, plan_threads
+from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +86,6 @@ def horovod_sees_tf_keras(tf_keras_module):
     finally:
         if sys.modules.get("keras") is tf_keras_module:
             del sys.modules["keras"]
-
-
-@dataclass(frozen=True)
-class World:
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    threads: ThreadPlan
-    gpu: str  # the GPU this rank uses, or "" on CPU
-    onednn: bool  # TensorFlow's CPU ops run on oneDNN (else Eigen)
-
-    @property
-    def is_chief(self) -> bool:
-        return self.rank == 0
 
 
 def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: bool = True) -> World:

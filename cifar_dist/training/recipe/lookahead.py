@@ -54,6 +54,8 @@ class Lookahead(tf.keras.callbacks.Callback):
         self._last_step = int(np.asarray(self.model.optimizer.iterations))
 
     def on_train_batch_end(self, batch, logs=None):
+        if hasattr(self.model, "jax_state_sync"):  # Keras 3 on JAX keeps the weights off the model mid-epoch
+            self.model.jax_state_sync()  # (and reads them back before the next step: our assignments count)
         step = int(np.asarray(self.model.optimizer.iterations))
         if step <= self._last_step:
             return

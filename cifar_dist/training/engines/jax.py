@@ -1,0 +1,239 @@
+"""The JAX engine: Keras 3 models on JAX, made one data-parallel job by Keras' own distribution API.
+
+No Horovod on this path. The processes a launcher starts (mpirun ranks, Slurm
+tasks, Azure ML's MPI processes) join as one JAX job with
+``jax.distributed.initialize()``, which reads its peers from Open MPI's or
+Slurm's environment; on CPU their collectives run over Gloo, on GPUs over
+NCCL with one GPU per process (JAX's default under Open MPI and Slurm).
+``distribute_models`` then sets Keras' ``DataParallel`` over every device of
+every process: each variable is one array replicated on all devices, and each
+training step is one XLA program over the global batch, of which every
+process feeds its own shard (``auto_shard_dataset=False``: the project's
+tf.data streams shard already). What Horovod does in pieces happens inside
+that program:
+
+* gradients are reduced over the global batch: nothing wraps the optimizer;
+* metrics are computed over the global batch: nothing averages the epoch's logs;
+* BatchNorm normalises with the global batch's statistics (synchronised
+  BatchNorm), so its moving statistics are the same everywhere.
+
+Two rules follow, and the trainer keeps them through this engine:
+
+* every process assigns the same value to a variable at the same time (an
+  assignment is a ``device_put`` that checks it across processes): seeds are
+  the same on every process (``rank_seed``), and a checkpoint is read by
+  rank 0 and broadcast as bytes so that every process loads it
+  (``restore_latest``);
+* every process feeds batches of the same shape: the exact test feeds the
+  whole test set on every process (``exact_test_slice``); the mean over
+  identical copies is the mean over the set.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.world import World
+from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.threads import plan_threads
+
+log = logging.getLogger(__name__)
+
+BACKEND = "jax"
+
+
+class JaxEngineError(CifarDistError, RuntimeError):
+    """engine=jax cannot start in this process."""
+
+
+class JaxEngine:
+    """Keras 3 on JAX; started by ``start`` in every process, before any model is built."""
+
+    name = "jax"
+    xla_only = True  # every step is an XLA program: trainer.jit_compile does not apply
+
+    def __init__(self, world: World):
+        import jax  # lazy: JAX
+        from jax.experimental import multihost_utils  # lazy: JAX
+
+        self.world = world
+        self.jax = jax
+        self.multihost = multihost_utils
+
+    @classmethod
+    def start(cls, trainer_cfg) -> "JaxEngine":
+        t = trainer_cfg
+        select_keras_backend()
+        peers = processes_from_env()
+        plan = plan_threads(local_processes_from_env(), t.intra_op_threads, t.inter_op_threads)
+        limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
+        use_onednn(t.onednn)  # TensorFlow (the input pipeline) reads it when it loads
+        import jax  # lazy: JAX
+
+        logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
+        if peers > 1 and not jax.distributed.is_initialized():
+            # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
+            jax.distributed.initialize()
+        import tensorflow as tf  # lazy: TensorFlow
+
+        tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
+        tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+        device = jax.local_devices()[0]
+        world = World(jax.process_index(), jax.process_count(), local_rank_from_env(), local_processes_from_env(),
+                      plan, str(device) if device.platform == "gpu" else "", onednn_enabled())
+        log.info("process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s)",
+                 world.rank, world.size, world.local_rank, world.local_size, jax.__version__, device.platform,
+                 jax.device_count(), plan.intra_op, plan.reason)
+        return cls(world)
+
+    def distribute_models(self) -> None:
+        """From now on a model built in this process is one model over every device of the job."""
+        import keras  # lazy: Keras 3
+
+        # ENGINE: variables replicated on all devices, each process's batches one shard of the global batch.
+        keras.distribution.set_distribution(keras.distribution.DataParallel(
+            devices=keras.distribution.list_devices(), auto_shard_dataset=False))
+
+    def versions(self) -> dict:
+        return {"jax": self.jax.__version__}
+
+    def rank_seed(self, seed: int) -> int:
+        """Every process seeds alike: one program draws for the whole global batch (and assignments must agree)."""
+        return int(seed)
+
+    def exact_test_slice(self) -> tuple:
+        """(rank, size) of the test set this process feeds to the exact test: all of it (module docstring)."""
+        return 0, 1
+
+    # --- small Python objects between processes ---
+    def broadcast_object(self, obj):
+        if self.world.size == 1:
+            return obj
+        payload = _as_bytes(obj) if self.world.is_chief else np.zeros(0, np.uint8)
+        length = int(self.multihost.broadcast_one_to_all(np.int32(len(payload))))
+        if not self.world.is_chief:
+            payload = np.zeros(length, np.uint8)
+        received = self.multihost.broadcast_one_to_all(payload)
+        return obj if self.world.is_chief else pickle.loads(np.asarray(received).tobytes())
+
+    def allgather_object(self, obj) -> list:
+        if self.world.size == 1:
+            return [obj]
+        payload = _as_bytes(obj)
+        lengths = np.asarray(self.multihost.process_allgather(np.array([len(payload)], np.int32))).reshape(-1)
+        padded = np.zeros(int(lengths.max()), np.uint8)
+        padded[:len(payload)] = payload
+        rows = np.asarray(self.multihost.process_allgather(padded))
+        return [pickle.loads(rows[i, :n].tobytes()) for i, n in enumerate(lengths)]
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every process when ``flag`` is true on any one (a collective)."""
+        return any(self.allgather_object(bool(flag)))
+
+    # --- the model ---
+    def distributed_optimizer(self, optimizer, compression: str = "none"):
+        """The optimizer as it is: the step's XLA program reduces the gradients over the global batch."""
+        return optimizer
+
+    def predict_here(self, model, images):
+        """``model``'s outputs for ``images``, computed in this process alone from its copy of the weights
+        (``predict`` of a distributed model is a collective over the global batch, with job-wide outputs)."""
+        if not model.built:
+            model(images[:1])  # a subclassed model's variables (every process alike)
+        outputs, _ = model.stateless_call([_local_value(v) for v in model.trainable_variables],
+                                          [_local_value(v) for v in model.non_trainable_variables],
+                                          images, training=False)
+        return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) else np.asarray(outputs)
+
+    def broadcast_model(self, model, variables) -> None:
+        """Copy rank 0's ``variables`` to every process (they agree already: same seed, same checkpoint)."""
+        if self.world.size == 1:
+            return
+        values = self.multihost.broadcast_one_to_all([_local_value(v) for v in variables])
+        for variable, value in zip(variables, values):
+            variable.assign(np.asarray(value))
+
+    def average_variables(self, variables, name: str) -> None:
+        """Nothing to do: a variable is one array for the whole job (BatchNorm's statistics are the global batch's)."""
+
+    def average_numbers(self, values) -> np.ndarray:
+        """The mean over the processes of a float vector (every process passes the same length)."""
+        gathered = self.multihost.process_allgather(np.asarray(values, np.float32))
+        return np.asarray(gathered, np.float64).mean(axis=0)
+
+    def metric_averaging(self, model):
+        """None: the metrics are the global batch's already."""
+        return None
+
+    def restore_latest(self, model, directory: Path) -> checkpoints.Restored:
+        """Every process loads the newest checkpoint that loads, from the bytes rank 0 reads and broadcasts."""
+        listed = self.broadcast_object(checkpoints.list_checkpoints(directory) if self.world.is_chief else None)
+        with tempfile.TemporaryDirectory(prefix="cifar_dist-restore-") as scratch:
+            def fetch(path: Path) -> Path:
+                local = Path(scratch) / path.name
+                local.write_bytes(self.broadcast_object(path.read_bytes() if self.world.is_chief else None))
+                return local
+
+            return checkpoints.restore_latest(model, directory, listed=listed, fetch=fetch)
+
+
+def _as_bytes(obj) -> np.ndarray:
+    return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+
+
+def _local_value(variable) -> np.ndarray:
+    """This process's copy of a replicated variable."""
+    return np.asarray(variable.value.addressable_data(0))
+
+
+def select_keras_backend() -> None:
+    """Keras 3 on JAX in this process: set before Keras is imported (Keras fixes its backend when it loads)."""
+    keras = sys.modules.get("keras")
+    if keras is not None and getattr(keras, "backend", None) is not None and keras.backend.backend() != BACKEND:
+        raise JaxEngineError(
+            f"engine=jax needs Keras 3 on JAX, but this process loaded Keras on {keras.backend.backend()} already "
+            "(an in-process sweep over engines?); run each engine in its own process (launcher=mpirun)")
+    os.environ["KERAS_BACKEND"] = BACKEND
+
+
+def processes_from_env(environ=None) -> int:
+    """How many processes the launcher started (Open MPI's or Slurm's environment; 1 without either)."""
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:  # what JAX itself looks for first
+        return int(env.get("OMPI_COMM_WORLD_SIZE", 1))
+    if "SLURM_STEP_NODELIST" in env and "SLURM_PROCID" in env:
+        return int(env.get("SLURM_NTASKS", 1))
+    return 1
+
+
+def local_processes_from_env(environ=None) -> int:
+    """How many of the job's processes share this host."""
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:
+        return int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1))
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "") if "SLURM_PROCID" in env else ""
+    return int(per_node.split("(")[0].split(",")[0]) if per_node else 1
+
+
+def local_rank_from_env(environ=None) -> int:
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:
+        return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
+    return int(env.get("SLURM_LOCALID", 0)) if "SLURM_PROCID" in env else 0
+
+
+def limit_xla_threads(threads: int) -> None:
+    """XLA's CPU thread pool sized to this process's share of the cores (as TensorFlow's is on Horovod)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "intra_op_parallelism_threads" in flags:  # the user's own setting wins
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} " \
+                              f"intra_op_parallelism_threads={threads}".strip()
