@@ -19,6 +19,7 @@ and are not counted. The tests say:
 from __future__ import annotations
 
 import ast
+import re
 import configparser
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,3 +298,14 @@ def test_every_import_inside_a_function_says_why():
     silent = [line for module, path in project_modules().items() if not within(module, NOT_YET_REVIEWED)
               for line in silent_function_imports(module, path)]
     assert silent == [], f"{len(silent)} imports inside functions without a reason:\n" + "\n".join(silent)
+
+
+def test_the_readme_layout_names_every_folder_and_only_modules_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Project layout", 1)[1].split("```")[1]
+    files = {path.name for path in project_modules().values()} | {p.name for p in (ROOT / "scripts").glob("*")} | {
+        p.name for p in (ROOT / "tests").glob("*.py")}
+    named = set(re.findall(r"[\w]+\.py\b", layout)) - {"setup.py"}
+    assert sorted(named - files) == [], "the README's layout names modules that do not exist"
+    folders = {path.parent.name for name, path in project_modules().items() if path.name == "__init__.py"}
+    assert sorted(f for f in folders if f + "/" not in layout) == [], "folders the README's layout does not show"
