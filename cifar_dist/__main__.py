@@ -1,16 +1,16 @@
 """``python -m cifar_dist [overrides]`` (and the ``cifar-dist`` script): see README."""
 import sys
 
+from cifar_dist.config.files import check_user_yaml, local_dir
+from cifar_dist.local_options import local_problems
+from cifar_dist.process_role import in_child_process
+
 
 def main() -> None:
     """The app, after a YAML syntax check of the user's config files and the rules of ``conf/local``
     (local_options.py; one line each, before Hydra);
     Ctrl-C of the launching process ends in one line (a rank keeps Python's own end: its
     launcher tells a rank stopped by a signal from one that failed)."""
-    from cifar_dist.config_files import check_user_yaml, local_dir
-    from cifar_dist.local_options import local_problems
-    from cifar_dist.process_role import in_child_process
-
     refused, warnings = local_problems(sys.argv[1:], local_dir()) if not in_child_process() else (None, [])
     for warning in warnings:  # a rank's launcher checked: once per command, not per rank
         print(f"cifar_dist: warning: {warning}", file=sys.stderr, flush=True)
@@ -18,8 +18,8 @@ def main() -> None:
     if error:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
-    from cifar_dist.app import interrupted_exit
-    from cifar_dist.app import main as app_main
+    # after the checks above: importing the app registers every option (and its plugins) with Hydra
+    from cifar_dist.app import interrupted_exit, main as app_main
 
     try:
         app_main()

@@ -12,12 +12,12 @@ from typing import ContextManager, List, Optional
 import hydra
 from omegaconf import DictConfig
 
-from cifar_dist.config import register_configs
-from cifar_dist.config_files import holds_options, local_dir
+from cifar_dist.all_options import register_configs
+from cifar_dist.config.files import holds_options, local_dir
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.launchers.user_sources import with_searchpath
-from cifar_dist.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
+from cifar_dist.config.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.saved_run import from_saved_run
 from cifar_dist.redaction import RedactingWriter, redact_logs, redact_text
@@ -25,10 +25,11 @@ from cifar_dist.results import final_accuracy
 from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
 from cifar_dist.atomic_files import disk_full
-from cifar_dist.training.tf_console import quiet_by_default
-from cifar_dist.tracking import after_job
+from cifar_dist.launchers.ranks.heartbeat import start_from_env
+from cifar_dist.training.process.tf_console import quiet_by_default
+from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
-from cifar_dist.validation import validate
+from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +157,10 @@ def config_printout_masked(argv: List[str]) -> ContextManager:
 def run_job(cfg: DictConfig) -> Optional[float]:
     """One job in this process (or started from here by its launcher). Its return
     value, the final test accuracy, is what Hydra's sweepers optimise."""
-    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/tf_console.py)
+    quiet_by_default()  # TensorFlow's C++ INFO noise, before anything imports it (training/process/tf_console.py)
     redact_logs()  # Hydra's console and job log: no password of a URI, no secret variable's value
     job = JobSpec.from_hydra(cfg)
     if in_child_process():
-        from cifar_dist.launchers.ranks.heartbeat import start_from_env
-
         start_from_env()  # a rank of a multi-rank launch: tell the launcher it is alive
     started = time.time() - 1  # mtimes may be rounded to the second (network file systems)
     try:

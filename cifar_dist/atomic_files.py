@@ -139,7 +139,7 @@ def write_json(path: Path, data: Dict[str, Any]) -> None:
 
 def save_figure(fig, path: Path, **savefig_kwargs: Any) -> None:
     """A matplotlib figure saved as PNG through atomic_path, then closed (also when saving fails)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     try:
         with atomic_path(Path(path)) as tmp:

@@ -21,17 +21,17 @@ from cifar_dist.keras_ops import module_flavor
 
 def register_custom_objects(keras: ModuleType) -> Dict[str, type]:
     """This package's Keras classes for ``keras`` (``tf.keras`` or Keras 3), registered; by registered and class name."""
-    from cifar_dist.models.blocks import custom_layers
-    from cifar_dist.training.schedules import schedule_classes
+    from cifar_dist.models.blocks import custom_layers  # lazy: TensorFlow
+    from cifar_dist.training.recipe.schedules import schedule_classes  # lazy: TensorFlow
 
     classes = [*vars(custom_layers(keras)).values(), *vars(schedule_classes(keras)).values()]
     if module_flavor(keras) == KERAS3:
-        from cifar_dist.training import keras3_optimizers
+        from cifar_dist.training.recipe import keras3_optimizers  # lazy: TensorFlow, Keras 3
 
         classes += [keras3_optimizers.RMSprop, keras3_optimizers.SGDW]
         registered_name = keras.saving.get_registered_name
     else:
-        from cifar_dist.training.sgdw import SGDW
+        from cifar_dist.training.recipe.sgdw import SGDW  # lazy: TensorFlow
 
         classes.append(SGDW)
         registered_name = keras.utils.get_registered_name

@@ -16,12 +16,26 @@ it (it costs ~1.5 s per rank).
 """
 from __future__ import annotations
 
+import inspect
 import sys
 from types import ModuleType
+from typing import Mapping
 
 from cifar_dist.errors import CifarDistError
 
 KERAS2, KERAS3 = 2, 3
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+
+
+def legacy_keras(environ: Mapping[str, str]) -> str:
+    """TF_USE_LEGACY_KERAS for this process and its ranks: the user's explicit value, else "1".
+
+    Horovod 0.28 supports Keras 2 only. TensorFlow >= 2.16 binds tf.keras to Keras 3 unless this is set
+    before TensorFlow is imported; with tf-keras installed it binds tf.keras to Keras 2. An explicit "0" is
+    kept (a Keras 2 run then refuses Keras 3 in one line, training/process/horovod_env.py); unset or blank is "1".
+    """
+    value = environ.get(LEGACY_KERAS_ENV, "")
+    return value if value.strip() else "1"
 
 
 class KerasChoiceError(CifarDistError, RuntimeError):
@@ -31,7 +45,7 @@ class KerasChoiceError(CifarDistError, RuntimeError):
 def keras_module(version: int) -> ModuleType:
     """The Keras namespace of ``version``: ``tf.keras`` (tf-keras) for 2, the ``keras`` package for 3."""
     if int(version) == KERAS2:
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         if flavor_of(tf.keras.layers.Layer) != KERAS2:
             raise KerasChoiceError(
@@ -40,7 +54,7 @@ def keras_module(version: int) -> ModuleType:
                 "or build the built-ins in Keras 3 with engine.keras=3")
         return tf.keras
     if int(version) == KERAS3:
-        import keras
+        import keras  # lazy: Keras 3
 
         return keras
     raise ValueError(f"Keras {version!r}: cifar_dist runs Keras 2 (tf-keras) or Keras 3")
@@ -85,8 +99,6 @@ def takes_keras_argument(fn) -> bool:
     """Whether ``fn`` (a builder or optimizer factory) declares a ``keras`` parameter: the trainer then passes
     the Keras module to build with, as it passes ``num_classes`` from the data. Built-ins declare it; a user's
     builder needs not (it builds with the Keras it imports)."""
-    import inspect
-
     try:
         return KERAS_ARGUMENT in inspect.signature(fn).parameters
     except (TypeError, ValueError):  # a builtin or a class without a readable signature
@@ -101,6 +113,6 @@ def keras_argument(fn, version: int) -> dict:
 
 def as_tf_variable(variable):
     """The tf.Variable behind a variable of either Keras on TensorFlow (Keras 3 keeps it as ``value``)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return variable if isinstance(variable, tf.Variable) else variable.value

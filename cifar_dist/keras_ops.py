@@ -57,7 +57,7 @@ def ops_of(keras: ModuleType):
     """``keras.ops`` for Keras 3; TensorFlow's equivalents under the same names for Keras 2 (``tf.keras``)."""
     if module_flavor(keras) == KERAS3:
         return keras.ops
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return SimpleNamespace(
         cast=tf.cast,
@@ -70,3 +70,17 @@ def ops_of(keras: ModuleType):
         split=lambda x, indices_or_sections, axis=0: tf.split(x, indices_or_sections, axis=axis),
         convert_to_numpy=lambda x: x.numpy(),
     )
+
+
+def current_lr(optimizer) -> float:
+    """The lr an optimizer of either Keras applies at its current step (a schedule is evaluated there)."""
+    if flavor_of(optimizer) == KERAS3:
+        import keras  # lazy: Keras 3, only for a Keras 3 optimizer
+
+        return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    import tensorflow as tf  # lazy: TensorFlow
+
+    lr = optimizer.lr
+    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
+        lr = lr(optimizer.iterations)
+    return float(tf.keras.backend.get_value(lr))

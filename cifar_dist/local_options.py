@@ -18,7 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from cifar_dist.config_files import yaml_error
+from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from cifar_dist.config.files import yaml_error
+from cifar_dist.config.override_check import override_values, parsed_command_line
 
 DEFAULT = "default.yaml"  # conf/local/default.yaml: loaded last by the primary config, by every command
 
@@ -35,10 +40,8 @@ def local_option_files(local: Path) -> Iterator[Tuple[str, str, Path]]:
 
 def builtin_options(group: str) -> List[str]:
     """cifar_dist's own options of ``group`` (its dataclasses and the package's YAML presets), not conf/local's."""
-    from hydra._internal.config_repository import ConfigRepository
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
-
-    from cifar_dist.config import register_configs
+    # lazy: every launcher's and plugin's module, only when conf/local holds options
+    from cifar_dist.all_options import register_configs
 
     register_configs()
     search_path = ConfigSearchPathImpl()
@@ -60,10 +63,6 @@ def shadowing_problem(local: Path) -> Optional[str]:
 
 def chosen_options(argv: Sequence[str]) -> Set[Tuple[str, str]]:
     """(group, option) of every ``group=option`` the command line selects (each value of a sweep)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from cifar_dist.override_check import override_values, parsed_command_line
-
     args = parsed_command_line(argv)
     try:
         overrides = OverridesParser.create().parse_overrides(list(args.overrides)) if args is not None else []

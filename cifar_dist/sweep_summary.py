@@ -11,16 +11,21 @@ were run, covers every batch so far, and can be rebuilt later with
 from __future__ import annotations
 
 import csv
+import json
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from cifar_dist.atomic_files import save_figure
+from omegaconf import OmegaConf
+
+from cifar_dist.atomic_files import atomic_path, save_figure
 from cifar_dist.redaction import redact_text
 from cifar_dist.results import read_evaluation, read_metrics
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
+from cifar_dist.tracking.sweep_parent import close_sweep
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +52,6 @@ class Point:
 
 def read_point(job_dir: Path) -> Optional[Point]:
     """One sweep point from its run dir (None when it is not a Hydra job dir)."""
-    from omegaconf import OmegaConf
-
     try:
         hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
     except (OSError, ValueError):
@@ -85,8 +88,6 @@ def read_point(job_dir: Path) -> Optional[Point]:
 
 def _dry_run(job_dir: Path) -> bool:
     """The point was launched with ``launcher.dry_run=true``: its command or job was written, not run."""
-    from omegaconf import OmegaConf
-
     try:
         return bool(OmegaConf.select(OmegaConf.load(job_dir / ".hydra" / "config.yaml"), "launcher.dry_run"))
     except (OSError, ValueError):
@@ -94,8 +95,6 @@ def _dry_run(job_dir: Path) -> bool:
 
 
 def _launcher_choice(job_dir: Path) -> str:
-    from omegaconf import OmegaConf
-
     try:
         hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
     except (OSError, ValueError):
@@ -116,11 +115,6 @@ def dry_run_line(launchers: List[str], written: Optional[int] = None) -> str:
 def commands_written(points: List[Point]) -> int:
     """How many commands (or jobs) the dry-run ``points`` wrote: one per point, except that points with one
     launcher config and ``launcher.concurrent=k`` (mpirun, Gloo) share one command per k of them."""
-    import json
-    import math
-
-    from omegaconf import OmegaConf
-
     groups: Dict[str, List[int]] = {}  # launcher config (or the point alone) -> [k, points]
     for point in points:
         try:
@@ -167,7 +161,7 @@ def table(points: List[Point]) -> str:
 
 def write_csv(points: List[Point], path: Path) -> None:
     labels = varying_overrides(points)
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:  # a reader never sees half a table
         writer = csv.writer(f)
         writer.writerow(["job", "overrides", "varied", "status", "test_accuracy", "test_loss",
                          "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir", "mlflow_run_id"])
@@ -190,11 +184,11 @@ def _numeric_axis(points: List[Point], labels: List[List[str]]):
 
 
 def plot(points: List[Point], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # lazy: matplotlib
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     labels = varying_overrides(points)
     names = [" ".join(v) for v in labels]
@@ -245,7 +239,6 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     except Exception as exc:  # a missing plot must not hide the table and CSV
         log.warning("sweep summary plot failed: %s", exc)
     failed = [p for p in points if p.status not in ("ok", "dry_run")]
-    from cifar_dist.tracking.sweep_parent import close_sweep
 
     close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
     dry = [p for p in points if p.status == "dry_run"]

@@ -4,7 +4,7 @@ the retired Azure Batch AI (batchai/; Microsoft retired it in 2019, Azure ML is 
 
 A launcher is one module: its class (``launch(job)``, and ``launch_all(jobs)``
 for the points of a sweep) and its config dataclass marked
-``@config_option("launcher", "<name>")`` (``cifar_dist/options.py``), which
+``@config_option("launcher", "<name>")`` (``cifar_dist/config/options.py``), which
 *is* the option ``launcher=<name>`` and which the class receives as is. The
 module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
 launcher that is a package; ``register_built_in`` finds it (no list to edit).
@@ -18,6 +18,7 @@ import pkgutil
 from typing import Iterator
 
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult, Launcher
+from cifar_dist.config.options import store_options
 
 __all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "register_built_in"]
 
@@ -37,7 +38,5 @@ def option_modules() -> Iterator[str]:
 
 def register_built_in() -> None:
     """Import every launcher module; each stores its own option in Hydra's ConfigStore."""
-    from cifar_dist.options import store_options
-
     for name in option_modules():
         store_options(importlib.import_module(name))

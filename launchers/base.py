@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
-from cifar_dist.override_syntax import override_key, quote_override_value
+from cifar_dist.config.override_syntax import override_key, quote_override_value
 from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)
@@ -67,9 +71,6 @@ class JobSpec:
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         hc = HydraConfig.get()
         return cls(
             cfg=cfg,
@@ -170,9 +171,6 @@ class Launcher(abc.ABC):
 def _override_strings(node) -> List[str]:
     """Hydra's override strings, resolved as Hydra stores them; written as given when one cannot be
     resolved (``data.path=${oc.env:UNSET}``), so that validation can report it in one line."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         return list(node)
     except OmegaConfBaseException:
@@ -191,6 +189,4 @@ def _is_parent_only(override: str) -> bool:
 
 def parse_overrides(overrides: Sequence[str]) -> list:
     """Parse overrides with Hydra's own parser (used by tests and dry runs)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     return OverridesParser.create().parse_overrides(list(overrides))

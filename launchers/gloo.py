@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 # What horovodrun and the ranks need from this environment besides the
 # variables a rank is always given (MultiRankLauncher.forwarded_names).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 @config_option("launcher", "local")

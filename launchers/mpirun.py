@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from cifar_dist.launchers.base import JobSpec, LaunchResult
+from cifar_dist.launchers.ranks.concurrent_points import run_batches
 from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 @config_option("launcher", "mpirun")
@@ -52,8 +53,6 @@ class MpirunLauncher(MultiRankLauncher):
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """launcher.concurrent=k: k points at a time, each its own MPI group of one MPMD mpirun."""
         if self.conf.concurrent > 1:
-            from cifar_dist.launchers.ranks.concurrent_points import run_batches
-
             return run_batches(self, jobs)
         return super().launch_all(jobs)
 

@@ -29,18 +29,19 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.redaction import redact_text
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import SWEEP_RECORD, only_scaffolding, remove_created, remove_if_created_here
+from cifar_dist.rundir.preflight import check_values
 
 
 def point_dir(config: DictConfig) -> Path:
     """The point's output dir, computed as Hydra's ``run_job`` computes it (its Hydra config current)."""
-    from hydra.core.hydra_config import HydraConfig
-
     hydra_config = HydraConfig.instance()
     before = hydra_config.cfg
     hydra_config.set_config(config)
@@ -61,8 +62,6 @@ def point_label(config: DictConfig) -> str:
 
 
 def _value_problem(config: DictConfig) -> str:
-    from cifar_dist.rundir.preflight import check_values
-
     if not _has_callback(config, "run_dir_check"):
         return ""
     try:
@@ -126,10 +125,6 @@ def remove_new_sweep_dir(sweep_dir: Path, existed: Path) -> None:
 
 def refused_return(config: DictConfig, why: str) -> Any:
     """The JobReturn of a point that was not started: FAILED with its one line, nothing of it written."""
-    from hydra.core.utils import JobReturn, JobStatus
-
-    from cifar_dist.errors import PointFailed
-
     ret = JobReturn(overrides=[str(o) for o in config.hydra.overrides.task], hydra_cfg=config,
                     cfg=OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), status=JobStatus.FAILED)
     ret.return_value = PointFailed(f"point #{config.hydra.job.num}: {why}")

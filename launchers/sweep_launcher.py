@@ -27,8 +27,9 @@ when a point fails or ``hydra/callbacks`` is replaced.
 
 Hydra instantiates launcher plugins only from the ``hydra_plugins`` package:
 the class Hydra sees is the subclass in
-``hydra_plugins/cifar_dist_launcher/``; ``register()`` (called by the app)
-makes it and its config known without relying on plugin discovery.
+``hydra_plugins/cifar_dist_launcher/``, whose ``registration.register()``
+(called by the app) makes it and its config known without relying on plugin
+discovery.
 """
 from __future__ import annotations
 
@@ -39,45 +40,34 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
+from hydra.errors import InstantiationException
 from hydra.plugins.launcher import Launcher as HydraLauncher
 from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
+from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.redaction import redact_logs, redact_text
+from cifar_dist.results import final_accuracy, read_results
+from cifar_dist.rundir.guard import RunDirGuard
+from cifar_dist.rundir.owner import existing_ancestor
+from cifar_dist.rundir.preflight import check_run_dir
+from cifar_dist.sweep_summary import summarize
+from cifar_dist.tracking.job_hooks import after_job
+from cifar_dist.tracking.sweep_parent import close_sweep
+from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
-
-PLUGIN_CLASS = "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher.CifarDistLauncher"
-
 
 @config_option("hydra/launcher", "cifar_dist")
 @dataclass
 class SweepLauncherConf:
-    _target_: str = PLUGIN_CLASS
-
-
-def register() -> None:
-    """Make ``hydra/launcher=cifar_dist`` (the project's default) usable: its config in the
-    ConfigStore (again: idempotent), its class in Hydra's plugin registry. Explicit, because
-    Hydra's discovery of ``hydra_plugins`` misses setuptools editable installs (Hydra issues
-    #2359, #3252)."""
-    import sys
-
-    from hydra.core.plugins import Plugins
-
-    from cifar_dist.options import store_options
-    from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher
-
-    store_options(sys.modules[__name__])
-    Plugins.instance().register(CifarDistLauncher)
-    from cifar_dist.launchers import optuna_sweeper
-
-    optuna_sweeper.register()  # hydra/sweeper=optuna maximises the accuracy the jobs return
+    _target_: str = SWEEP_LAUNCHER_CLASS
 
 
 def runs_in_process(config: DictConfig) -> bool:
@@ -93,9 +83,6 @@ def launcher_key(config: DictConfig) -> str:
 
 def prepare_job(cfg: DictConfig) -> JobSpec:
     """Task function of a point another launcher runs: build and check its JobSpec, train nothing."""
-    from cifar_dist.rundir.preflight import check_run_dir
-    from cifar_dist.validation import validate
-
     job = JobSpec.from_hydra(cfg)
     try:
         check_run_dir(job.output_dir)
@@ -107,8 +94,6 @@ def prepare_job(cfg: DictConfig) -> JobSpec:
 
 def point_return(ret: JobReturn, job: JobSpec, result: LaunchResult) -> JobReturn:
     """The point's JobReturn once its launcher reported: accuracy, or FAILED with one line."""
-    from cifar_dist.results import final_accuracy, read_results
-
     if result.ok:
         ret.status = JobStatus.COMPLETED
         ret.return_value = final_accuracy(result.metrics or read_results(job.output_dir))
@@ -127,8 +112,6 @@ def masked(ret: JobReturn) -> JobReturn:
 
 class SweepLauncher(HydraLauncher):
     def __init__(self) -> None:
-        from cifar_dist.rundir.guard import RunDirGuard
-
         self.config: Optional[DictConfig] = None
         self.task_function: Optional[TaskFunction] = None
         self.hydra_context: Optional[HydraContext] = None
@@ -136,8 +119,6 @@ class SweepLauncher(HydraLauncher):
         self.existed: Optional[Path] = None  # the nearest folder of the sweep dir that existed before the sweep
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        from cifar_dist.rundir.owner import existing_ancestor
-
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
@@ -159,8 +140,6 @@ class SweepLauncher(HydraLauncher):
                 log.error("%s: %s", point_label(points[i]), why)
             return self.launch_points(points, sweep_dir, refused)
         except KeyboardInterrupt:  # Ctrl-C: the sweep's parent run ends KILLED, then the whole sweep ends
-            from cifar_dist.tracking.sweep_parent import close_sweep
-
             close_sweep(sweep_dir, [], interrupted=True)
             raise
         finally:
@@ -183,8 +162,6 @@ class SweepLauncher(HydraLauncher):
             for i, ret in zip(indices, self.launch_group([points[i] for i in indices])):
                 returns[i] = ret
         if any("launcher" in config for config in points):
-            from cifar_dist.sweep_summary import summarize
-
             summarize(sweep_dir)  # cumulative: every point under the sweep dir so far
         return [masked(ret) for ret in returns if ret is not None]
 
@@ -209,15 +186,11 @@ class SweepLauncher(HydraLauncher):
 
     def launch_group(self, configs: List[DictConfig]) -> List[JobReturn]:
         """Points with one launcher config: prepare each, then one ``launch_all`` for those that could be."""
-        from hydra.errors import InstantiationException
-        from hydra.utils import instantiate
-
         prepared = [self.run(config, prepare_job) for config in configs]
         ready = [i for i, ret in enumerate(prepared) if ret.status == JobStatus.COMPLETED]
         if not ready:
             return prepared
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
-        from cifar_dist.tracking import after_job
 
         try:
             launcher = instantiate(configs[ready[0]].launcher, _convert_="all")

@@ -36,11 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
 from cifar_dist.errors import CifarDistError
-from cifar_dist.override_syntax import override_key, searchpath_override
+from cifar_dist.config.override_syntax import override_key, searchpath_override
 
-DEFAULT_CONFIG_NAME = "config"
-PACKAGE_CONFIGS = "pkg://cifar_dist.conf"  # the app's own config_path (app.py's @hydra.main)
 SHIPPED_ROOT = "user"  # in a snapshot: user/code/<module>, user/conf/<n>/
 MAX_SHIPPED_BYTES = 20 * 1024 * 1024  # a config dir or module package bigger than this is not copied into a job
 _SKIP_DIRS = {"__pycache__", ".git", ".hydra", ".pytest_cache", "outputs", "multirun"}

@@ -191,7 +191,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(SCRIPTS))
     import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
+    from bench_phases import missing_functions
     from bench_training import machine, prepare_data, sitting_log, work_dir
+
+    missing = missing_functions()  # a renamed function would silently merge its phase into the one before
+    if missing:
+        sys.exit("bench_breakdown: the phase markers name functions the package does not have: " + "; ".join(missing))
 
     work = work_dir(a.work or str(REPO / "outputs" / "bench" / time.strftime("breakdown-%Y%m%d-%H%M%S")))
     log = sitting_log(work)

@@ -8,11 +8,19 @@ and ``on_train_end`` are cut by ``fit_phases``: tracing (the first epoch's
 training and validation beyond a steady epoch's), training steps,
 validation, epoch callbacks (checkpoints separately) and Keras' own time
 between them.
+
+The markers name the package's functions (several private to the trainer) as
+strings: ``missing_functions()`` reads the package's source and names every
+one that no longer exists, so a rename fails the bench (and
+tests/test_bench_names.py) instead of silently merging its phase.
 """
 from __future__ import annotations
 
+import ast
+import importlib.util
 import statistics
-from typing import Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Dict, List, Optional, Set, Tuple
 
 CATEGORIES = (
     "interpreter and imports", "config compose and checks", "launcher start to ranks up (Horovod init)",
@@ -21,6 +29,7 @@ CATEGORIES = (
     "final test (plain and TTA)", "model save", "tracking", "exit",
 )
 TRAINER = "cifar_dist.training.trainer."
+RECIPE = "cifar_dist.training.recipe.hooks."
 APP = "cifar_dist.app."
 
 # (phase that ends at the marker, category, process: "L" launching / "R" rank 0, the marker's event)
@@ -39,8 +48,9 @@ RANKS_UP = [
 ]
 LOCAL_UP = [("in-process launcher to trainer", "config compose and checks", "R", TRAINER + "train:enter")]
 TRAINER_START = [
-    ("trainer config typing and checks", "config compose and checks", "R", TRAINER + "init_world:enter"),
-    ("Horovod init + TensorFlow import", "launcher start to ranks up (Horovod init)", "R", TRAINER + "init_world:exit"),
+    ("trainer config typing and checks", "config compose and checks", "R", TRAINER + "start_engine:enter"),
+    ("Horovod init + TensorFlow import", "launcher start to ranks up (Horovod init)", "R",
+     TRAINER + "start_engine:exit"),
     ("seeds, precision policy", "launcher start to ranks up (Horovod init)", "R", TRAINER + "start_run:exit"),
     ("data load", "data load and pipeline build", "R", TRAINER + "load_data:exit"),
     ("model build + compile", "model build and weights broadcast", "R", TRAINER + "build_model:exit"),
@@ -52,10 +62,10 @@ TRAINER_START = [
 FIT = ("fit", None, "R", "fit.train_end.first")
 AFTER_FIT = [
     ("Keras fit tear-down", "Keras fit overhead", "R", TRAINER + "finish:enter"),
-    ("BatchNorm sync, weight digests, peak RSS", "final test (plain and TTA)", "R", "cifar_dist.training.recipe.final_test:enter"),
+    ("BatchNorm sync, weight digests, peak RSS", "final test (plain and TTA)", "R", RECIPE + "final_test:enter"),
     ("final test, plain", "final test (plain and TTA)", "R", TRAINER + "_evaluate_exact:exit"),
-    ("final test, TTA", "final test (plain and TTA)", "R", "cifar_dist.training.recipe.final_test:exit"),
-    ("model save", "model save", "R", "cifar_dist.training.checkpoints.atomic_save_model:exit"),
+    ("final test, TTA", "final test (plain and TTA)", "R", RECIPE + "final_test:exit"),
+    ("model save", "model save", "R", "cifar_dist.rundir.checkpoints.atomic_save_model:exit"),
     ("learning-curve plot + metrics.json", "checkpoints and logs", "R", TRAINER + "_write_record:exit"),
     ("tracker finish + result broadcast", "tracking", "R", TRAINER + "finish:exit"),
     ("trainer return", "exit", "R", TRAINER + "train:exit"),
@@ -67,6 +77,52 @@ END = [
     ("atexit handlers", "exit", "L", "process_exit"),
 ]
 RANK_END = [("rank's end of job + atexit handlers (Horovod shutdown)", "exit", "R", "process_exit")]
+
+
+def function_markers() -> Set[Tuple[str, str]]:
+    """(module, function) of every marker that is a package function's enter or exit."""
+    markers = START + RANKS_UP + LOCAL_UP + TRAINER_START + [FIT] + AFTER_FIT + END + RANK_END
+    found = set()
+    for *_, event in markers:
+        name, _, edge = event.rpartition(":")
+        if event.startswith("cifar_dist.") and edge in ("enter", "exit"):
+            module, _, function = name.rpartition(".")
+            found.add((module, function))
+    return found
+
+
+def probe_spans() -> Dict[str, Tuple[str, ...]]:
+    """The functions scripts/phase_probe/ wraps (module -> names), read from its own list."""
+    path = Path(__file__).resolve().parent / "phase_probe" / "phase_probe.py"
+    spec = importlib.util.spec_from_file_location("phase_probe_spans", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe.SPANS
+
+
+def module_names(module: str) -> Set[str]:
+    """The names a package module defines or imports at its top level, read from its source (no import of it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return set()
+    names = set()
+    for node in ast.parse(Path(spec.origin).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def missing_functions() -> List[str]:
+    """Every function a marker or the probe names that the package no longer has, or that the probe does not wrap
+    (its marker would never be written)."""
+    spans = probe_spans()
+    wanted = function_markers() | {(m, f) for m, functions in spans.items() for f in functions}
+    problems = [f"{m}.{f}: not in the package" for m, f in sorted(wanted) if f not in module_names(m)]
+    problems += [f"{m}.{f}: a marker, but scripts/phase_probe does not wrap it" for m, f in sorted(function_markers())
+                 if f not in spans.get(m, ())]
+    return problems
 
 
 def processes(events: List[dict]) -> Tuple[List[dict], List[dict], List[dict]]:

@@ -58,7 +58,7 @@ def seed_flow_rate(x, y, batch_size: int, count: int, workers: int) -> float:
 def cifar_dist_rate(x, y, batch_size: int, count: int) -> float:
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import AugmentConfig
+    from cifar_dist.config.schema import AugmentConfig
     from cifar_dist.data.pipeline import train_stream
 
     steps = len(x) // batch_size
@@ -81,7 +81,7 @@ def main() -> None:
     import tensorflow as tf
 
     from bench_common import load_arrays, write_result
-    from cifar_dist.training.threads import plan_threads
+    from cifar_dist.training.process.threads import plan_threads
 
     # One rank's thread pools, as cifar_dist's trainer sets them.
     plan = plan_threads(1)

@@ -277,7 +277,7 @@ def run_pipeline(data: str, batches: int, work: Path, log) -> dict:
 def machine() -> dict:
     import tensorflow as tf  # noqa: F401  (version only)
 
-    from cifar_dist.training.hardware import cpu_flags
+    from cifar_dist.training.process.hardware import cpu_flags
 
     model = "unknown"
     try:

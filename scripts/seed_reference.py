@@ -41,7 +41,7 @@ from tensorflow.keras.models import Sequential  # noqa: E402
 from tensorflow.keras.preprocessing.image import ImageDataGenerator  # noqa: E402
 
 import horovod.tensorflow.keras as hvd  # noqa: E402  PORT: `import horovod.keras as hvd`
-from cifar_dist.training.horovod_env import bind_horovod_to_tf_keras  # noqa: E402
+from cifar_dist.training.process.horovod_env import bind_horovod_to_tf_keras  # noqa: E402
 
 from bench_common import EpochClock, load_arrays, peak_rss_mb, write_result  # noqa: E402  (benchmark additions)
 

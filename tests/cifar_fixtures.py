@@ -54,7 +54,7 @@ def sample_batches(per_batch: int | None = None) -> tuple[list[Batch], Batch]:
     """The packaged sample's images split back into its four train batches (first ``per_batch`` of each)."""
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
 
     data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
@@ -126,7 +126,7 @@ def download_cfg(cache_dir: Path, url: str, archive: bytes, **overrides):
     """A ``data`` config node for name=cifar10 whose md5/size are those of ``archive``."""
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
 
     cfg = DataConfig(name="cifar10", cache_dir=str(cache_dir), url=url, md5=md5_of(archive), size_bytes=len(archive), download_timeout_s=5.0)
     for key, value in overrides.items():

@@ -80,7 +80,7 @@ def compose_cfg(*overrides: str, **kwargs):
     """The app's config with ``overrides``, composed as ``python -m cifar_dist`` composes it (version_base 1.3)."""
     from hydra import compose, initialize_config_module
 
-    from cifar_dist.config import register_configs
+    from cifar_dist.all_options import register_configs
 
     register_configs()
     with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):

@@ -3,7 +3,7 @@ cifar_dist app makes it known: for Hydra's IntegrationTestSuite (tests/test_swee
 import runpy
 import sys
 
-from cifar_dist.launchers.sweep_launcher import register
+from hydra_plugins.cifar_dist_launcher.registration import register
 
 if __name__ == "__main__":
     register()

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 @config_option("launcher", "echo")

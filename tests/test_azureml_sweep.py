@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.launchers.azureml.launcher import AzureMLLauncher
 from cifar_dist.launchers.base import JobSpec
 

@@ -151,7 +151,8 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
     from hydra import compose, initialize_config_dir, initialize_config_module
     from omegaconf import OmegaConf, open_dict
 
-    from cifar_dist.config import EpochPolicy, register_configs
+    from cifar_dist.all_options import register_configs
+    from cifar_dist.config.schema import EpochPolicy
     from cifar_dist.launchers.batchai.staging import node_job_config
 
     register_configs()

@@ -218,7 +218,7 @@ def test_the_node_resolves_the_share_path_from_its_own_environment(tmp_path):
     from hydra import compose, initialize_config_module
     from omegaconf import open_dict
 
-    from cifar_dist.config import register_configs
+    from cifar_dist.all_options import register_configs
     from cifar_dist.launchers.batchai.scoring import apply_to_node_config
     from cifar_dist.launchers.batchai.staging import node_job_config
 

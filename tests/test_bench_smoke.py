@@ -141,7 +141,7 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
                                       ("launcher.launch:exit", 40.0), (A + "record_end:exit", 40.5), (A + "main:exit", 41.0),
                                       ("process_exit", 41.2)])
     marks = [("process_start", 3.0), ("interpreter_ready", 3.1), (A + "main:enter", 4.0), (T + "train:enter", 4.5),
-             (T + "init_world:enter", 4.6), (T + "init_world:exit", 8.6), (T + "start_run:exit", 8.7),
+             (T + "start_engine:enter", 4.6), (T + "start_engine:exit", 8.6), (T + "start_run:exit", 8.7),
              (T + "load_data:exit", 9.0), (T + "build_model:exit", 10.0), (T + "restore_or_start:exit", 10.2),
              (T + "make_streams:exit", 11.0), (T + "open_tracker:exit", 11.0), ("fit.train_begin.last", 11.2)]
     t = 11.2
@@ -149,8 +149,8 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
         epoch, t = _epoch(t, train, val)
         marks += epoch
     marks += [("fit.train_end.first", t + 0.2), ("fit.train_end.last", t + 0.2), (T + "finish:enter", t + 1.0),
-              ("cifar_dist.training.recipe.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
-              ("cifar_dist.training.recipe.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
+              ("cifar_dist.training.recipe.hooks.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
+              ("cifar_dist.training.recipe.hooks.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
               (T + "finish:exit", t + 4.6), (T + "train:exit", t + 4.7), ("process_exit", t + 5.0)]
     wrapper = _events(4, 0, t0, [("process_start", 2.5), ("process_exit", 39.0)])  # the launcher's rank_exec
     rank0 = wrapper + _events(2, 0, t0, marks) + _events(3, 1, t0, [("process_start", 3.0)])

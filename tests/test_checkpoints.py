@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from cifar_dist.models.seed_cnn import build
-from cifar_dist.training import checkpoints
+from cifar_dist.rundir import checkpoints
 from cifar_dist.training.optimizers import rmsprop
 
 

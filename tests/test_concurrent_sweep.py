@@ -20,7 +20,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf, open_dict
 
 from conftest import compose_cfg
 from cifar_dist.launchers.base import JobSpec, parse_overrides
-from cifar_dist.validation import ConfigError, validate
+from cifar_dist.config.validation import ConfigError, validate
 
 
 def test_defaults_reproduce_the_seed_run():

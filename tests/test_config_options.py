@@ -19,10 +19,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-import cifar_dist.config
-from cifar_dist.config import register_configs
+import cifar_dist.config.schema
+from cifar_dist.all_options import register_configs
 from cifar_dist.launchers import option_modules
-from cifar_dist.options import OPTION_ATTR
+from cifar_dist.config.options import OPTION_ATTR
 from conftest import cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
@@ -66,7 +66,7 @@ def test_the_record_covers_every_built_in_option_and_no_schema_entry_is_an_optio
 
 
 def _option_classes():
-    modules = [cifar_dist.config] + [importlib.import_module(name) for name in option_modules()]
+    modules = [cifar_dist.config.schema] + [importlib.import_module(name) for name in option_modules()]
     found = [v for m in modules for v in vars(m).values()
              if isinstance(v, type) and OPTION_ATTR in v.__dict__ and v.__module__ == m.__name__]
     return [cls for cls in found if not cls.__dict__[OPTION_ATTR][0].startswith("hydra/")]  # the job's own groups
@@ -85,7 +85,7 @@ def test_each_option_is_its_dataclass_defaults(compose_job, cls):
 
 
 def test_no_yaml_file_repeats_an_option():
-    conf = Path(cifar_dist.config.__file__).parent / "conf"
+    conf = Path(cifar_dist.config.schema.__file__).parent / "conf"
     stubs = [p for p in conf.glob("*/*.yaml") if p.parent.name in GROUPS[:7]]
     assert stubs == []
 
@@ -106,7 +106,7 @@ def echo_launcher():
 def test_a_launcher_defined_in_a_test_module_composes_typed(compose_job, echo_launcher):
     cfg = compose_job("launcher=echo", "launcher.note=hi")
     assert cfg["launcher"] == {"_target_": "own_launcher.EchoLauncher", "note": "hi"}
-    from cifar_dist.override_check import command_line_problem
+    from cifar_dist.config.override_check import command_line_problem
 
     assert "did you mean `note`?" in command_line_problem(["launcher=echo", "launcher.noet=hi"])
 

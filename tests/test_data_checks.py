@@ -13,7 +13,7 @@ import pytest
 from cifar_fixtures import data_cfg, sample_arrays, write_png_tree
 from conftest import cli_env, one_error_line, run_cli
 from cifar_dist.data import DataError, load_dataset
-from cifar_dist.data.config import CustomDataConfig, FolderDataConfig
+from cifar_dist.config.data_options import CustomDataConfig, FolderDataConfig
 
 
 _cfg = data_cfg

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cifar_dist.data import DataError, load_dataset
-from cifar_dist.data.config import Cifar100Config
+from cifar_dist.config.data_options import Cifar100Config
 from cifar_dist.data.download import download
 from cifar_dist.atomic_files import TEMP_SUFFIX
 from cifar_fixtures import Route, batch_files, download_cfg, load_in_child, md5_of, random_batches, serve, tar_bytes, unused_port

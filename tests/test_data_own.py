@@ -12,9 +12,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
-from cifar_dist.config import AugmentConfig
+from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data import CifarArrays, DataError, load_dataset
-from cifar_dist.data.config import Cifar100Config, CustomDataConfig, FolderDataConfig
+from cifar_dist.config.data_options import Cifar100Config, CustomDataConfig, FolderDataConfig
 
 
 _cfg = data_cfg
@@ -76,8 +76,8 @@ def test_a_cifar10_archive_given_as_cifar100_is_refused_in_one_line(tmp_path):
 def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, message):
     from hydra import compose, initialize_config_module
 
-    from cifar_dist.config import register_configs
-    from cifar_dist.validation import ConfigError, validate
+    from cifar_dist.all_options import register_configs
+    from cifar_dist.config.validation import ConfigError, validate
 
     register_configs()
     with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
@@ -88,7 +88,7 @@ def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, 
 
 def test_the_trainer_builds_models_with_the_datas_class_count():
     from cifar_dist.training.trainer import model_kwargs
-    from cifar_dist.validation import ConfigError
+    from cifar_dist.config.validation import ConfigError
 
     data = type("D", (), {"num_classes": 7, "source": "image folder x"})()
     assert model_kwargs(OmegaConf.create({"num_classes": None}), data) == {"num_classes": 7}
@@ -231,7 +231,7 @@ def test_streamed_eval_covers_every_test_image_once_over_the_ranks(factory_modul
 
 def test_a_model_that_does_not_take_the_datas_images_is_refused_in_one_line(tree):
     from cifar_dist.models.checks import check_input
-    from cifar_dist.validation import ConfigError
+    from cifar_dist.config.validation import ConfigError
 
     data = load_dataset(_cfg(FolderDataConfig, path=str(tree), image_size=48))
     assert data.image_shape == (48, 48, 3)

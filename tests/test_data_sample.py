@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO, shared_path
-from cifar_dist.config import DataConfig
+from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
 
 SAMPLE = REPO / "cifar_dist" / "data" / "sample" / "cifar-10-sample.tar.gz"

@@ -77,7 +77,7 @@ def test_scores_a_checkpoint_and_a_folder_of_images(trained_run, tmp_path):
     from omegaconf import OmegaConf
     from PIL import Image
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
 
     data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))

@@ -68,7 +68,7 @@ def test_which_data_the_command_and_the_run_dir_decide(tmp_path):
     from omegaconf import OmegaConf
 
     from conftest import compose_cfg
-    from cifar_dist.config import typed
+    from cifar_dist.config.schema import typed
     from cifar_dist.evaluation.run_data import evaluation_data
 
     run = tmp_path / "run"

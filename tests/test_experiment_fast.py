@@ -1,6 +1,6 @@
 """experiment=fast: a documented recipe on top of the seed's defaults, not a replacement of them."""
 from conftest import compose_cfg
-from cifar_dist.validation import validate
+from cifar_dist.config.validation import validate
 
 
 def test_fast_changes_the_schedule_but_not_the_model_data_or_augmentation():

@@ -12,12 +12,12 @@ import pytest
 import tensorflow as tf
 from omegaconf import OmegaConf
 
-from cifar_dist.config import DataConfig
+from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
-from cifar_dist.evaluation.tta import views, with_tta
+from cifar_dist.models.tta import views, with_tta
 from cifar_dist.models.airbench import build as build_airbench
-from cifar_dist.training import recipe
+from cifar_dist.training.recipe import hooks as recipe
 from cifar_dist.training.trainer import _evaluate_exact
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from cifar_dist.training.interrupts import interrupts_kept
+from cifar_dist.training.process.interrupts import interrupts_kept
 
 
 class InterruptOnDelete:

@@ -119,7 +119,7 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
         import numpy as np
         import cifar_dist, keras, mymodels3
         from omegaconf import OmegaConf
-        from cifar_dist.config import DataConfig
+        from cifar_dist.config.schema import DataConfig
         from cifar_dist.data import load_dataset
         model = keras.saving.load_model({str(two_rank_run / 'saved_models' / 'keras_cifar10_trained_model.keras')!r},
                                         compile=False)
@@ -147,7 +147,7 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     # Batch-score the first test images as files: the same classes as the evaluation predicted for them.
     from PIL import Image
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
     from omegaconf import OmegaConf
 

@@ -12,13 +12,13 @@ from omegaconf import OmegaConf
 
 from cifar_fixtures import sample_batches
 from conftest import cli_env, compose_cfg
-from cifar_dist.evaluation.tta import plain_and_tta, with_tta
+from cifar_dist.models.tta import plain_and_tta, with_tta
 from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers
 from cifar_dist.models.builder import model_node_problem, signature_parameters
-from cifar_dist.training.recipe import fit_to_data
-from cifar_dist.override_check import command_line_problem
+from cifar_dist.training.recipe.hooks import fit_to_data
+from cifar_dist.config.override_check import command_line_problem
 
 SMALL = {"seed_cnn": (seed_cnn, {}), "resnet9": (resnet9, {"width": 8}), "airbench": (airbench, {"widths": (8, 16, 16)})}
 
@@ -83,7 +83,7 @@ def test_a_keras_3_model_with_the_custom_layers_saves_and_loads_in_safe_mode(ima
     """A fresh process loads the compiled .keras file (layers, SGDW, nested lr schedules) once
     register_custom_objects(keras) has run, with safe_mode=True (no Lambda), and predicts the same."""
     from cifar_dist.training.optimizers import sgdw
-    from cifar_dist.training.schedules import schedule_classes
+    from cifar_dist.training.recipe.schedules import schedule_classes
 
     _, model = both("airbench", images)
     classes = schedule_classes(keras)

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from conftest import cli_env
 from cifar_dist.training import optimizers
-from cifar_dist.training.schedules import Triangular, build_schedule, current_lr, schedule_classes
+from cifar_dist.keras_ops import current_lr
+from cifar_dist.training.recipe.schedules import Triangular, build_schedule, schedule_classes
 
 STEPS = 4
 
@@ -91,7 +92,7 @@ RECORD_LR = textwrap.dedent(
     """
     import json, sys
     import cifar_dist, numpy as np, tensorflow as tf
-    from cifar_dist.training.horovod_env import bind_horovod_to_tf_keras
+    from cifar_dist.training.process.horovod_env import bind_horovod_to_tf_keras
     bind_horovod_to_tf_keras()  # Horovod's callbacks on tf.keras's backend, as the trainer has them
     import horovod.tensorflow.keras as hvd
     hvd.init()
@@ -167,7 +168,7 @@ def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
 def test_the_recipe_gives_keras_3_runs_the_horovod_lr_and_keras_2_runs_the_plain_lr():
     """Keras 2 keeps Horovod's callbacks (a plain lr they can set); Keras 3 gets them as the schedule."""
     from conftest import compose_cfg
-    from cifar_dist.training import recipe
+    from cifar_dist.training.recipe import hooks as recipe
 
     t = compose_cfg("trainer.warmup_epochs=2", "trainer.lr_decay_epochs=[3]", "trainer.lr_decay_factor=0.5").trainer
     assert recipe.learning_rate(0.2, t, 10, 5) == 0.2

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cifar_dist.launchers.base import JobSpec, parse_overrides
-from cifar_dist.override_syntax import quote_override_value
+from cifar_dist.config.override_syntax import quote_override_value
 from cifar_dist.launchers.mpirun import MpirunLauncher
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,7 +20,7 @@ from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cac
 from test_user_sources_e2e import assert_trained_the_users_model, needs_mpirun
 from user_project import DATA_YAML, MODEL_YAML, QUIET, WIDTH, write_user_project
 
-from cifar_dist.config_files import holds_options, local_dir
+from cifar_dist.config.files import holds_options, local_dir
 from cifar_dist.launchers.user_sources import with_searchpath
 
 LOCAL = ("model=local_tiny", "data=local_mine")

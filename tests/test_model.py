@@ -3,7 +3,7 @@ import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from cifar_dist.config import SeedCnnConfig
+from cifar_dist.config.schema import SeedCnnConfig
 
 SEED_LAYERS = [
     ("Conv2D", 32), ("Activation", "relu"), ("Conv2D", 32), ("Activation", "relu"), ("MaxPooling2D", None), ("Dropout", 0.25),

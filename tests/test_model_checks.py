@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import one_error_line, run_cli
-from cifar_dist.config import DataConfig
+from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
 from cifar_dist.errors import ConfigError
 

@@ -33,8 +33,8 @@ import pathlib, sys
 pathlib.Path(sys.argv[2]).unlink(missing_ok=True)  # building and saving the model ran it once
 from omegaconf import OmegaConf
 import hydra.utils
-from cifar_dist.config import SeedCnnConfig
-from cifar_dist.training import checkpoints
+from cifar_dist.config.schema import SeedCnnConfig
+from cifar_dist.rundir import checkpoints
 model = hydra.utils.instantiate(OmegaConf.structured(SeedCnnConfig()), num_classes=10)
 model.compile(loss="categorical_crossentropy", optimizer="rmsprop")
 try:

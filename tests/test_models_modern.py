@@ -9,7 +9,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from cifar_fixtures import sample_batches
-from cifar_dist.config import AirbenchConfig, ResNet9Config
+from cifar_dist.config.schema import AirbenchConfig, ResNet9Config
 from cifar_dist.models.blocks import PatchWhitening, Scale, adapt, partial_identity
 
 

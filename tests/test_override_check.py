@@ -1,10 +1,10 @@
 """A misspelt option or key is refused in one line naming the nearest known name,
-before Hydra composes, creates a run dir or loads any data (cifar_dist/override_check.py)."""
+before Hydra composes, creates a run dir or loads any data (cifar_dist/config/override_check.py)."""
 import pytest
 
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.errors import did_you_mean
-from cifar_dist.override_check import command_line_problem
+from cifar_dist.config.override_check import command_line_problem
 from conftest import run_cli
 
 register_configs()

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from cifar_dist.errors import ConfigError
 from cifar_dist.models.builder import Parameters, declared_parameters, model_node_problem, signature_parameters
-from cifar_dist.override_check import command_line_problem
+from cifar_dist.config.override_check import command_line_problem
 from conftest import cli_env, compose_cfg, one_error_line, run_cli
 
 BUILDERS = '''

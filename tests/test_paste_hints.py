@@ -8,7 +8,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import run_cli
-from cifar_dist.override_syntax import quote_override_value
+from cifar_dist.config.override_syntax import quote_override_value
 from cifar_dist.launchers.ranks.rank_failure import first_failure
 from cifar_dist.rundir.owner import ForeignRunDir, refuse_foreign
 

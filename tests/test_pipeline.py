@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from omegaconf import OmegaConf
 
-from cifar_dist.config import AugmentConfig
+from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data.pipeline import augment_batch, eval_stream, train_stream
 
 N = 103  # deliberately not a multiple of batch or ranks

@@ -6,13 +6,14 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 
 from conftest import compose_cfg
-from cifar_dist.config import AugmentConfig
+from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
-from cifar_dist.evaluation.tta import views, with_tta
-from cifar_dist.training.lookahead import Lookahead, decay_at
-from cifar_dist.training.schedules import Triangular, build_schedule, current_lr
-from cifar_dist.training.sgdw import SGDW
-from cifar_dist.validation import problems
+from cifar_dist.models.tta import views, with_tta
+from cifar_dist.training.recipe.lookahead import Lookahead, decay_at
+from cifar_dist.keras_ops import current_lr
+from cifar_dist.training.recipe.schedules import Triangular, build_schedule
+from cifar_dist.training.recipe.sgdw import SGDW
+from cifar_dist.config.validation import problems
 
 
 def test_triangular_schedule_values_at_chosen_steps():
@@ -204,7 +205,7 @@ def decode_draws(batch: np.ndarray) -> list:
 
 
 def test_label_smoothing_is_the_documented_target_mix():
-    from cifar_dist.training.recipe import loss
+    from cifar_dist.training.recipe.hooks import loss
 
     assert loss(0.0) == "categorical_crossentropy"
     y, p = np.eye(10, dtype=np.float32)[[3]], np.full((1, 10), 0.1, np.float32)

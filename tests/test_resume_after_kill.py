@@ -113,7 +113,7 @@ def assert_nothing_half_written(run_dir: Path) -> list:
     """Every file under a checkpoint or model name loads; metrics.json parses. Returns checkpoint epochs."""
     import tensorflow as tf
 
-    from cifar_dist.training import checkpoints
+    from cifar_dist.rundir import checkpoints
 
     found = checkpoints.list_checkpoints(run_dir / "checkpoints")
     for _, path in found:

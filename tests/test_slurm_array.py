@@ -9,7 +9,7 @@ from pathlib import Path
 from conftest import read_metrics, run_cli
 from test_slurm_e2e import env_for, job_id, pytestmark, small, tiny_data  # noqa: F401 - fixtures
 
-from cifar_dist.override_syntax import quote_override_value
+from cifar_dist.config.override_syntax import quote_override_value
 
 RECORDED = ("sbatch", "squeue", "scontrol")
 

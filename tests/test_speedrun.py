@@ -21,7 +21,7 @@ BN_SCRIPT = textwrap.dedent(
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
     from cifar_dist.models import airbench
-    from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics
+    from cifar_dist.training.recipe.batchnorm import AverageBatchNormStatistics, moving_statistics
 
     hvd.init()
     tf.keras.utils.set_random_seed(1)
@@ -33,7 +33,7 @@ BN_SCRIPT = textwrap.dedent(
     y = tf.one_hot(rng.integers(0, 10, 64), 10)
     from cifar_dist.training.engines.horovod import HorovodEngine
     from cifar_dist.training.engines.world import World
-    from cifar_dist.training.threads import plan_threads
+    from cifar_dist.training.process.threads import plan_threads
 
     engine = HorovodEngine(World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False))
     callbacks = [AverageBatchNormStatistics(engine)] if sys.argv[2] == "average" else []

@@ -20,7 +20,7 @@ from hydra.core.singleton import Singleton
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 from hydra.version import VersionBase
 
-from cifar_dist.config import register_configs
+from cifar_dist.all_options import register_configs
 from cifar_dist.errors import PointFailed
 
 TESTS = Path(__file__).resolve().parent

@@ -1,5 +1,5 @@
 """Per-rank CPU thread plans: N ranks on N cores must not oversubscribe."""
-from cifar_dist.training import threads
+from cifar_dist.training.process import threads
 
 
 def _machine(monkeypatch, cores, visible):

@@ -12,10 +12,10 @@ from conftest import compose_cfg, read_metrics, run_cli
 mlflow = pytest.importorskip("mlflow", reason="tracking extra not installed (pip install -e '.[tracking]')")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from cifar_dist.config import register_configs  # noqa: E402
-from cifar_dist.tracking import after_download, import_run_dir  # noqa: E402
+from cifar_dist.all_options import register_configs  # noqa: E402
+from cifar_dist.tracking.job_hooks import after_download, import_run_dir  # noqa: E402
 from cifar_dist.tracking.run_description import git_commit, load_job, params, sweep_dir  # noqa: E402
-from cifar_dist.tracking.never_fail import Guard  # noqa: E402
+from cifar_dist.tracking.failure_guard import Guard  # noqa: E402
 from cifar_dist.tracking.runfile import RUN_FILE, SWEEP_FILE, read_ref  # noqa: E402
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri  # noqa: E402
 
@@ -85,7 +85,7 @@ def test_guard_turns_the_first_failure_into_one_warning_then_skips(caplog):
 
 
 def test_bad_remote_mode_is_a_config_error():
-    from cifar_dist.validation import problems
+    from cifar_dist.config.validation import problems
 
     assert any("tracking.remote" in p for p in problems(compose_cfg("tracking=mlflow", "tracking.remote=both")))
 
@@ -264,7 +264,7 @@ def test_failed_cluster_job_is_marked_failed(tmp_path):
 
 
 def test_an_evaluate_job_is_recorded_by_the_launching_process(tmp_path):
-    from cifar_dist.tracking import after_job
+    from cifar_dist.tracking.job_hooks import after_job
 
     db = tmp_path / "mlflow.db"
     run_dir = tmp_path / "eval"

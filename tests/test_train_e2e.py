@@ -56,7 +56,7 @@ def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
     from cifar_dist.data import load_dataset
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
 
     model = tf.keras.models.load_model(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")
     data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))

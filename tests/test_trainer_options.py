@@ -2,7 +2,7 @@
 import pytest
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.training.hardware import cpu_supports_bfloat16
+from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 from cifar_dist.training.trainer import JitCompileError, PrecisionError, check_jit_compile, precision_policy
 from conftest import read_metrics, run_cli
 

@@ -78,7 +78,7 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     import tensorflow as tf
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
 
     model = tf.keras.models.load_model(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")

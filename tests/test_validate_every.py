@@ -9,7 +9,7 @@ import pytest
 
 from conftest import compose_cfg, read_metrics, run_cli
 from cifar_dist.training.trainer import validation_epochs
-from cifar_dist.validation import ConfigError, validate
+from cifar_dist.config.validation import ConfigError, validate
 
 
 @pytest.mark.parametrize("every, epochs, expected", [

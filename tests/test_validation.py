@@ -6,7 +6,7 @@ message: test_durable.py.
 import pytest
 
 from conftest import compose_cfg, run_cli
-from cifar_dist.validation import ConfigError, validate
+from cifar_dist.config.validation import ConfigError, validate
 
 
 def test_every_bad_value_is_listed_in_one_line():

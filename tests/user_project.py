@@ -34,7 +34,7 @@ DATA = textwrap.dedent('''
     import tensorflow as tf
     from omegaconf import OmegaConf
 
-    from cifar_dist.config import DataConfig
+    from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
     from cifar_dist.data.streams import DataStreams
 

@@ -30,6 +30,8 @@ from pathlib import Path
 from cifar_dist.data.archive import load_folder, load_tarball, read_tar_members
 from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, cifar100_layout
 from cifar_dist.data.cache import cached_folder, ensure_cached
+from cifar_dist.data.custom import load_custom_streams
+from cifar_dist.data.folder import load_folder_streams
 
 __all__ = ["CifarArrays", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
 
@@ -47,12 +49,8 @@ def load_dataset(data_cfg, seed: int = 0):
     elif name in ("cifar10", "cifar100"):
         data = _load_cifar(data_cfg, _layout(data_cfg))
     elif name == "folder":
-        from cifar_dist.data.folder import load_folder_streams
-
         data = load_folder_streams(data_cfg)
     elif name == "custom":
-        from cifar_dist.data.custom import load_custom_streams
-
         data = load_custom_streams(data_cfg, seed)
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")

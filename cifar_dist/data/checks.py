@@ -29,7 +29,7 @@ _RANGE_SLACK = 1e-3  # float images a hair outside [0, 1] (rounding) are fine
 
 def unreadable(path: Path) -> Optional[str]:
     """Why ``path`` is not an image PIL (and so TensorFlow's decoders) can read, or None when it is."""
-    from PIL import Image
+    from PIL import Image  # lazy: Pillow
 
     try:
         with Image.open(path) as im:
@@ -78,7 +78,7 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> 
 
 def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
     """The first ``count`` elements of ``streams.train`` and ``.test`` (decoded) obey the factory contract."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     decode = streams.decode or (lambda x: x)
     for split, dataset in (("train", streams.train), ("test", streams.test)):

@@ -7,16 +7,16 @@ contract and docs/data.md for an example).
 """
 from __future__ import annotations
 
+from hydra.utils import get_method
+from omegaconf import OmegaConf
+
 from cifar_dist.data.batches import DataError, reason
 from cifar_dist.data.checks import check_elements
 
 
 def load_custom_streams(data_cfg, seed: int):
     """The DataStreams that ``data._target_`` returns for ``seed``; one-line DataErrors when it cannot."""
-    from hydra.utils import get_method
-    from omegaconf import OmegaConf
-
-    from cifar_dist.data.streams import DataStreams
+    from cifar_dist.data.streams import DataStreams  # lazy: TensorFlow
 
     target = str(data_cfg.get("_target_") or "")
     if not target or OmegaConf.is_missing(data_cfg, "_target_"):

@@ -88,9 +88,9 @@ def folder_class_names(data_cfg) -> Tuple[str, ...]:
 
 def decoder(image_size: int):
     """file path -> float32 image_size x image_size x 3 in [0, 1] (the same scaling as CIFAR's pixels)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
-    from cifar_dist.data.pipeline import to_float
+    from cifar_dist.data.pipeline import to_float  # lazy: TensorFlow
 
     def decode(path):
         image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
@@ -103,9 +103,9 @@ def decoder(image_size: int):
 
 def load_folder_streams(data_cfg):
     """``DataStreams`` over the tree at ``data.path``: file names in the pipeline, pixels decoded per rank."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
-    from cifar_dist.data.streams import DataStreams
+    from cifar_dist.data.streams import DataStreams  # lazy: TensorFlow
 
     if not data_cfg.path:
         raise DataError("data=folder needs data.path=DIR (a folder of class sub-folders); see docs/data.md")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
+from cifar_dist.errors import ConfigError
+
 # Keeps the seed streams of (epoch, rank) pairs apart.
 _EPOCH_STRIDE = 1_000_003
 
@@ -147,8 +149,6 @@ def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
     """steps_per_epoch, refused in one line when a rank's share of the data holds no full batch."""
     steps = steps_per_epoch(n, batch_size, size, shard)
     if steps < 1:
-        from cifar_dist.errors import ConfigError
-
         per_rank = n // size if shard else n
         raise ConfigError(
             f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"

@@ -36,6 +36,7 @@ import tensorflow as tf
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.pipeline import (_EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all,
                                       checked_steps, without_model_thread)
+from cifar_dist.data.pipeline import eval_stream, train_stream
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,6 @@ def train_input(data, *, batch_size: int, rank: int, size: int, shard: bool, see
                   epochs=epochs, augment=augment, prefetch=prefetch)
     if isinstance(data, DataStreams):
         return streamed_train(data, shuffle_buffer=shuffle_buffer, **common)
-    from cifar_dist.data.pipeline import train_stream
 
     return train_stream(data.x_train, data.y_train, num_classes=data.num_classes, **common)
 
@@ -179,7 +179,6 @@ def eval_input(data, *, batch_size: int, rank: int, size: int, equal_shards: boo
     """This rank's part of the test split of any data set (see ``pipeline.eval_stream``)."""
     if isinstance(data, DataStreams):
         return streamed_eval(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
-    from cifar_dist.data.pipeline import eval_stream
 
     return eval_stream(data.x_test, data.y_test, batch_size=batch_size, rank=rank, size=size,
                        equal_shards=equal_shards, num_classes=data.num_classes)

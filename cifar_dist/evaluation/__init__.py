@@ -3,6 +3,7 @@
 ``task.py`` is the task function (``evaluate``, the ``_target_`` of
 ``task=evaluate``) and the sharded scoring; ``inputs.py`` finds the model and
 reads the images, ``model_trust.py`` decides whether a model file's code may
-be loaded, ``tta.py`` adds test-time augmentation and ``report.py`` writes
-evaluation.json, confusion_matrix.png and predictions.csv.
+be loaded, ``report.py`` writes evaluation.json, confusion_matrix.png and
+predictions.csv. Test-time augmentation is ``models/tta.py`` (the trainer's final
+test uses it too).
 """

@@ -8,9 +8,14 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from cifar_dist.data import CifarArrays, load_dataset
+from cifar_dist.data.batches import read_batch_file
 from cifar_dist.data.checks import REFUSE, bad_images
-from cifar_dist.data.folder import image_files as _image_files
+from cifar_dist.data.folder import decoder, image_files as _image_files
 from cifar_dist.errors import CifarDistError
+from cifar_dist.evaluation import model_files
+from cifar_dist.evaluation.model_trust import code_in_model_file, trusted_module_layers
+from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 
 SEED_MODEL = Path("saved_models") / "keras_cifar10_trained_model.h5"
 
@@ -21,8 +26,6 @@ class EvaluationInputError(CifarDistError):
 
 def resolve_model_path(model: str) -> Path:
     """A .h5 (.keras) file as given; for a run dir, its saved model, else its newest checkpoint."""
-    from cifar_dist.training.checkpoints import find_saved_model, list_checkpoints
-
     path = Path(model).expanduser()
     if path.is_file():
         return path
@@ -43,8 +46,6 @@ def resolve_model_path(model: str) -> Path:
 def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] = ()) -> None:
     """Refuse a model file whose architecture would run code on loading, unless the user trusts it
     (the file, or the module its layers come from: ``trusted_layers``)."""
-    from cifar_dist.evaluation.model_trust import code_in_model_file
-
     if trust_model:
         return
     try:
@@ -61,8 +62,6 @@ def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] =
 
 def trusted_layers_of(modules: Sequence[str]):
     """The layer classes of the user's named modules (model_trust.trusted_module_layers); one line if one cannot be imported."""
-    from cifar_dist.evaluation.model_trust import trusted_module_layers
-
     try:
         return trusted_module_layers(modules)
     except Exception as exc:  # ImportError, or an error inside the module
@@ -82,8 +81,6 @@ def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False
     own model module, named by the model option evaluated with), unless ``trust_model`` (model_trust.py):
     a model file someone sent must not run their code here.
     """
-    from cifar_dist.evaluation import model_files
-
     own = trusted_layers_of(trusted_modules) if trusted_modules else {}
     check_no_code(path, trust_model, list(own))
     try:
@@ -115,8 +112,6 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
     """The images named by evaluate.input ("test"/"train": that split of the data group, any data option);
     a folder of images is read as ``data=folder`` reads one for training, resized to ``image_size``."""
     if spec in ("test", "train"):
-        from cifar_dist.data import CifarArrays, load_dataset
-
         data = load_dataset(data_cfg, seed)
         if isinstance(data, CifarArrays):
             x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
@@ -136,7 +131,6 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
             f"evaluate.input={spec}: no CIFAR batch files or images there; use 'test', 'train', a CIFAR batch file "
             "(or a glob of them), a cifar-10-batches-py folder, or a folder of images"
         )
-    from cifar_dist.data.batches import read_batch_file
 
     xs, ys = [], []
     for f in files:
@@ -151,9 +145,7 @@ def _image_folder(folder: Path, class_names: Sequence[str], image_size: int, bad
     """Every image under ``folder``; labelled when it sits in a sub-folder named after a class. One rule with
     training (``data=folder``): an unreadable file is refused in one line (or left out: ``data.bad_files=skip``)
     and every image is decoded and resized to ``image_size`` by the same decoder (``folder.decoder``)."""
-    import tensorflow as tf
-
-    from cifar_dist.data.folder import decoder
+    import tensorflow as tf  # lazy: TensorFlow
 
     bad = bad_images(_image_files(folder), bad_files)
     files = [f for f in _image_files(folder) if f not in bad]

@@ -13,6 +13,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cifar_dist.custom_objects import register_custom_objects
+
 KERAS3_SUFFIX = ".keras"
 
 
@@ -26,7 +28,7 @@ def architecture(path: Path) -> Optional[Any]:
         with zipfile.ZipFile(path) as archive:
             config = json.loads(archive.read("config.json"))
         return {k: v for k, v in config.items() if k != "compile_config"}
-    import h5py
+    import h5py  # lazy: h5py
 
     with h5py.File(path, "r") as f:
         raw = f.attrs.get("model_config")
@@ -38,14 +40,12 @@ def architecture(path: Path) -> Optional[Any]:
 def load(path: Path, custom_objects: Dict[str, type], trust_model: bool):
     """The model in ``path``, uncompiled, built by the Keras that wrote it."""
     if is_keras3_file(path):
-        import keras
-
-        from cifar_dist.custom_objects import register_custom_objects
+        import keras  # lazy: Keras 3
 
         register_custom_objects(keras)  # this package's layers, under the names Keras 3 saved them by
         return keras.saving.load_model(path, compile=False, safe_mode=not trust_model,
                                        custom_objects=custom_objects or None)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
 

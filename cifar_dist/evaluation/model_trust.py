@@ -24,8 +24,12 @@ reads only arrays from a checkpoint (``checkpoints.restore``:
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Set
+
+from cifar_dist.evaluation.model_files import architecture, is_keras3_file
+from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
 
 # Layers whose config is code (bytecode, an op name or a method name to call).
 CODE_LAYERS = {"Lambda", "TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}
@@ -48,8 +52,6 @@ def _class_names(node: Any) -> Iterator[dict]:
 def builtin_names(keras3: bool = False) -> Set[str]:
     """Class names that resolve to Keras's own layers, initializers, regularizers, constraints and dtype policies
     (of Keras 3 with ``keras3``, else of tf.keras)."""
-    from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_module
-
     k = keras_module(KERAS3 if keras3 else KERAS2)
     # (Keras 3 names the tensors a functional model's layers are called on "__keras_tensor__": data, not code)
     names = set(CONTAINERS) | {"Policy", "DTypePolicy", "InputLayer"} | ({"__keras_tensor__"} if keras3 else set())
@@ -60,9 +62,9 @@ def builtin_names(keras3: bool = False) -> Set[str]:
 
 def own_layers() -> Set[str]:
     """Registered names of this package's own layers (cifar_dist.models.blocks): installed code, not the file's."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
-    from cifar_dist.models import blocks
+    from cifar_dist.models import blocks  # lazy: TensorFlow
 
     names = set()
     for value in vars(blocks).values():
@@ -94,10 +96,6 @@ def code_in_config(config: Any, builtins: Set[str], own: Set[str] = frozenset())
 def trusted_module_layers(modules: Sequence[str]) -> Dict[str, type]:
     """The Layer classes each named module defines or imports, by the names a model file calls them
     (registered name, class name): what ``load_model`` may build from those modules. Imports the modules."""
-    import importlib
-
-    from cifar_dist.keras_flavor import flavor_of, keras_module
-
     found: Dict[str, type] = {}
     for name in modules:
         module = importlib.import_module(name)
@@ -111,8 +109,6 @@ def trusted_module_layers(modules: Sequence[str]) -> Dict[str, type]:
 
 
 def _registered_name(cls: type, flavor: int) -> str:
-    from cifar_dist.keras_flavor import KERAS3, keras_module
-
     keras = keras_module(flavor)
     return (keras.saving if flavor == KERAS3 else keras.utils).get_registered_name(cls)
 
@@ -120,8 +116,6 @@ def _registered_name(cls: type, flavor: int) -> str:
 def code_in_model_file(path: Path, trusted: Set[str] = frozenset()) -> List[str]:
     """What in ``path``'s architecture would run code on loading ([] for built-in layers only, or no architecture);
     ``trusted``: names of the layers of trusted modules (``trusted_module_layers``), accepted as this package's are."""
-    from cifar_dist.evaluation.model_files import architecture, is_keras3_file
-
     config = architecture(path)
     if config is None:
         return []

@@ -57,10 +57,10 @@ def write_predictions(path: Path, labels, predicted, confidence, class_names, na
 
 
 def plot_confusion(matrix, class_names, path: Path, title: str) -> None:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     m = np.asarray(matrix)
     fig, ax = plt.subplots(figsize=(7, 6))

@@ -14,9 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.override_syntax import override_key
+from cifar_dist.config.schema import engine_of, typed_data
+from cifar_dist.config.files import DEFAULT_CONFIG_NAME
+from cifar_dist.config.override_syntax import override_key
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
@@ -31,10 +34,6 @@ def command_overrides() -> Optional[Sequence[str]]:
     """This job's command-line overrides (Hydra's ``overrides.task``); None outside a Hydra job, or when its
     primary config is not cifar_dist's own ``config`` (``--config-name`` of a user's, or the uploaded
     ``job_config`` a Batch AI node composes): such a config states its data itself."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from cifar_dist.launchers.user_sources import DEFAULT_CONFIG_NAME
-
     if not HydraConfig.initialized() or HydraConfig.get().job.config_name != DEFAULT_CONFIG_NAME:
         return None
     return list(HydraConfig.get().overrides.task)
@@ -48,8 +47,6 @@ def names_data(overrides: Sequence[str]) -> bool:
 def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
     """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
     model trained on JAX is scored on JAX, as its exact test was), else the config's."""
-    from cifar_dist.config import engine_of
-
     run = training_run_dir(model_path)
     saved = run / SAVED_CONFIG if run is not None else None
     named = overrides is None or any(key == "engine" or key.startswith("engine.") for key in map(override_key, overrides))
@@ -61,8 +58,6 @@ def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Seq
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:
     """``cfg`` with the data (and ``trainer.seed``) of the run that trained ``model_path``, unless the command
     names the data or there is no such run; and a line saying which data that is."""
-    from cifar_dist.config import typed_data
-
     run = training_run_dir(model_path)
     saved = run / SAVED_CONFIG if run is not None else None
     if overrides is None:

@@ -16,9 +16,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from omegaconf import DictConfig
 
+from cifar_dist.atomic_files import write_json
+from cifar_dist.data import num_classes_of
 from cifar_dist.data.checks import same_on_every_rank
+from cifar_dist.data.folder import folder_class_names
+from cifar_dist.evaluation import report
+from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model, resolve_model_path
 from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, evaluation_engine, training_run_dir
 from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
+from cifar_dist.training.engines import start_engine
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +65,6 @@ def _default_class_names(data_cfg, num_classes: int, model_path: Path):
     if trained:
         return trained
     if data_cfg.name == "folder" and data_cfg.path:
-        from cifar_dist.data.folder import folder_class_names
-
         return folder_class_names(data_cfg)
     return CIFAR10_CLASSES if num_classes == 10 else tuple(str(i) for i in range(num_classes))
 
@@ -75,9 +79,6 @@ def user_model_modules(model_cfg) -> List[str]:
 
 def _model_and_images(cfg: DictConfig, model_path: Path):
     """The model, the images to score and the class count, checked to agree with each other."""
-    from cifar_dist.data import num_classes_of
-    from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model
-
     ev = cfg.evaluate
     expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
     of_data = str(ev.input) in ("test", "train") and cfg.data.name != "custom"  # else: known once read
@@ -97,18 +98,13 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
 
 
 def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
-    from cifar_dist.evaluation import report
-    from cifar_dist.evaluation.inputs import resolve_model_path
-    from cifar_dist.atomic_files import write_json
-    from cifar_dist.training.engines import start_engine
-
     start = time.time()
     output_dir = Path(output_dir)
     ev = cfg.evaluate
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
     engine = start_engine(evaluation_engine(cfg, model_path, command_overrides()), cfg.trainer)
     world = engine.world
-    from cifar_dist.evaluation.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
+    from cifar_dist.models.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
     cfg, data_used = evaluation_data(cfg, model_path, command_overrides())
     model, images, num_classes = _model_and_images(cfg, model_path)

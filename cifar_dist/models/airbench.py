@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from cifar_dist.keras_ops import keras_or_default
+
 
 def build(
     num_classes: int = 10,
@@ -18,8 +20,7 @@ def build(
     BN without a trained scale, as airbench), then max pool, linear x 1/9.
 
     ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
-    from cifar_dist.keras_ops import keras_or_default
-    from cifar_dist.models.blocks import classifier, conv_bn, custom_layers
+    from cifar_dist.models.blocks import classifier, conv_bn, custom_layers  # lazy: TensorFlow
 
     keras = keras_or_default(keras)
     m = batchnorm_momentum

@@ -1,6 +1,6 @@
 """A model named by ``model._target_``: which arguments its builder takes, and one line for a key it does not.
 
-A built-in model's option is a dataclass (``config.py``), so Hydra refuses a
+A built-in model's option is a dataclass (``config/schema.py``), so Hydra refuses a
 key it does not have. A user's own ``model/<name>.yaml`` (``_target_:
 mymodels.build`` plus arguments) has no dataclass: its keys are checked
 against the builder's parameters instead, the way ``hydra.utils.instantiate``
@@ -30,6 +30,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
+
+from hydra.utils import get_object
+from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.errors import ConfigError, did_you_mean
 from cifar_dist.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
@@ -139,8 +142,6 @@ def declared_parameters(target: str) -> Optional[Parameters]:
 
 def signature_parameters(target: str) -> Parameters:
     """The builder's parameters from ``inspect.signature`` of the imported object (its module runs)."""
-    from hydra.utils import get_object
-
     module, _ = _split(target)
     try:
         builder = get_object(target)
@@ -187,8 +188,6 @@ def builder_problem(target: str, keys: Iterable[str], params_of=declared_paramet
 
 def model_node_problem(model, params_of=declared_parameters) -> Optional[str]:
     """One line for a composed ``model`` node whose builder cannot be found or does not take one of its keys."""
-    from omegaconf import DictConfig, OmegaConf
-
     if not isinstance(model, DictConfig) or "_target_" not in model or OmegaConf.is_missing(model, "_target_") \
             or OmegaConf.is_interpolation(model, "_target_"):
         return None

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+import os
+
 from cifar_dist.errors import ConfigError
 from cifar_dist.models.checks import check_is_model
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, name
@@ -79,7 +81,7 @@ def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
             "write it with `import keras` (docs/engines.md), or train it with engine=horovod")
     if flavor != KERAS3 or engine_name != "horovod":
         return
-    import keras
+    import keras  # lazy: Keras 3
 
     backend = keras.backend.backend()
     if backend != "tensorflow":
@@ -88,8 +90,6 @@ def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
 
 def backend_asked_for(environ=None) -> str:
     """The Keras 3 backend KERAS_BACKEND asks for ("" when unset)."""
-    import os
-
     return (os.environ if environ is None else environ).get("KERAS_BACKEND", "").strip()
 
 
@@ -113,11 +113,11 @@ def check_saveable(model, target: str) -> None:
     flavor = flavor_of(model)
     try:
         if flavor == KERAS3:
-            import keras
+            import keras  # lazy: Keras 3
 
             keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
         else:
-            import tensorflow as tf
+            import tensorflow as tf  # lazy: TensorFlow
 
             tf.keras.utils.deserialize_keras_object(tf.keras.utils.serialize_keras_object(model))
     except Exception as exc:  # NotImplementedError (no get_config), TypeError/ValueError (not registered)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from cifar_dist.keras_ops import keras_or_default
+
 
 def build(
     num_classes: int = 10,
@@ -15,8 +17,7 @@ def build(
     """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool, linear x 0.125.
 
     ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
-    from cifar_dist.keras_ops import keras_or_default
-    from cifar_dist.models.blocks import classifier, conv_bn, residual
+    from cifar_dist.models.blocks import classifier, conv_bn, residual  # lazy: TensorFlow
 
     keras = keras_or_default(keras)
     m = batchnorm_momentum

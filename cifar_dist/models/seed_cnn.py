@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from cifar_dist.keras_ops import keras_or_default
+
 
 def build(
     num_classes: int = 10,
@@ -20,8 +22,6 @@ def build(
 
     ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras.
     """
-    from cifar_dist.keras_ops import keras_or_default
-
     keras = keras_or_default(keras)
     layers = keras.layers
     return keras.Sequential(

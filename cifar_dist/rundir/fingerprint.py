@@ -35,7 +35,11 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cifar_dist.atomic_files import write_json
+from cifar_dist.data.batches import DataError
+from cifar_dist.data.folder import split_tree
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.checkpoints import list_checkpoints
 
 FINGERPRINT = ".cifar_dist_fingerprint.json"
 OVERRIDE = "trainer.resume_despite_changes"
@@ -64,9 +68,6 @@ def module_source_digest(target: Optional[str]) -> Optional[str]:
 
 def folder_digest(data_cfg: Any) -> Optional[Dict[str, Any]]:
     """Class names, counts and the file list of ``data=folder`` (relative to data.path); None if unreadable."""
-    from cifar_dist.data.batches import DataError
-    from cifar_dist.data.folder import split_tree
-
     if data_cfg.get("path") is None:
         return None
     root = Path(str(data_cfg.path)).expanduser().absolute()
@@ -135,8 +136,6 @@ def _refusal(run_dir: Path, differing: List[str]) -> str:
 
 def loaded_data_problem(run_dir: Path, cfg: Any, data: Any, resuming: bool) -> str:
     """Rank 0: compare (on a resume) and record what the loaded ``data`` is; the refusal, or ""."""
-    from cifar_dist.atomic_files import write_json
-
     now = {"class_names": [str(n) for n in data.class_names], "train_images": int(data.train_size),
            "test_images": int(data.test_size)}
     old = recorded(Path(run_dir)) or {}
@@ -151,8 +150,6 @@ def loaded_data_problem(run_dir: Path, cfg: Any, data: Any, resuming: bool) -> s
 
 def check_loaded_data(run: Any, data: Any) -> None:
     """Every rank: refuse resuming with loaded data other than the run's (rank 0 decides; see the module doc)."""
-    from cifar_dist.training.checkpoints import list_checkpoints
-
     problem = ""
     if run.world.is_chief:
         resuming = bool(list_checkpoints(run.checkpoint_dir))
@@ -164,8 +161,6 @@ def check_loaded_data(run: Any, data: Any) -> None:
 
 def record(run_dir: Path, cfg: Any, resuming: bool) -> None:
     """Write the fingerprint at a first start, on a resume that accepted changes, or when an earlier run lacks it."""
-    from cifar_dist.atomic_files import write_json
-
     old = recorded(run_dir)
     if resuming and old is not None and not bool(cfg.trainer.get("resume_despite_changes", False)):
         return

@@ -35,10 +35,16 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
+from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
+from cifar_dist.rundir.resume_policy import check_rerun, record_start
 
 
 def _exit_with(error: CifarDistError) -> None:
@@ -49,9 +55,6 @@ def _exit_with(error: CifarDistError) -> None:
 def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> bool:
     """Whether the configured launcher (``launcher._target_``) follows the job holding ``run_dir``:
     its class's ``follows_job_in`` (Slurm's); a launcher without one, or a bad target, never follows."""
-    from hydra.utils import get_class
-    from omegaconf import OmegaConf
-
     target = OmegaConf.select(config, "launcher._target_", default=None)
     try:
         cls = get_class(str(target)) if target else None
@@ -66,8 +69,6 @@ def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
 
     Raises a ``CifarDistError`` (nothing in the run dir touched) for a foreign folder, a live holder, or a
     re-run that would not continue the run dir's experiment unchanged."""
-    from cifar_dist.rundir.resume_policy import check_rerun, record_start
-
     existed, was = existing_ancestor(run_dir), owner(run_dir)
     lock = RunDirLock(run_dir)
     try:
@@ -95,11 +96,7 @@ def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
 
 def guarded_by_sweep_launcher(config: Any) -> bool:
     """Whether the sweep's launcher is cifar_dist's, which guards every point before Hydra writes into it."""
-    from omegaconf import OmegaConf
-
-    from cifar_dist.launchers.sweep_launcher import PLUGIN_CLASS
-
-    return OmegaConf.select(config, "hydra.launcher._target_", default=None) == PLUGIN_CLASS
+    return OmegaConf.select(config, "hydra.launcher._target_", default=None) == SWEEP_LAUNCHER_CLASS
 
 
 class RunDirGuard(Callback):
@@ -110,8 +107,6 @@ class RunDirGuard(Callback):
 
     def guard(self, run_dir: Path, config: Any) -> None:
         """Guard ``run_dir`` (``guard_run_dir``) once per process, keeping its lock; raises a ``CifarDistError``."""
-        from cifar_dist.process_role import in_child_process
-
         if in_child_process() or run_dir in self._locks:
             return
         self._locks[run_dir] = guard_run_dir(run_dir, config)
@@ -135,8 +130,6 @@ class RunDirGuard(Callback):
         self.release_all()
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
-        from hydra.types import RunMode
-
         if config.hydra.mode == RunMode.MULTIRUN and not guarded_by_sweep_launcher(config):
             self._guard(Path(str(config.hydra.runtime.output_dir)).absolute(), config)
 

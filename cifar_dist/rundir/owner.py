@@ -28,23 +28,25 @@ from enum import Enum
 from pathlib import Path
 from typing import List
 
+from cifar_dist.atomic_files import is_temp_name
 from cifar_dist.errors import CifarDistError
+from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
-from cifar_dist.override_syntax import shell_command
-from cifar_dist.training.checkpoints import list_checkpoints
+from cifar_dist.config.override_syntax import shell_command
+from cifar_dist.rundir.checkpoints import list_checkpoints
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
 # Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking).
 OUTPUT_NAMES = (
-    ".hydra", "cifar_dist.log", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard",
-    "checkpoints", "saved_models", "logs", "evaluation.json", "confusion_matrix.png", "predictions.csv",
-    "mlflow_run.json", "slurm", "azureml", "batchai", ".cifar_dist.lock", FINGERPRINT,
+    ".hydra", "cifar_dist.log", METRICS_FILE, "training_log.csv", "learning_curves.png", "tensorboard",
+    "checkpoints", "saved_models", "logs", EVALUATION_FILE, "confusion_matrix.png", "predictions.csv",
+    "mlflow_run.json", "slurm", "azureml", "batchai", LOCK_NAME, FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
-SCAFFOLDING = (MARKER, ".cifar_dist.lock", ".hydra", FINGERPRINT)
+SCAFFOLDING = (MARKER, LOCK_NAME, ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
 SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into a sweep dir before its first batch
 
@@ -116,8 +118,6 @@ def refuse_foreign(run_dir: Path) -> None:
 
 def keep_aside(run_dir: Path) -> List[Path]:
     """Move every entry a run would write, replace or delete to ``<name>.kept-<time>``; the new paths."""
-    from cifar_dist.atomic_files import is_temp_name
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     kept = []
     for entry in sorted(Path(run_dir).iterdir()):

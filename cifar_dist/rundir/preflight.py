@@ -28,6 +28,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from cifar_dist.errors import CifarDistError
+from cifar_dist.process_role import in_child_process
+from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
+from cifar_dist.config.validation import validate
 
 # Folders the job writes into, inside the run dir (trainer, launchers).
 OUTPUT_SUBDIRS = ("checkpoints", "saved_models", "logs")
@@ -86,17 +89,12 @@ def _exit_with(error: CifarDistError) -> None:
 
 def check_values(config: Any) -> None:
     """The job's config values and launcher settings (not Hydra's own node), every problem in one line."""
-    from cifar_dist.process_role import in_child_process
-    from cifar_dist.validation import validate
-
     if not in_child_process():  # a rank: its launcher checked everything before starting it
         validate(config)
 
 
 def note_in_log(run_dir: Path, job_name: str, message: str) -> None:
     """Append why a command was refused to the job log of an existing cifar_dist run dir (Hydra's log format)."""
-    from cifar_dist.rundir.owner import Owner, owner
-
     if owner(run_dir) not in (Owner.OURS, Owner.LEGACY):
         return  # no run dir yet (nothing is created for a refusal), or not ours to write into
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -125,8 +123,6 @@ class RunDirCheck(Callback):
             _exit_with(error)
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        from cifar_dist.rundir.owner import refuse_foreign_sweep_dir
-
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         try:
             check_future_dir(sweep_dir, "sweep dir")

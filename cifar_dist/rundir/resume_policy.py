@@ -41,8 +41,9 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.config import engine_of
+from cifar_dist.config.schema import engine_of
 from cifar_dist.errors import CifarDistError
+from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
 
 FIXED_GROUPS = ("data", "model", "optimizer", "trainer")
@@ -104,8 +105,6 @@ def differences(saved: DictConfig, new: DictConfig) -> List[str]:
 
 def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
     """Refuse a training re-run into ``run_dir`` that would not continue its experiment unchanged."""
-    from cifar_dist.training.checkpoints import find_saved_model, list_checkpoints
-
     if not is_training(cfg):
         return
     checkpoints = list_checkpoints(run_dir / "checkpoints")
@@ -137,7 +136,5 @@ def is_training(cfg: DictConfig) -> bool:
 
 def record_start(run_dir: Path, cfg: DictConfig) -> None:
     """Once the re-run is allowed: record the code and data a training run starts (or resumes) with."""
-    from cifar_dist.training.checkpoints import list_checkpoints
-
     if is_training(cfg):
         record(run_dir, cfg, resuming=bool(list_checkpoints(run_dir / "checkpoints")))

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import List, Optional
 
 import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before anything imports TensorFlow)
+from cifar_dist.sweep_summary import read_point
+from cifar_dist.tracking.job_hooks import import_run_dir
+from cifar_dist.tracking.failure_guard import one_line
+from cifar_dist.tracking.sweep_parent import close_sweep
 
 
 def job_dirs(path: Path) -> List[Path]:
@@ -37,11 +41,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     imp.add_argument("--uri", help="tracking URI (default: the one the run dir recorded, else its config's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-
-    from cifar_dist.sweep_summary import read_point
-    from cifar_dist.tracking.never_fail import one_line
-    from cifar_dist.tracking.job_hooks import import_run_dir
-    from cifar_dist.tracking.sweep_parent import close_sweep
 
     dirs = job_dirs(args.path) if args.path.is_dir() else []
     if not dirs:

@@ -27,7 +27,7 @@ class StoreUnavailable(Exception):
 
 
 def client_for(uri: str):
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # lazy: MLflow
 
     path = sqlite_path(uri)
     if path is None:
@@ -66,7 +66,7 @@ def schema_lock(path: Path) -> Iterator[None]:
 
 
 def run_exists(client, run_id: str) -> bool:
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # lazy: MLflow
 
     try:
         return client.get_run(run_id).info.lifecycle_stage == "active"

@@ -19,9 +19,10 @@ from omegaconf import DictConfig
 
 from cifar_dist.results import EVALUATION_FILE
 from cifar_dist.tracking import run_description as describe
-from cifar_dist.tracking.never_fail import Guard
+from cifar_dist.tracking.failure_guard import Guard
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri, tracking_conf
+from cifar_dist.tracking.store import TrackedRun, status_of
 
 log = logging.getLogger("cifar_dist.tracking")
 
@@ -36,7 +37,7 @@ class TrainingTracker:
         self.log_model = log_model
 
     def callback(self):
-        from cifar_dist.tracking.callback import EpochMetricsLogger
+        from cifar_dist.tracking.callback import EpochMetricsLogger  # lazy: TensorFlow
 
         return EpochMetricsLogger(self.log_epoch)
 
@@ -60,7 +61,6 @@ def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[Tr
     uri = resolve_uri(conf.uri)
     guard = Guard(redact(uri), run_dir)
     job = describe.load_job(run_dir, cfg)
-    from cifar_dist.tracking.store import TrackedRun
 
     run = guard.call("opening the run", TrackedRun.open, uri, conf.experiment, job,
                      describe.live_tags(socket.gethostname(), ranks))
@@ -109,8 +109,6 @@ def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictC
     URI: ``uri``, else the one the run dir recorded, else the job's config.
     Returns the run id.
     """
-    from cifar_dist.tracking.store import TrackedRun
-
     job = describe.load_job(Path(run_dir), cfg)
     conf = tracking_conf(job.config)
     experiment = str(conf.experiment) if conf is not None else "cifar_dist"
@@ -126,8 +124,6 @@ def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictC
 
 def _record_results(run, run_dir: Path, results: Dict[str, Any], log_model: bool, failed: bool,
                     interrupted: bool = False) -> None:
-    from cifar_dist.tracking.store import status_of
-
     if results.get("ranks"):
         run.set_tags({"ranks": str(results["ranks"])})
     run.sync(results)

@@ -18,6 +18,7 @@ from cifar_dist.tracking import run_description as describe
 from cifar_dist.tracking.client import client_for, run_exists
 from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref
 from cifar_dist.tracking.settings import artifact_location, redact
+from cifar_dist.tracking.sweep_parent import sweep_parent
 
 # MLflow's log_batch limits per request.
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
@@ -31,7 +32,7 @@ TEXT_SUFFIXES = (".json", ".csv", ".yaml", ".yml", ".log", ".txt")  # uploaded w
 
 def ensure_experiment(client, name: str, uri: str) -> str:
     """The experiment's id, created on first use (beside a SQLite store, its artifacts too)."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # lazy: MLflow
 
     found = client.get_experiment_by_name(name)
     if found is not None:
@@ -59,8 +60,6 @@ class TrackedRun:
     @classmethod
     def open(cls, uri: str, experiment: str, job: describe.JobRecord, extra_tags: Dict[str, str]) -> "TrackedRun":
         """The run this run dir already has at ``uri`` (set RUNNING again), else a new one, saved in the run dir."""
-        from cifar_dist.tracking.sweep_parent import sweep_parent
-
         client = client_for(uri)
         ref = read_ref(job.run_dir / RUN_FILE)
         tags = {**describe.tags(job), **extra_tags}
@@ -81,7 +80,7 @@ class TrackedRun:
 
     def log_params(self, params: Dict[str, str]) -> None:
         """Params not logged yet (a resumed job may change a few, e.g. max_epochs_per_run: MLflow keeps the first)."""
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # lazy: MLflow
 
         have = self.client.get_run(self.run_id).data.params
         new = [Param(k, v) for k, v in params.items() if k not in have]
@@ -89,7 +88,7 @@ class TrackedRun:
             self.client.log_batch(self.run_id, params=chunk)
 
     def set_tags(self, tags: Dict[str, str]) -> None:
-        from mlflow.entities import RunTag
+        from mlflow.entities import RunTag  # lazy: MLflow
 
         for chunk in _chunks([RunTag(k, redact_text(str(v))) for k, v in tags.items()], MAX_TAGS):
             self.client.log_batch(self.run_id, tags=chunk)
@@ -127,7 +126,7 @@ class TrackedRun:
         self.client.set_terminated(self.run_id, status=status)
 
     def _log(self, metrics: List[Tuple[str, float, int]]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: MLflow
 
         now = int(time.time() * 1000)
         entities = [Metric(key, value, now, step) for key, value, step in metrics]

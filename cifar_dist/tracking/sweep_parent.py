@@ -13,6 +13,8 @@ import fcntl
 from pathlib import Path
 from typing import Sequence
 
+from cifar_dist.tracking.client import client_for, run_exists
+from cifar_dist.tracking.failure_guard import Guard
 from cifar_dist.tracking.runfile import SWEEP_FILE, RunRef, read_ref, write_ref
 from cifar_dist.tracking.settings import redact
 
@@ -22,8 +24,6 @@ SUMMARY_FILES = ("sweep_summary.csv", "sweep_summary.png")
 
 def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
     """The parent run's id for ``sweep_dir`` at ``uri``, created by the first point that asks."""
-    from cifar_dist.tracking.client import run_exists
-
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with open(sweep_dir / LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
@@ -42,9 +42,6 @@ def sweep_parent(client, uri: str, experiment_id: str, sweep_dir: Path) -> str:
 def close_sweep(sweep_dir: Path, failed_points: Sequence[int], interrupted: bool = False) -> None:
     """The sweep's summary as the parent run's artifacts; the parent FINISHED, FAILED when a point failed,
     KILLED when the sweep was interrupted (Ctrl-C)."""
-    from cifar_dist.tracking.never_fail import Guard
-    from cifar_dist.tracking.client import client_for
-
     ref = read_ref(Path(sweep_dir) / SWEEP_FILE)
     if ref is None:
         return

@@ -4,6 +4,10 @@ They are written through cifar_dist.atomic_files (atomic) and read through cifar
 """
 from __future__ import annotations
 
+import csv
+import io
+import logging
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -19,9 +23,6 @@ def trim_csv_log(path: Path, epochs_done: int) -> None:
     an earlier version (Keras' 0-based numbering, first row ``0``) is
     renumbered, so the rows the resumed run appends continue it.
     """
-    import csv
-    import io
-
     if not path.is_file():
         return
     with open(path, newline="") as f:
@@ -48,9 +49,6 @@ def read_metrics_to_resume(path: Path) -> Dict[str, Any]:
     ``<name>.damaged`` for the user, reported, and a new record starts
     (the per-epoch numbers are also in training_log.csv).
     """
-    import logging
-    import shutil
-
     if not path.is_file():
         return {}
     try:
@@ -69,11 +67,11 @@ def read_metrics_to_resume(path: Path) -> Dict[str, Any]:
 
 def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = "") -> None:
     """Loss and accuracy per epoch, train and validation, as a PNG."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # lazy: matplotlib
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):

@@ -10,6 +10,7 @@ only what both Keras' models have.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from pathlib import Path
@@ -20,9 +21,9 @@ import tensorflow as tf
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.keras_flavor import KERAS3, flavor_of
-from cifar_dist.training import checkpoints
+from cifar_dist.rundir import checkpoints
 from cifar_dist.atomic_files import write_json
-from cifar_dist.training.schedules import current_lr
+from cifar_dist.keras_ops import current_lr
 
 
 class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
@@ -189,8 +190,6 @@ class ReseedEachEpoch(tf.keras.callbacks.Callback):
                 yield f"{index}.{number}", _Keras3Generator(generator)
 
     def on_epoch_begin(self, epoch, logs=None):
-        import hashlib
-
         for index, generator in self.generators():
             digest = hashlib.sha256(f"{self.seed}:{epoch}:{index}".encode()).digest()
             generator.reset_from_seed(int.from_bytes(digest[:8], "little") >> 1)

@@ -1,4 +1,4 @@
-"""Optimizer factories named by the ``optimizer`` options in ``cifar_dist/config.py`` (``_target_``).
+"""Optimizer factories named by the ``optimizer`` options in ``cifar_dist/config/schema.py`` (``_target_``).
 
 For Keras 2 (``keras=None``, the default, or ``tf.keras``) they build Keras
 2's *legacy* optimizers: those keep the seed's ``decay`` argument (lr / (1 +
@@ -30,7 +30,7 @@ def with_legacy_decay(lr, decay: float, keras: ModuleType):
     if not decay:
         return lr
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-        from cifar_dist.training.schedules import schedule_classes
+        from cifar_dist.training.recipe.schedules import schedule_classes  # lazy: TensorFlow
 
         return schedule_classes(keras).InverseTimeDecayed(lr, decay)
     return keras.optimizers.schedules.InverseTimeDecay(lr, decay_steps=1, decay_rate=decay)
@@ -38,10 +38,10 @@ def with_legacy_decay(lr, decay: float, keras: ModuleType):
 
 def rmsprop(lr: float, decay: float = 1e-6, rho: float = 0.9, epsilon: float = 1e-7, keras=None):
     if _is_keras3(keras):
-        from cifar_dist.training.keras3_optimizers import RMSprop
+        from cifar_dist.training.recipe.keras3_optimizers import RMSprop  # lazy: TensorFlow, Keras 3
 
         return RMSprop(learning_rate=with_legacy_decay(lr, decay, keras), rho=rho, epsilon=epsilon)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return tf.keras.optimizers.legacy.RMSprop(learning_rate=lr, rho=rho, epsilon=epsilon, decay=decay)
 
@@ -50,7 +50,7 @@ def sgd(lr: float, momentum: float = 0.9, nesterov: bool = False, decay: float =
     if _is_keras3(keras):
         return keras.optimizers.SGD(learning_rate=with_legacy_decay(lr, decay, keras), momentum=momentum,
                                     nesterov=nesterov)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return tf.keras.optimizers.legacy.SGD(learning_rate=lr, momentum=momentum, nesterov=nesterov, decay=decay)
 
@@ -59,7 +59,7 @@ def adam(lr: float, decay: float = 0.0, beta_1: float = 0.9, beta_2: float = 0.9
     if _is_keras3(keras):
         return keras.optimizers.Adam(learning_rate=with_legacy_decay(lr, decay, keras), beta_1=beta_1, beta_2=beta_2,
                                      epsilon=epsilon)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     return tf.keras.optimizers.legacy.Adam(
         learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, decay=decay
@@ -70,9 +70,9 @@ def sgdw(lr, momentum: float = 0.9, nesterov: bool = True, weight_decay: float =
          exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta"), lr_multipliers=None, keras=None):
     """Nesterov SGD with decoupled weight decay (and per-variable lr factors); ``lr`` may be a LearningRateSchedule."""
     if _is_keras3(keras):
-        from cifar_dist.training.keras3_optimizers import SGDW
+        from cifar_dist.training.recipe.keras3_optimizers import SGDW  # lazy: TensorFlow, Keras 3
     else:
-        from cifar_dist.training.sgdw import SGDW
+        from cifar_dist.training.recipe.sgdw import SGDW  # lazy: TensorFlow
 
     return SGDW(learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                 exclude_from_weight_decay=list(exclude_from_weight_decay), lr_multipliers=dict(lr_multipliers or {}))

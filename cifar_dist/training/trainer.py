@@ -38,7 +38,7 @@ from typing import Any, Dict, List
 import hydra.utils
 from omegaconf import DictConfig
 
-from cifar_dist.config import typed
+from cifar_dist.config.schema import typed
 from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
 from cifar_dist.atomic_files import remove_partials, write_json
@@ -49,10 +49,14 @@ from cifar_dist.results import METRICS_FILE
 from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
 from cifar_dist.rundir.fingerprint import check_loaded_data
-from cifar_dist.training import checkpoints, recipe
+from cifar_dist.rundir import checkpoints
+from cifar_dist.training.recipe import hooks as recipe
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
-from cifar_dist.training.keras_setup import PrecisionError, precision_policy, prepare_keras  # noqa: F401 (re-exported)
-from cifar_dist.validation import validate
+from cifar_dist.training.engines import start_engine
+from cifar_dist.training.process.keras_setup import (
+    PrecisionError, precision_policy, prepare_keras,  # noqa: F401 (re-exported)
+)
+from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +242,7 @@ class Run:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     run, policy = start_run(cfg, Path(output_dir))
-    from cifar_dist.training.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
+    from cifar_dist.training.process.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
 
     data = load_data(run)
     check_loaded_data(run, data)  # a resume with other data (class names, counts) is refused: rundir/fingerprint.py
@@ -267,8 +271,6 @@ def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
 
 def start_run(cfg: DictConfig, output_dir: Path):
     """Validate the config, start the engine, and check the model before any data is read."""
-    from cifar_dist.training.engines import start_engine
-
     wall_start = time.time()
     cfg = typed(cfg)
     validate(cfg)
@@ -324,8 +326,6 @@ def load_data(run: Run):
 
 def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
-    from cifar_dist.errors import ConfigError
-
     asked = model_cfg.get("num_classes")
     if asked is not None and int(asked) != data.num_classes:
         raise ConfigError(f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "
@@ -505,7 +505,7 @@ def open_tracker(run: Run):
     """TRACKING (cifar_dist/tracking): rank 0 opens, or when resuming reopens, its MLflow run; None otherwise."""
     if not run.world.is_chief:
         return None
-    from cifar_dist.tracking import open_for_training  # tracking is an optional extra: only when configured
+    from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
     return open_for_training(run.cfg, run.output_dir, run.world.size)
 

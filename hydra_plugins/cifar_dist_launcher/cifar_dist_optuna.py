@@ -1,6 +1,6 @@
 """``hydra/sweeper=optuna`` under the package name Hydra requires of plugins: the plugin's
 Optuna sweeper, maximising by default and keeping the study's results when trials fail.
-The behaviour is in ``cifar_dist.launchers.optuna_sweeper``; without the optuna extra
+The behaviour is in ``cifar_dist.sweepers.optuna``; without the optuna extra
 this module defines nothing."""
 import logging
 from pathlib import Path
@@ -12,7 +12,7 @@ except ImportError:  # hydra-optuna-sweeper not installed
     OptunaSweeper = None
 
 if OptunaSweeper is not None:
-    from cifar_dist.launchers import optuna_sweeper as behaviour
+    from cifar_dist.sweepers import optuna as behaviour
 
     class CifarDistOptunaSweeper(OptunaSweeper):
         def __init__(self, **kwargs: Any) -> None:
@@ -21,7 +21,7 @@ if OptunaSweeper is not None:
             impl = self.sweeper
             impl.study_name = behaviour.study_name(impl.study_name)
             if impl.storage is None:  # in memory as before, but reachable when the study stops
-                import optuna
+                import optuna  # lazy: Optuna
 
                 impl.storage = optuna.storages.InMemoryStorage()
 
@@ -38,7 +38,7 @@ if OptunaSweeper is not None:
             except Exception as exc:
                 if not any(exc is failure for failure in launcher.failures):
                     raise  # not the plugin stopping the study on failed trials
-                import optuna
+                import optuna  # lazy: Optuna
 
                 study = optuna.load_study(study_name=impl.study_name, storage=impl.storage)
                 saved = behaviour.save_results(study, Path(str(impl.config.hydra.sweep.dir)))

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional
 
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 # Settings that may come from the environment when the config leaves them null
 # (AZURE_SUBSCRIPTION_ID is the one the Batch AI launcher and the az CLI read too).

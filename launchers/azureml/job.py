@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.user_sources import Shipped, without_searchpath

@@ -25,7 +25,7 @@ from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 

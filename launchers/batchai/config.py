@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 # The az CLI's variable names for the storage account and its key.
 STORAGE_KEY_ENV = "AZURE_BATCHAI_STORAGE_KEY"

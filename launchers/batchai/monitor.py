@@ -16,7 +16,7 @@ from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.cluster_base import detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class JobFollower:
         fetched = self.share.download_tree(self.layout.run_dir, self.output_dir, skip_prefixes=(".hydra/",))
         log.info("downloaded %d output file(s) of job %s into %s", len(fetched), self.name, self.output_dir)
         # tracking=mlflow: the nodes did not log (tracking.remote=import) or may have missed some: send the run dir.
-        from cifar_dist.tracking import after_download
+        from cifar_dist.tracking.job_hooks import after_download
 
         after_download(self.output_dir, succeeded=str(job.execution_state) == "succeeded")
         metrics = read_results_or_warn(self.output_dir)

@@ -30,7 +30,7 @@ def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int, searc
     downloaded outputs must not overwrite). ``search_dirs``: the user's config
     dirs copied to the share, where the composed config's choices
     (``model: mine``) are found again."""
-    from cifar_dist.override_syntax import quote_override_value, searchpath_override
+    from cifar_dist.config.override_syntax import quote_override_value, searchpath_override
 
     argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir={quote_override_value(run_dir)}"]
     if search_dirs:

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR
-from cifar_dist.training.checkpoints import SAVED_MODEL_NAME
+from cifar_dist.rundir.checkpoints import SAVED_MODEL_NAME
 
 # Resolved by OmegaConf on the node (Batch AI sets the variable there).
 NODE_MOUNT_ROOT = "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}"

@@ -9,7 +9,7 @@ ONE mpirun in OpenMPI's MPMD form::
 
 so world ranks ``g*N .. g*N+N-1`` are group g. Each rank's wrapper tells the
 job its group, ``init_world`` splits MPI_COMM_WORLD by it (mpi4py) and
-initialises Horovod on the group's communicator (training/mpi_groups.py):
+initialises Horovod on the group's communicator (training/process/mpi_groups.py):
 k independent Horovod worlds of N ranks, each training its own point in its
 own run dir. Batches run one after another; the last one holds the
 remaining ``n mod k`` points and simply has fewer groups (fewer ranks, each
@@ -40,8 +40,11 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.ranks.hosts import check_slots
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
+from cifar_dist.launchers.ranks.rank_exec import marker_prefix
+from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
+from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
-from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +92,6 @@ class Batch:
         return ", ".join(f"#{job.job_num}" for job in self.jobs)
 
     def run(self) -> List[LaunchResult]:
-        from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
-
         runner = self.runner()
         if self.launcher.conf.dry_run:
             check_slots(runner.conf.np, runner.hosts, runner.conf.oversubscribe)
@@ -118,8 +119,6 @@ class Batch:
         return [self.point_result(job, started, stopped, runner_log) for job in self.jobs]
 
     def point_result(self, job: JobSpec, started: float, stopped: str, runner_log: Path) -> LaunchResult:
-        from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
-
         log_dir = job.output_dir / LOG_DIR
         records = read_exit_records(log_dir, self.launcher.conf.np, started)
         if any(r.get("exit_code") for r in records):
@@ -134,9 +133,6 @@ class Batch:
 
     def stuck(self, started: float) -> str:
         """Why the mpirun must be stopped because some ranks would otherwise wait forever ('' if none)."""
-        from cifar_dist.launchers.ranks.rank_failure import read_exit_records
-        from cifar_dist.launchers.ranks.rank_exec import marker_prefix
-
         grace = self.launcher.conf.rank_failure_grace_s
         now = time.time()
         for job in self.jobs:

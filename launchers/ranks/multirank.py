@@ -31,8 +31,11 @@ from cifar_dist.launchers.ranks import hosts as hostlib
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.results import read_results
-from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.environment import snapshot
+from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
+from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
+from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +107,6 @@ class RunningJob:
         self.env = env
 
     def wait(self) -> LaunchResult:
-        from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
-        from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
-        from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
-
         launcher, job = self.launcher, self.job
         log_dir = job.output_dir / LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,9 @@ Azure ML job, a Batch AI job) sets these for them:
   in-process whatever launcher its config names, so nothing recurses;
 * ``PYTHONUNBUFFERED=1``: rank output reaches the logs as it is written;
 * ``TF_USE_LEGACY_KERAS``: the launching user's own value when they set one
-  (``cifar_dist/__init__.py`` promises that an explicit ``0`` is kept: the
-  rank then refuses Keras 3 in one line at start), else ``1``;
+  (an explicit ``0`` is kept: the rank then refuses Keras 3 in one line at
+  start), else ``1``: the one rule, ``keras_flavor.legacy_keras``, the
+  package applies to itself on import;
 * ``PYTHONPATH`` with the user's own module roots first (``code_roots``: the
   dirs that hold a ``model._target_``/``data._target_`` module, from
   ``JobSpec.carried``; launchers/user_sources.py is the rule), then the launching
@@ -26,15 +27,9 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional, Sequence
 
+from cifar_dist.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
 from cifar_dist.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
 
-LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
-
-
-def legacy_keras(environ: Optional[Mapping[str, str]] = None) -> str:
-    """TF_USE_LEGACY_KERAS for the ranks: the user's explicit value, else "1"."""
-    value = (os.environ if environ is None else environ).get(LEGACY_KERAS_ENV, "")
-    return value if value.strip() else "1"
 
 
 def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:
@@ -70,7 +65,8 @@ def rank_environment(
     ``same_files``: the ranks see this machine's files (False: a job that runs
     from a snapshot, whose ``code_roots`` are relative to it).
     """
-    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1", LEGACY_KERAS_ENV: legacy_keras(environ)}
+    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1",
+           LEGACY_KERAS_ENV: legacy_keras(os.environ if environ is None else environ)}
     path = python_path(list(code_roots), environ if same_files else {}) if code_roots else None
     if path:
         env["PYTHONPATH"] = path

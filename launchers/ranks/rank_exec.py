@@ -16,7 +16,7 @@ runs CMD as a child and
 * with ``--mpi-group G --group-size N`` (a concurrent sweep: one mpirun, one
   sweep point per group of N ranks) numbers the rank within its group, tells
   the child its group (``CIFAR_DIST_MPI_GROUP``, read by
-  training/mpi_groups.py) and always exits 0, so that one point's failure
+  training/process/mpi_groups.py) and always exits 0, so that one point's failure
   does not make mpirun abort the other points (how it ended is in the exit
   record). Only group 0's rank 0 streams to the console.
 
@@ -56,7 +56,7 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR
 _PR_SET_PDEATHSIG = 1
 ORPHAN_CHECK_S = 1.0  # how often the wrapper checks that its parent (the runner) is alive
 ORPHAN_KILL_GRACE_S = 5.0  # after SIGTERM to an orphaned rank: SIGKILL
-# Names shared with cifar_dist.training.mpi_groups (not imported: stdlib only here).
+# Names shared with cifar_dist.training.process.mpi_groups (not imported: stdlib only here).
 GROUP_ENV = "CIFAR_DIST_MPI_GROUP"
 MARKER_ENV = "CIFAR_DIST_MPI_MARKER"
 MARKER_STATES = ("joined", "left")

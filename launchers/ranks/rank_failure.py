@@ -18,8 +18,8 @@ from typing import List, Optional
 
 from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
-from cifar_dist.override_syntax import rerun_hint
-from cifar_dist.training.checkpoints import list_checkpoints
+from cifar_dist.config.override_syntax import rerun_hint
+from cifar_dist.rundir.checkpoints import list_checkpoints
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
 

@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Optional
 
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 class OnInterrupt(str, Enum):

@@ -30,7 +30,7 @@ from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
-from cifar_dist.override_syntax import shell_command
+from cifar_dist.config.override_syntax import shell_command
 
 log = logging.getLogger(__name__)
 

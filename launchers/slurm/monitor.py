@@ -33,7 +33,7 @@ from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
 from cifar_dist.results import read_results, training_complete
-from cifar_dist.override_syntax import rerun_hint, shell_command
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 

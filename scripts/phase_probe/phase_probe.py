@@ -11,8 +11,9 @@ line appended to ``path`` (one short ``write`` per line with O_APPEND, so the
 ranks' lines never interleave): ``{"pid", "rank", "event", "t"}`` plus extras.
 
 No per-step hook: the run's steps are untouched. A function a later version
-of the package renamed or removed is simply not timed (the breakdown merges
-its phase into the previous one and says so).
+of the package renamed or removed would not be timed (the breakdown merges
+its phase into the previous one): ``bench_phases.missing_functions()`` names
+it first, and the bench refuses to run (tests/test_bench_names.py).
 """
 from __future__ import annotations
 
@@ -29,11 +30,11 @@ import time
 SPANS = {
     "cifar_dist.app": ("main", "select_launcher", "record_end", "end_of_job"),
     "cifar_dist.training.trainer": (
-        "train", "start_run", "init_world", "load_data", "build_model", "restore_or_start", "make_streams",
+        "train", "start_run", "start_engine", "load_data", "build_model", "restore_or_start", "make_streams",
         "start_record", "open_tracker", "finish", "_evaluate_exact", "_write_record", "plot_learning_curves",
         "write_json"),
-    "cifar_dist.training.recipe": ("final_test", "sync_model"),
-    "cifar_dist.training.checkpoints": ("atomic_save_model",),
+    "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
+    "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
 CALLBACK_HOOKS = ("on_epoch_end", "on_test_begin")
 _STATE = {}  # path and rank of this process (set once by install)

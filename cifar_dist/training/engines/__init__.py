@@ -27,11 +27,11 @@ ENGINES = ("horovod", "jax")
 def start_engine(name: str, trainer_cfg):
     """Start the named engine in this process (once, before any model is built) and return it."""
     if name == "horovod":
-        from cifar_dist.training.engines.horovod import HorovodEngine
+        from cifar_dist.training.engines.horovod import HorovodEngine  # lazy: only the engine this run uses
 
         return HorovodEngine.start(trainer_cfg)
     if name == "jax":
-        from cifar_dist.training.engines.jax import JaxEngine
+        from cifar_dist.training.engines.jax import JaxEngine  # lazy: only the engine this run uses
 
         return JaxEngine.start(trainer_cfg)
     raise ValueError(f"engine={name!r}: cifar_dist has the engines {', '.join(ENGINES)}")

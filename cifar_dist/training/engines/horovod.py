@@ -22,8 +22,9 @@ import logging
 import numpy as np
 
 from cifar_dist.keras_flavor import KERAS2, as_tf_variable, flavor_of
+from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World
-from cifar_dist.training.horovod_env import init_world
+from cifar_dist.training.process.horovod_env import init_world
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class HorovodEngine:
     xla_only = False  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
 
     def __init__(self, world: World):
-        import horovod.tensorflow as hvd
+        import horovod.tensorflow as hvd  # lazy: Horovod
 
         self.world = world
         self.hvd = hvd
@@ -58,7 +59,7 @@ class HorovodEngine:
         return self.world.rank, self.world.size
 
     def versions(self) -> dict:
-        import horovod
+        import horovod  # lazy: Horovod
 
         return {"horovod": horovod.__version__}
 
@@ -71,7 +72,7 @@ class HorovodEngine:
 
     def any_rank(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any one (a collective)."""
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         return float(self.hvd.allreduce(tf.constant(1.0 if flag else 0.0), op=self.hvd.Max, name="any_rank")) > 0
 
@@ -109,7 +110,7 @@ class HorovodEngine:
 
     def average_numbers(self, values) -> np.ndarray:
         """The mean over the ranks of a float vector (every rank passes the same length)."""
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         return self.hvd.allreduce(tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average,
                                   name="average_numbers").numpy()
@@ -117,8 +118,6 @@ class HorovodEngine:
     def restore_latest(self, model, directory):
         """Rank 0 restores the newest checkpoint that loads (on several hosts the others may not even see the file);
         ``broadcast_model`` then copies its weights to every rank."""
-        from cifar_dist.training import checkpoints
-
         return checkpoints.restore_latest(model, directory) if self.world.is_chief else checkpoints.Restored(0, None, [])
 
     def metric_averaging(self, model):
@@ -128,7 +127,7 @@ class HorovodEngine:
 
             # HOROVOD: Horovod's own callback for Keras 2.
             return self.hvd.keras.callbacks.MetricAverageCallback()
-        from cifar_dist.training.callbacks import AverageEpochMetrics
+        from cifar_dist.training.callbacks import AverageEpochMetrics  # lazy: TensorFlow
 
         return AverageEpochMetrics(self)
 

@@ -40,10 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.training import checkpoints
+from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World
-from cifar_dist.training.hardware import onednn_enabled, use_onednn
-from cifar_dist.training.threads import plan_threads
+from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class JaxEngine:
     xla_only = True  # every step is an XLA program: trainer.jit_compile does not apply
 
     def __init__(self, world: World):
-        import jax
-        from jax.experimental import multihost_utils
+        import jax  # lazy: JAX
+        from jax.experimental import multihost_utils  # lazy: JAX
 
         self.world = world
         self.jax = jax
@@ -76,13 +76,13 @@ class JaxEngine:
         plan = plan_threads(local_processes_from_env(), t.intra_op_threads, t.inter_op_threads)
         limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
         use_onednn(t.onednn)  # TensorFlow (the input pipeline) reads it when it loads
-        import jax
+        import jax  # lazy: JAX
 
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
             jax.distributed.initialize()
-        import tensorflow as tf
+        import tensorflow as tf  # lazy: TensorFlow
 
         tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
         tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
@@ -96,7 +96,7 @@ class JaxEngine:
 
     def distribute_models(self) -> None:
         """From now on a model built in this process is one model over every device of the job."""
-        import keras
+        import keras  # lazy: Keras 3
 
         # ENGINE: variables replicated on all devices, each process's batches one shard of the global batch.
         keras.distribution.set_distribution(keras.distribution.DataParallel(

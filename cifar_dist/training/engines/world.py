@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cifar_dist.training.threads import ThreadPlan
+from cifar_dist.training.process.threads import ThreadPlan
 
 
 @dataclass(frozen=True)

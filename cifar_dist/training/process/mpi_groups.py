@@ -62,7 +62,7 @@ def join_sweep_group() -> Optional[SweepGroup]:
     if color is None:
         return None
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: mpi4py
     except ImportError:
         raise SweepGroupError(
             "launcher.concurrent needs mpi4py on every rank: pip install 'cifar_dist[mpi]' (or pip install mpi4py)"

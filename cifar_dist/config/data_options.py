@@ -19,7 +19,7 @@ from typing import Any, Dict, Optional, Type
 
 from omegaconf import MISSING
 
-from cifar_dist.options import config_option
+from cifar_dist.config.options import config_option
 
 
 @dataclass

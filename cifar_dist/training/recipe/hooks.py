@@ -11,13 +11,17 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from cifar_dist.keras_flavor import KERAS3
+from cifar_dist.keras_ops import keras_or_default, module_flavor
+from cifar_dist.models.tta import plain_and_tta
+
 
 def fit_to_data(model, data, sample: int = 10_000) -> int:
     """Fit the layers that learn from the training images (airbench's whitening) on up to ``sample`` of them.
 
     Every rank fits the same images; rank 0's result is broadcast anyway.
     """
-    from cifar_dist.models.blocks import adapt, data_fitted_layers
+    from cifar_dist.models.blocks import adapt, data_fitted_layers  # lazy: TensorFlow
 
     if not data_fitted_layers(model):  # the seed's CNN: nothing to fit, no copy of the images
         return 0
@@ -27,8 +31,6 @@ def fit_to_data(model, data, sample: int = 10_000) -> int:
 def loss(label_smoothing: float, keras=None):
     """The seed's categorical cross-entropy, with label smoothing when asked for (``keras``: the model's Keras
     module; None is tf.keras)."""
-    from cifar_dist.keras_ops import keras_or_default
-
     if not label_smoothing:
         return "categorical_crossentropy"
     return keras_or_default(keras).losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
@@ -38,9 +40,7 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, ker
     """The optimizer's lr: a float or a schedule of ``keras`` (None: tf.keras). A Keras 3 run's schedule also
     does what Horovod's warmup and step-decay callbacks do for Keras 2 runs (``schedules.HorovodLr``; ``size``:
     the world size), since those callbacks can only set a Keras 2 optimizer's lr variable."""
-    from cifar_dist.keras_flavor import KERAS3
-    from cifar_dist.keras_ops import module_flavor
-    from cifar_dist.training.schedules import build_schedule
+    from cifar_dist.training.recipe.schedules import build_schedule  # lazy: TensorFlow
 
     if keras is None or module_flavor(keras) != KERAS3:
         return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras)
@@ -51,8 +51,8 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, ker
 
 def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
     """Callbacks to place before the writers (metrics, checkpoints): lookahead, then BatchNorm averaging."""
-    from cifar_dist.training.batchnorm import AverageBatchNormStatistics, moving_statistics
-    from cifar_dist.training.lookahead import Lookahead
+    from cifar_dist.training.recipe.batchnorm import AverageBatchNormStatistics, moving_statistics  # lazy: TensorFlow
+    from cifar_dist.training.recipe.lookahead import Lookahead  # lazy: TensorFlow
 
     found = []
     if trainer_cfg.lookahead_decay > 0:
@@ -64,7 +64,7 @@ def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
 
 def sync_model(model, engine) -> None:
     """Make every rank's model identical before it is fingerprinted, tested or saved (a collective)."""
-    from cifar_dist.training.batchnorm import average_moving_statistics
+    from cifar_dist.training.recipe.batchnorm import average_moving_statistics  # lazy: TensorFlow
 
     average_moving_statistics(model, engine)
 
@@ -78,7 +78,6 @@ def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) 
     if tta == "none":
         (plain,) = evaluate_exact(model)
         return {"test": plain}
-    from cifar_dist.evaluation.tta import plain_and_tta
 
     both = plain_and_tta(model, tta)
     both.compile(loss={"plain": compile_kwargs["loss"], "tta": compile_kwargs["loss"]},

@@ -18,10 +18,10 @@ import sys
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training.engines.world import World
-from cifar_dist.training.hardware import onednn_enabled, use_onednn
-from cifar_dist.training.mpi_groups import join_sweep_group
-from cifar_dist.training.tf_console import filtered_native_stderr
-from cifar_dist.training.threads import plan_threads
+from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.mpi_groups import join_sweep_group
+from cifar_dist.training.process.tf_console import filtered_native_stderr
+from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class GpuCountError(CifarDistError, RuntimeError):
 
 def keras_backing_tf_keras() -> tuple:
     """(package name, version) of the Keras that ``tf.keras`` resolves to."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     root = tf.keras.__name__.split(".")[0]
     version = getattr(importlib.import_module(root), "__version__", "unknown")
@@ -60,11 +60,11 @@ def bind_horovod_to_tf_keras() -> None:
     module globals are re-bound in case Horovod's layer was loaded earlier
     elsewhere. A no-op where ``keras`` already is Keras 2 (TF <= 2.15).
     """
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     with horovod_sees_tf_keras(tf.keras):
-        import horovod.tensorflow.keras as hvd_keras
-        import horovod.tensorflow.keras.callbacks as hvd_callbacks
+        import horovod.tensorflow.keras as hvd_keras  # lazy: Horovod
+        import horovod.tensorflow.keras.callbacks as hvd_callbacks  # lazy: Horovod
 
     for module in (hvd_keras, hvd_callbacks):
         if getattr(module, "K", None) is not tf.keras.backend:
@@ -111,7 +111,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     """CPU kernels, hvd.init(), GPU pinning and thread pools; returns who we are.
 
     Inside a concurrent sweep (``launcher.concurrent=k``, see
-    training/mpi_groups.py) Horovod's world is this rank's MPI group, not the
+    training/process/mpi_groups.py) Horovod's world is this rank's MPI group, not the
     whole mpirun: ``hvd.init(comm=<group communicator>)``.
     """
     use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
@@ -120,7 +120,7 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
             bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
     import horovod.tensorflow as hvd
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     group = join_sweep_group()
     if group is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.keras_flavor import KERAS3
-from cifar_dist.training.hardware import cpu_supports_bfloat16
+from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 
 
 class PrecisionError(CifarDistError, RuntimeError):
@@ -45,7 +45,7 @@ def prepare_keras(flavor: int, seed: int, precision: str, on_gpu: bool, determin
     ``seed`` is this rank's (trainer.seed + rank): dropout differs across ranks as
     it would on one rank over more data; the initial weights are rank 0's anyway
     (the engine broadcasts them)."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: TensorFlow
 
     policy = precision_policy(precision, on_gpu, cpu_supports_bfloat16())
     if deterministic:
@@ -57,7 +57,7 @@ def prepare_keras(flavor: int, seed: int, precision: str, on_gpu: bool, determin
     # Always set: in an in-process sweep an earlier point's policy would linger.
     tf.keras.mixed_precision.set_global_policy(policy)
     if flavor == KERAS3:
-        import keras
+        import keras  # lazy: Keras 3
 
         keras.utils.set_random_seed(seed)  # Keras 3's own SeedGenerator state too
         keras.mixed_precision.set_global_policy(policy)

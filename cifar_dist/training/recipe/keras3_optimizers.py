@@ -7,7 +7,7 @@ so they run on any Keras 3 backend.
   ``sqrt(ms) + epsilon``; Keras 3's by ``sqrt(ms + epsilon)``, a different
   step while ``ms`` is small. This one takes Keras 2's.
 - ``SGDW``: Nesterov SGD with decoupled weight decay and per-variable lr
-  factors (training/sgdw.py), on Keras 3's SGD: the decay
+  factors (training/recipe/sgdw.py), on Keras 3's SGD: the decay
   ``w -= lr * weight_decay * w`` before the step, the gradient times the
   variable's lr factor. Keras 3's own ``weight_decay`` is not used: its
   exclusions match ``variable.name`` ("beta"), not the layer-qualified name
@@ -22,7 +22,7 @@ import keras
 from keras import ops
 
 from cifar_dist.keras_ops import registered
-from cifar_dist.training.sgdw import DecoupledDecay
+from cifar_dist.training.recipe.sgdw import DecoupledDecay
 
 
 @registered(keras)
@@ -41,7 +41,7 @@ class RMSprop(keras.optimizers.RMSprop):
 
 @registered(keras)
 class SGDW(DecoupledDecay, keras.optimizers.SGD):
-    """training/sgdw.py's SGDW on Keras 3 (module docstring); its variables are matched by ``variable.path``."""
+    """training/recipe/sgdw.py's SGDW on Keras 3 (module docstring); its variables are matched by ``variable.path``."""
 
     def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, weight_decay=0.0,
                  exclude_from_weight_decay=(), lr_multipliers=None, name="SGDW", **kwargs):

@@ -100,7 +100,7 @@ def _undistributed():
     variables, under a distribution, would be created job-wide, a collective
     the other processes never join. The model's own variables are read from
     this process's replica, which needs no distribution either."""
-    import keras
+    import keras  # lazy: Keras 3
 
     current = keras.distribution.distribution()
     if current is None:
@@ -115,7 +115,7 @@ def _undistributed():
 
 def read_optimizer_weights(path: Path) -> List[np.ndarray]:
     """The optimizer state a Keras 2 HDF5 model file holds, in the optimizer's own order."""
-    import h5py
+    import h5py  # lazy: h5py
 
     with h5py.File(path, "r") as f:
         if "optimizer_weights" not in f:

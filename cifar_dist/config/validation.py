@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator, List, Tuple
 
+import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.data import num_classes_of
 from cifar_dist.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 from cifar_dist.models.builder import model_node_problem
+from cifar_dist.process_role import in_child_process
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
@@ -55,8 +58,6 @@ def _finite_positive(found: List[str], name: str, value: Any) -> None:
 
 
 def _model_problems(m: DictConfig, data: DictConfig) -> List[str]:
-    from cifar_dist.data import num_classes_of
-
     found = []
     known = num_classes_of(data)  # None for folder/custom: the trainer checks once the data is read
     asked = m.get("num_classes")
@@ -195,10 +196,6 @@ def _data_problems(data: DictConfig) -> List[str]:
 
 def launcher_problems(cfg: DictConfig) -> List[str]:
     """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
-    import hydra.utils
-
-    from cifar_dist.process_role import in_child_process
-
     if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
         return []
     try:

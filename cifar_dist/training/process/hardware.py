@@ -33,7 +33,7 @@ def cpu_supports_bfloat16() -> bool:
 
 def onednn_enabled() -> bool:
     """Whether the TensorFlow of this process runs its CPU ops on oneDNN (imports TensorFlow)."""
-    from tensorflow.python.util import _pywrap_util_port
+    from tensorflow.python.util import _pywrap_util_port  # lazy: TensorFlow
 
     return bool(_pywrap_util_port.IsMklEnabled())
 

@@ -3,7 +3,7 @@
 Launchers rebuild a child's command line from overrides (``launchers/base.py``),
 a Batch AI node writes its search path (``launchers/batchai/node_entry.py``)
 and the launching command gets ``conf/local`` on its search path
-(``launchers/carry.py``); each quotes a value this way, and the last two
+(``launchers/user_sources.py``); each quotes a value this way, and the last two
 write ``hydra.searchpath`` with ``searchpath_override``.
 
 A hint that prints a command or an override for the user to paste into a shell

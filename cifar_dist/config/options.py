@@ -9,7 +9,7 @@ presets that combine options (``experiment/``, ``debug/``) and for options
 without a schema (a user's own ``model/<name>.yaml`` under ``--config-dir``).
 
 The built-in options register when their modules are imported:
-``cifar_dist.config`` (data, model, optimizer, trainer, task, tracking) and
+``cifar_dist.config.schema`` (data, model, optimizer, trainer, task, tracking) and
 every launcher module (``launchers.register_built_in``, found by pkgutil).
 """
 from __future__ import annotations

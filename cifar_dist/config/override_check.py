@@ -20,13 +20,22 @@ composes again and reports as before.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 from typing import List, Optional, Sequence
 
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.errors import HydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.errors import did_you_mean
+from cifar_dist.models.builder import builder_problem
 
 SEE_KEYS = "python -m cifar_dist --cfg job [group=option] lists every key"
 SEE_OPTIONS = "python -m cifar_dist --help lists every option"
@@ -84,10 +93,6 @@ def override_values(override) -> List[Optional[str]]:
 
 
 def _loader(args):
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra._internal.utils import create_automatic_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-
     search_path = create_automatic_config_search_path(None, "cifar_dist.app", args.config_path or "conf")
     if args.config_dir is not None:
         config_dir = os.path.abspath(args.config_dir)
@@ -100,8 +105,6 @@ def _loader(args):
 
 def overrides_problem(loader, config_name: str, overrides: List[str]) -> Optional[str]:
     """The first override that names no option or no key, as ``<override>: <why>``."""
-    from hydra.types import RunMode
-
     parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
     groups = [o for o in parsed if not o.is_hydra_override() and repo.group_exists(o.key_or_group)]
     for o in groups:
@@ -128,8 +131,6 @@ def _model_choice(cfg: DictConfig) -> str:
 def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
     """The first ``model`` key (of its config or of an override) that the builder named by ``_target_``
     does not take, checked against the builder's declared parameters (models/builder.py; nothing is imported)."""
-    from cifar_dist.models.builder import builder_problem
-
     model = cfg.get("model")
     if not isinstance(model, DictConfig):
         return None
@@ -160,11 +161,6 @@ def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
 def parsed_command_line(argv: Sequence[str]):
     """``argv`` read by Hydra's own argument parser (its flags, then ``.overrides``); None when Hydra's
     parser refuses it (it says why when Hydra parses it again, so nothing is printed here)."""
-    import contextlib
-    import io
-
-    from hydra._internal.utils import get_args_parser
-
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             return get_args_parser().parse_args(list(argv))
@@ -183,9 +179,6 @@ def replace_overrides(argv: Sequence[str], given: Sequence[str], new: Sequence[s
 def primary_searchpath(args) -> List[str]:
     """``hydra.searchpath`` as the primary config of a parsed command line sets it (a user's
     ``--config-name`` may; cifar_dist's own does not): [] when it sets none or cannot be read (Hydra says why)."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     loader = _loader(args)
     if loader is None:
         return []
@@ -202,9 +195,6 @@ def command_line_problem(argv: Sequence[str]) -> Optional[str]:
 
     Parses ``argv`` with Hydra's own argument parser and search path, so that
     ``--config-dir``, ``--config-name`` and ``hydra.searchpath`` count as for Hydra."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     args = parsed_command_line(argv)
     if args is None or args.shell_completion or not args.overrides:
         return None

@@ -16,7 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
+import yaml
+from omegaconf._utils import get_yaml_loader
+
+import cifar_dist.conf
+
 DIR_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp")
+DEFAULT_CONFIG_NAME = "config"  # the app's primary config (app.py's @hydra.main)
+PACKAGE_CONFIGS = "pkg://cifar_dist.conf"  # the app's own config_path (app.py's @hydra.main)
 
 
 def config_dirs(argv: Sequence[str]) -> List[Path]:
@@ -33,8 +40,6 @@ def config_dirs(argv: Sequence[str]) -> List[Path]:
 
 def local_dir() -> Path:
     """``conf/local/`` where the package's configs are (the checkout's ``conf/`` in an editable install)."""
-    import cifar_dist.conf
-
     return Path(cifar_dist.conf.__file__).resolve().parent / "local"
 
 
@@ -50,9 +55,6 @@ def _yaml_files(directory: Path) -> Iterator[Path]:
 
 def yaml_error(path: Path) -> Optional[str]:
     """``<file>, line L, column C: <problem>; fix the YAML`` for a file that does not parse, else None."""
-    import yaml
-    from omegaconf._utils import get_yaml_loader
-
     try:
         yaml.load(path.read_text("utf-8"), Loader=get_yaml_loader())
     except yaml.YAMLError as exc:

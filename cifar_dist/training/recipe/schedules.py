@@ -32,8 +32,8 @@ SGD momentum scaled by new/old lr for the one batch where the lr changes:
 Keras 3's momentum is a constant) and, with ``trainer.steps_per_execution``
 > 1, setting the lr only at the first step of each execution (the schedule
 is exact per step).
-``current_lr(optimizer)`` is the lr an optimizer of either Keras applies at
-its current step.
+The lr an optimizer of either Keras applies at its current step is
+``keras_ops.current_lr(optimizer)``.
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from cifar_dist.keras_flavor import KERAS3, flavor_of
 from cifar_dist.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
@@ -195,15 +194,3 @@ def build_schedule(lr: float, schedule_cfg, steps_per_epoch: int, epochs: int, k
     if warmup_epochs > 0 or decay_epochs:
         lr = classes.HorovodLr(lr, steps_per_epoch, size, warmup_epochs, decay_epochs, decay_factor)
     return lr
-
-
-def current_lr(optimizer) -> float:
-    """The lr an optimizer of either Keras applies at its current step (a schedule is evaluated there)."""
-    if flavor_of(optimizer) == KERAS3:
-        import keras
-
-        return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-    lr = optimizer.lr
-    if isinstance(lr, tf.keras.optimizers.schedules.LearningRateSchedule):
-        lr = lr(optimizer.iterations)
-    return float(tf.keras.backend.get_value(lr))

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from hydra._internal.config_repository import ConfigRepository
+from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
 
 RESOLVER = "cifar_dist_groups"
@@ -26,8 +30,6 @@ def register_resolver() -> None:
 
 
 def _groups(repo, parent: str = "") -> Iterator[str]:
-    from hydra.core.object_type import ObjectType
-
     for name in repo.get_group_options(parent, ObjectType.GROUP):
         group = f"{parent}/{name}" if parent else name
         if repo.get_group_options(group, ObjectType.CONFIG):
@@ -37,10 +39,6 @@ def _groups(repo, parent: str = "") -> Iterator[str]:
 
 def config_groups() -> str:
     """``group: option, option`` a line, for every group of the command's config sources."""
-    from hydra._internal.config_repository import ConfigRepository
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
-    from hydra.core.hydra_config import HydraConfig
-
     search_path = ConfigSearchPathImpl()
     for source in HydraConfig.get().runtime.config_sources:
         search_path.append(source.provider, f"{source.schema}://{source.path}")

@@ -7,20 +7,18 @@ and its defaults are the option's values (no YAML file repeats them). A
 variant of an option is a subclass that changes defaults (``data=sample``).
 
 Launchers keep their options next to their code (``launchers/*.py``,
-``launchers/*/config.py``); ``register_configs`` imports them.
+``launchers/*/config.py``); ``all_options.register_configs`` imports them.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf, open_dict
 
-from cifar_dist.data.config import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
-from cifar_dist.options import config_option
+from cifar_dist.config.data_options import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
+from cifar_dist.config.options import config_option
 
 
 class EpochPolicy(str, Enum):
@@ -200,7 +198,7 @@ class TrainerConfig:
     # Test-time augmentation in the final test evaluation (metrics.json "test";
     # without it in "test_plain").
     tta: Tta = Tta.none
-    # airbench's lookahead (training/lookahead.py): the weights pulled towards
+    # airbench's lookahead (training/recipe/lookahead.py): the weights pulled towards
     # their slow average, with this decay per 5 steps reached at the last step
     # (rising as (step/total)^3 from 0). 0 = off; airbench: 0.77 (0.95^5).
     lookahead_decay: float = 0.0
@@ -404,8 +402,6 @@ def typed(cfg):
     strings and typos would pass. Merging onto the schemas restores both
     (and gives a config saved before ``engine`` existed its default).
     """
-    from omegaconf import OmegaConf, open_dict
-
     out = cfg.copy()
     with open_dict(out):
         out.trainer = OmegaConf.merge(OmegaConf.structured(TrainerConfig), cfg.trainer)
@@ -416,8 +412,6 @@ def typed(cfg):
 
 def engine_of(cfg):
     """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
-    from omegaconf import OmegaConf
-
     node = cfg.get("engine") or {}
     schema = JaxEngineConfig if node.get("name") == JaxEngineConfig.name else HorovodEngineConfig
     return OmegaConf.merge(OmegaConf.structured(schema), node)
@@ -425,24 +419,4 @@ def engine_of(cfg):
 
 def typed_data(data):
     """A ``data`` node (composed, or plain YAML from a run's ``.hydra/config.yaml``) merged onto its option's schema."""
-    from omegaconf import OmegaConf
-
     return OmegaConf.merge(OmegaConf.structured(data_schema(data.get("name"))), data)
-
-
-def register_configs() -> None:
-    """Store every built-in option (this module's and every launcher's) and the sweep
-    launcher in Hydra's ConfigStore, and register --help's resolver; called before
-    Hydra composes. Idempotent."""
-    from cifar_dist.launchers import register_built_in
-    from cifar_dist.launchers.sweep_launcher import register as register_sweep_launcher
-    from cifar_dist.data import config as data_options
-    from cifar_dist.option_listing import register_resolver
-    from cifar_dist.options import store_options
-
-    register_resolver()  # ${cifar_dist_groups:}, --help's list of options
-    ConfigStore.instance().store(name="config_schema", node=Config)  # the schema of conf/config.yaml
-    store_options(sys.modules[__name__])
-    store_options(data_options)  # cifar100, folder, custom
-    register_built_in()  # every launcher module stores its own options
-    register_sweep_launcher()

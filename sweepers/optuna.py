@@ -23,38 +23,31 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import make_dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from cifar_dist.errors import StudyStopped
+from cifar_dist.config.plugin_names import OPTUNA_SWEEPER_CLASS
 
 log = logging.getLogger(__name__)
 
-PLUGIN_CLASS = "hydra_plugins.cifar_dist_launcher.cifar_dist_optuna.CifarDistOptunaSweeper"
 RESULTS_FILE = "optimization_results.yaml"
 _IMPL_LOGGER = "hydra_plugins.hydra_optuna_sweeper._impl"
 
 
-def register() -> None:
-    """``hydra/sweeper=optuna`` -> the plugin's config with ``direction: maximize`` and this sweeper (no-op
-    without the plugin). After Hydra's plugin scan, which re-runs the plugin's own registration."""
-    try:
-        from hydra_plugins.hydra_optuna_sweeper.config import Direction, OptunaSweeperConf
-    except ImportError:
-        return
-    from dataclasses import make_dataclass
+def store_config() -> None:
+    """``hydra/sweeper=optuna`` -> the plugin's config with ``direction: maximize`` and the subclass as its
+    target (the plugin is installed). Called after Hydra's plugin scan, which re-runs the plugin's own
+    registration (``hydra_plugins/cifar_dist_launcher/registration.py``)."""
+    from hydra_plugins.hydra_optuna_sweeper.config import Direction, OptunaSweeperConf  # lazy: the optuna extra
 
-    from hydra.core.config_store import ConfigStore
-    from hydra.core.plugins import Plugins
-
-    from hydra_plugins.cifar_dist_launcher.cifar_dist_optuna import CifarDistOptunaSweeper
-
-    Plugins.instance().register(CifarDistOptunaSweeper)  # scans hydra_plugins first (once per process)
     conf = make_dataclass("CifarDistOptunaSweeperConf", [
-        ("_target_", str, PLUGIN_CLASS), ("direction", Any, Direction.maximize)], bases=(OptunaSweeperConf,))
+        ("_target_", str, OPTUNA_SWEEPER_CLASS), ("direction", Any, Direction.maximize)], bases=(OptunaSweeperConf,))
     ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=conf, provider="cifar_dist")
 
 
@@ -116,7 +109,7 @@ class OneLinePerTrial(logging.Filter):
 
 def save_results(study: Any, sweep_dir: Path) -> Optional[Path]:
     """The study's best so far in ``optimization_results.yaml`` (the plugin's format); None before any trial completed."""
-    import optuna
+    import optuna  # lazy: Optuna
 
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:
