@@ -39,6 +39,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
 from cifar_dist.errors import CifarDistError
 from cifar_dist.config.override_syntax import override_key, searchpath_override
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
 
 SHIPPED_ROOT = "user"  # in a snapshot: user/code/<module>, user/conf/<n>/
 MAX_SHIPPED_BYTES = 20 * 1024 * 1024  # a config dir or module package bigger than this is not copied into a job
@@ -157,8 +160,6 @@ def with_searchpath(overrides: Sequence[str], directory: Path, inherited: Sequen
     """``overrides`` with ``file://<directory>`` last on ``hydra.searchpath``: added to their own
     ``hydra.searchpath=[...]`` or, without one, to ``inherited`` (the primary config's, which a value on the
     command line replaces). Unchanged when it is there already or the value does not parse (Hydra says why)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
     overrides = list(overrides)
     at = next((i for i, o in enumerate(overrides) if _names_searchpath(o)), None)
@@ -213,7 +214,6 @@ def _is_installed(path: Path) -> bool:
 def user_modules(cfg: Any) -> List[UserModule]:
     """The top-level modules of the config's ``_target_`` values that are the user's own files
     (found on this sys.path, not installed, not cifar_dist); nothing is imported or executed."""
-    from omegaconf import DictConfig, OmegaConf
 
     container = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     found: Dict[str, UserModule] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from cifar_dist.launchers.base import LaunchError
+from hydra.utils import get_class
 
 _CREDENTIALS = {
     "default": "azure.identity.DefaultAzureCredential",
@@ -15,7 +16,6 @@ _CREDENTIALS = {
 
 def make_credential(name: str) -> Any:
     """An azure-identity credential by short name, or any TokenCredential class by import path."""
-    from hydra.utils import get_class
 
     path = _CREDENTIALS.get(name, name)
     try:

@@ -17,6 +17,7 @@ ARM_AUTH_HINT = (
 def azure_errors(action: str, secret: Optional[str] = None, auth_hint: str = ARM_AUTH_HINT) -> Iterator[None]:
     """Turn SDK exceptions into LaunchErrors naming ``action`` and what to do; ``secret`` (a storage key)
     and every known secret masked in them (defence in depth: the text comes from service replies)."""
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.core.exceptions import (
         ClientAuthenticationError,
         HttpResponseError,

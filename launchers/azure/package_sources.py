@@ -3,6 +3,7 @@ laid out as a code snapshot), and the content hash both cache them by.
 """
 from __future__ import annotations
 
+import configparser
 import hashlib
 import os
 import shutil
@@ -10,12 +11,9 @@ from pathlib import Path
 from typing import List, Mapping
 
 from cifar_dist.launchers.base import LaunchError
+import cifar_dist
 
 _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
-# The source folders setup.cfg packages (cifar_dist.conf and cifar_dist.launchers
-# live at the top level of the repository, mapped by package_dir; hydra_plugins/
-# holds the sweep launcher's name for Hydra).
-_SOURCE_DIRS = ("cifar_dist", "conf", "launchers", "hydra_plugins")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
 # The user's own cluster/storage names (git-ignored) stay on the user's machine.
@@ -24,7 +22,6 @@ _SKIP_PARTS = ("conf", "local")
 
 def source_root() -> Path:
     """The source tree this package runs from (an editable install or a checkout)."""
-    import cifar_dist
 
     root = Path(cifar_dist.__file__).resolve().parent.parent
     if not (root / "setup.cfg").is_file():
@@ -35,10 +32,20 @@ def source_root() -> Path:
     return root
 
 
+def source_dirs(root: Path) -> List[str]:
+    """The top-level folders setup.cfg packages: its packages' top names (cifar_dist, hydra_plugins) and the
+    folders its package_dir maps (conf/, launchers/, sweepers/ become cifar_dist.conf, .launchers, .sweepers)."""
+    cfg = configparser.ConfigParser()
+    cfg.read(root / "setup.cfg")
+    options = cfg["options"]
+    mapped = [line.split("=", 1)[1].strip() for line in options.get("package_dir", "").strip().splitlines()]
+    return sorted({name.split(".")[0] for name in options["packages"].split()} | set(mapped))
+
+
 def source_files(root: Path) -> List[Path]:
     """The files that make the package, relative to ``root``, in a stable order."""
     files = [Path(name) for name in _PROJECT_FILES if (root / name).is_file()]
-    for top in _SOURCE_DIRS:
+    for top in source_dirs(root):
         for dirpath, dirnames, filenames in os.walk(root / top):
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
             rel_dir = Path(dirpath).relative_to(root)

@@ -30,6 +30,7 @@ def import_sdk():
     """azure.ai.ml, with its own console handler quieted: it prints a note per
     job read and a warning per experimental schema class it loads, none of
     which is about the user's job (errors still show)."""
+    # lazy: the azure extra (not installed for the other launchers)
     import azure.ai.ml
 
     logging.getLogger("azure.ai.ml").setLevel(logging.ERROR)
@@ -39,6 +40,7 @@ def import_sdk():
 @contextlib.contextmanager
 def sdk_errors(action: str) -> Iterator[None]:
     """azure-core's errors (the Azure launchers' shared wording) and azure-ai-ml's own, as one line."""
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.ai.ml.exceptions import MlException
 
     with azure_errors(action, auth_hint=AUTH_HINT):
@@ -99,6 +101,7 @@ class Workspace:
 
     def ensure_compute(self, compute_file: Optional[Path]) -> None:
         """Check the cluster can hold the job; create it from ``compute_file`` when missing and allowed."""
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         conf, name = self.settings.conf, self.settings.compute
@@ -123,6 +126,7 @@ class Workspace:
             )
 
     def _create_compute(self, compute_file: Path) -> None:
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.ai.ml import load_compute
 
         with sdk_errors(f"create compute {self.settings.compute}"):
@@ -136,6 +140,7 @@ class Workspace:
     # --- jobs -----------------------------------------------------------------------
 
     def get_job(self, name: str):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         with sdk_errors(f"read job {name}"):

@@ -35,6 +35,8 @@ from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher
+from cifar_dist.launchers.azureml.client import Workspace
+from cifar_dist.launchers.azureml.client import import_sdk
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,6 @@ class AzureMLLauncher(ClusterLauncher):
     # --- remote ------------------------------------------------------------------------
 
     def submit(self, prepared: PreparedJob) -> AzureMLJob:
-        from cifar_dist.launchers.azureml.client import Workspace
 
         workspace = Workspace(prepared.settings, make_credential(self.conf.credential))
         try:
@@ -174,9 +175,9 @@ def _write_yaml(path: Path, doc: Dict[str, Any]) -> None:
 
 def _load_job(job_file: Path) -> Any:
     """The SDK's own reading of job.yml: what ``az ml job create --file`` would submit."""
+    # lazy: azure-ai-ml's schema library (the azure extra)
     from marshmallow.exceptions import ValidationError
 
-    from cifar_dist.launchers.azureml.client import import_sdk
 
     try:
         return import_sdk().load_job(job_file)

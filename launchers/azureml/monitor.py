@@ -26,6 +26,7 @@ from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
 from cifar_dist.config.override_syntax import shell_command
+from cifar_dist.launchers.azureml.client import sdk_errors
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,6 @@ class AzureMLJob(ClusterJob):
             return LaunchResult(exit_code=2, message=f"{exc}; the job itself may still run: re-run to follow it")
 
     def _poll(self) -> Optional[LaunchResult]:
-        from cifar_dist.launchers.azureml.client import sdk_errors
 
         with sdk_errors(f"follow job {self.name}"):
             job = self.workspace.get_job(self.name)
@@ -102,6 +102,7 @@ class AzureMLJob(ClusterJob):
 
     def _pump_log(self) -> None:
         """Read what is new in rank 0's log; the run history gives a fresh link when asked."""
+        # lazy: comes with the azure extra
         import requests
 
         if self._log.url is None:

@@ -15,12 +15,15 @@ from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.azure.retries import retry_settings, transport_timeouts
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings, VmPriority
+from cifar_dist.launchers.batchai.job import az_cluster_file, build_cluster_body, ssh_public_key
+from cifar_dist.launchers.batchai.schema import validate_cluster_file
 
 log = logging.getLogger(__name__)
 
 
 def pipeline_kwargs(settings: Settings) -> Dict[str, Any]:
     """Retry and transport settings shared by every ARM call."""
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.core.pipeline.policies import RetryPolicy
 
     conf = settings.conf
@@ -44,6 +47,7 @@ class BatchAIService:
     """The workspace, experiment, cluster and jobs of one launcher configuration."""
 
     def __init__(self, settings: Settings, credential: Any):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.mgmt.batchai import BatchAI
 
         self.settings = settings
@@ -59,6 +63,7 @@ class BatchAIService:
 
     @property
     def models(self):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.mgmt.batchai import models
 
         return models
@@ -69,6 +74,7 @@ class BatchAIService:
     # --- workspace, experiment, cluster ----------------------------------------
 
     def ensure_workspace(self) -> None:
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         with azure_errors(f"read workspace {self._ws}"):
@@ -88,6 +94,7 @@ class BatchAIService:
         log.info("created Batch AI workspace %s in %s", self._ws, self.settings.location)
 
     def ensure_experiment(self) -> None:
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         with azure_errors(f"read experiment {self._exp}"):
@@ -101,6 +108,7 @@ class BatchAIService:
         log.info("created Batch AI experiment %s", self._exp)
 
     def get_cluster(self):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         with azure_errors(f"read cluster {self.settings.cluster}"):
@@ -149,8 +157,6 @@ class BatchAIService:
         self.resize_cluster(nodes)
 
     def _create_cluster(self, nodes: int) -> None:
-        from cifar_dist.launchers.batchai.job import az_cluster_file, build_cluster_body, ssh_public_key
-        from cifar_dist.launchers.batchai.schema import validate_cluster_file
 
         conf = self.settings.conf
         body = build_cluster_body(self.settings, nodes, ssh_public_key(self.settings))
@@ -172,6 +178,7 @@ class BatchAIService:
     # --- jobs ---------------------------------------------------------------------
 
     def get_job(self, name: str):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         with azure_errors(f"read job {name}"):

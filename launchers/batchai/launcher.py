@@ -40,6 +40,8 @@ from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
 from cifar_dist.tracking.settings import node_credentials
 from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher
+from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
+from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +160,6 @@ class BatchAILauncher(ClusterLauncher):
 
     def submit(self, staged: StagedJob) -> BatchAIJob:
         """Ensure everything the job needs exists remotely, then submit it (once per run dir)."""
-        from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
-        from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
 
         conf, settings, layout = self.conf, staged.settings, staged.layout
         key = settings.storage_key

@@ -17,6 +17,7 @@ from cifar_dist.launchers.cluster_base import detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
 from cifar_dist.config.override_syntax import shell_command
+from cifar_dist.launchers.batchai.storage import read_from
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,6 @@ class JobFollower:
 
     def _pump_streams(self) -> None:
         """Read what is new in stdout.txt/stderr.txt (ranged reads from the SAS downloadUrl)."""
-        from cifar_dist.launchers.batchai.storage import read_from
 
         if not all(self._streams.get(n, _Stream()).url for n in STREAMED):
             files = self.service.output_files(self.name)

@@ -15,10 +15,12 @@ import os
 import runpy
 import sys
 from typing import List, Optional, Sequence
+from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
+from cifar_dist.config.override_syntax import quote_override_value, searchpath_override
+from cifar_dist.launchers.ranks.rank_env import rank_environment
 
 
 def _rank() -> int:
-    from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
 
     return env_int(RANK_VARS, 0)
 
@@ -30,7 +32,6 @@ def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int, searc
     downloaded outputs must not overwrite). ``search_dirs``: the user's config
     dirs copied to the share, where the composed config's choices
     (``model: mine``) are found again."""
-    from cifar_dist.config.override_syntax import quote_override_value, searchpath_override
 
     argv = ["--config-dir", config_dir, "--config-name", config_name, f"hydra.run.dir={quote_override_value(run_dir)}"]
     if search_dirs:
@@ -55,7 +56,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     # environmentVariables carry rank_environment() from the launching side; what they
     # lack (a job sent by an older launcher) is filled in here, the guard always.
     from cifar_dist.launchers.base import RANK_GUARD_ENV
-    from cifar_dist.launchers.ranks.rank_env import rank_environment
 
     os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
     sys.path[:0] = args.code_dir  # the app runs in this process: the user's modules import from here

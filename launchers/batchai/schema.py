@@ -91,7 +91,9 @@ def load_schema(name: str = SCHEMA_FILE) -> Dict[str, Any]:
 def _make_validator(contract: Dict[str, Any], schemas: Dict[str, Dict[str, Any]]):
     # jsonschema is only needed here (dry runs and before each submission).
     from jsonschema import Draft4Validator
+    # lazy: jsonschema's registry (the azure extra)
     from referencing import Registry, Resource
+    # lazy: jsonschema's registry (the azure extra)
     from referencing.jsonschema import DRAFT4
 
     registry = Registry().with_resources(

@@ -39,6 +39,8 @@ from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR
 from cifar_dist.rundir.checkpoints import SAVED_MODEL_NAME
+from omegaconf import open_dict
+from cifar_dist.evaluation.inputs import EvaluationInputError, resolve_model_path
 
 # Resolved by OmegaConf on the node (Batch AI sets the variable there).
 NODE_MOUNT_ROOT = "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}"
@@ -118,7 +120,6 @@ def apply_to_node_config(cfg: DictConfig, plan: Optional[ScoringPlan]) -> DictCo
     """A copy of ``cfg`` whose evaluate.* values are the node-side paths."""
     if plan is None:
         return cfg
-    from omegaconf import open_dict
 
     out = cfg.copy()
     with open_dict(out):
@@ -139,7 +140,6 @@ def _model(value: str, settings: Settings, cwd: Path) -> ShareInput:
     if path.is_dir() and (path / "job.json").is_file() and (path / LOCAL_SUBDIR).is_dir():
         return ShareInput(key, share, _trained_on_batchai(path, settings), True, f"the Batch AI training run {path}")
     if path.is_dir():
-        from cifar_dist.evaluation.inputs import EvaluationInputError, resolve_model_path
 
         try:
             path = resolve_model_path(str(path))

@@ -27,7 +27,9 @@ class FileShare:
     """One share of one storage account, authenticated with the account key."""
 
     def __init__(self, account_url: str, account_name: str, key: Secret, share: str, **client_kwargs: Any):
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.credentials import AzureNamedKeyCredential
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.storage.fileshare import ShareClient
 
         self.share_name = share
@@ -40,6 +42,7 @@ class FileShare:
         self._made_dirs: set = set()
 
     def ensure_share(self) -> None:
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceExistsError
 
         try:
@@ -50,6 +53,7 @@ class FileShare:
 
     def ensure_dir(self, path: str) -> None:
         """Create ``path`` and its parents (az storage directory create, one level at a time)."""
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceExistsError
 
         parts = PurePosixPath(path).parts
@@ -65,7 +69,9 @@ class FileShare:
 
     def upload(self, remote: str, data: bytes) -> bool:
         """Upload unless the share already holds these bytes; True when uploaded."""
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.storage.fileshare import ContentSettings
 
         digest = md5_of(data)
@@ -85,6 +91,7 @@ class FileShare:
 
     def walk(self, remote_dir: str) -> Iterator[str]:
         """Paths of every file below ``remote_dir`` (relative to it)."""
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         pending: List[str] = [""]
@@ -120,6 +127,7 @@ class FileShare:
         return fetched
 
     def exists(self, remote: str) -> bool:
+        # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
@@ -133,7 +141,9 @@ def read_from(download_url: str, offset: int, **client_kwargs: Any) -> Optional[
     """Bytes of a file from ``offset`` on, through a SAS URL (listOutputFiles'
     downloadUrl). b"" when nothing new (the service answers 416 at offset ==
     size); None when the URL has expired (403) or the file is gone (404)."""
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.storage.fileshare import ShareFileClient
 
     client = ShareFileClient.from_file_url(download_url, **client_kwargs)
@@ -152,6 +162,7 @@ def read_from(download_url: str, offset: int, **client_kwargs: Any) -> Optional[
 def storage_client_kwargs(conf: Any) -> Dict[str, Any]:
     """Transport/retry settings for the storage clients (the storage SDK's own
     ExponentialRetry, which also retries 408/429/5xx and timeouts)."""
+    # lazy: the azure extra (not installed for the other launchers)
     from azure.storage.fileshare import ExponentialRetry
 
     return {

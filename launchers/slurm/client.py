@@ -19,6 +19,7 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from cifar_dist.external_commands import DEFAULT_TIMEOUT_S, run_command
 from cifar_dist.launchers.base import LaunchError
+import pwd
 
 # States after which the job will not run again by itself (a requeued job passes through
 # REQUEUED/REQUEUE_HOLD/REQUEUE_FED back to PENDING instead).
@@ -161,7 +162,6 @@ def refusal(script: Path, stderr: str) -> str:
 
 
 def _user_name(uid: int) -> str:
-    import pwd
 
     try:
         return pwd.getpwuid(uid).pw_name

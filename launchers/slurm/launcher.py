@@ -31,6 +31,10 @@ from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
 from cifar_dist.config.override_syntax import shell_command
+from cifar_dist.rundir.lock import holder_job
+from cifar_dist.results import finished_run
+from cifar_dist.training.trainer import planned_epochs
+from cifar_dist.rundir.lock import note_holder
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,6 @@ class SlurmLauncher(ClusterLauncher):
         """The run-dir guard's question: does this launch follow the job that holds ``run_dir``?
         Yes if the holder is the Slurm job the run dir recorded and it asks for the same settings;
         a launch with other settings is refused (follow.py), whoever holds the lock."""
-        from cifar_dist.rundir.lock import holder_job
 
         job_id = recorded_job_id(run_dir)
         if job_id is None or (holder is not None and holder_job(holder) != f"Slurm job {job_id}"):
@@ -114,8 +117,6 @@ class SlurmLauncher(ClusterLauncher):
     def finished(self, job: JobSpec) -> Optional[LaunchResult]:
         """A training run whose run dir records it finished with these epochs and ranks (a re-run of a
         killed sweep's completed point): its result, without a job (which would only score it again)."""
-        from cifar_dist.results import finished_run
-        from cifar_dist.training.trainer import planned_epochs
 
         if str(job.cfg.task.get("name", "train")) != "train":
             return None
@@ -224,7 +225,6 @@ def array_dir(points: List[PreparedJob]) -> Path:
 
 def _note_submitting(run_dir: Path) -> None:
     """Say in the run dir's lock (if this process holds it) that it is held for the job about to be submitted."""
-    from cifar_dist.rundir.lock import note_holder
 
     note_holder(run_dir, launcher_note())
 

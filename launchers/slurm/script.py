@@ -39,6 +39,8 @@ from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.launchers.ranks import rank_env
 from cifar_dist.launchers.ranks.rank_env import STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
+from cifar_dist.rundir.lock import LOCK_NAME
+import sys
 
 SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
 SCRIPT_NAME = "job.sbatch"
@@ -141,7 +143,6 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
 
 def hold_run_dir_lines(run_dir: Path, python: str) -> List[str]:
     """Take the run dir's lock for the job's life (``rundir_hold.py``): refused, the job ends with its message."""
-    from cifar_dist.rundir.lock import LOCK_NAME
 
     hold = f"{shlex.quote(python)} -m cifar_dist.launchers.slurm.rundir_hold --fd {LOCK_FD} --job \"$job_id\""
     run_dir_q = shlex.quote(str(run_dir))
@@ -170,7 +171,6 @@ fi
 
 def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = None) -> str:
     """The whole batch script for ``job``."""
-    import sys
 
     check_path(job.output_dir)
     check_path(job.original_cwd, "working directory")
