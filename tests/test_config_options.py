@@ -23,7 +23,7 @@ import cifar_dist.config
 from cifar_dist.config import register_configs
 from cifar_dist.launchers import option_modules
 from cifar_dist.options import OPTION_ATTR
-from conftest import cli_env, run_cli
+from conftest import assert_ok, cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
 RECORDED = yaml.safe_load((TESTS / "composed_options.yaml").read_text())
@@ -124,11 +124,11 @@ def _own_launcher_cli(*args, cwd):
 
 def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
     helped = _own_launcher_cli("--help", cwd=tmp_path)
-    assert helped.returncode == 0, helped.stderr
+    assert_ok(helped)
     assert "launcher: azureml, batchai, echo, gloo, local, mpirun, slurm" in helped.stdout
     run = tmp_path / "run"
     ran = _own_launcher_cli("launcher=echo", "launcher.note=hi", f"hydra.run.dir={run}", cwd=tmp_path)
-    assert ran.returncode == 0, ran.stderr
+    assert_ok(ran)
     assert yaml.safe_load((run / "echo.json").read_text())["note"] == "hi"
 
 
@@ -136,7 +136,7 @@ def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
 
 def test_help_is_the_apps_own_page_with_the_real_choices(tmp_path):
     proc = run_cli("--help", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     text = proc.stdout
     assert text.startswith("cifar_dist: data-parallel CIFAR-10 training")
     assert "powered by Hydra" not in text

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import cli_env
+from conftest import assert_ok, cli_env
 from cifar_dist.training import optimizers
 from cifar_dist.training.schedules import Triangular, build_schedule, current_lr, schedule_classes
 
@@ -124,7 +124,7 @@ def test_horovod_lr_is_what_horovods_warmup_and_decay_callbacks_set_at_every_ste
     cmd += ["-x", "PYTHONPATH", "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
             sys.executable, str(tmp_path / "record.py"), str(tmp_path / "lr.json")]
     proc = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     recorded = json.loads((tmp_path / "lr.json").read_text())
     assert recorded["size"] == 2 and len(recorded["lr"]) == 30
     schedule = build_schedule(0.1, _no_schedule(), steps_per_epoch=5, epochs=6, keras=keras, warmup_epochs=1.5,

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -63,7 +63,7 @@ def test_batchnorm_statistics_are_identical_across_two_ranks_after_an_epoch(tmp_
     for mode in ("average", "off"):
         out = tmp_path / f"{mode}.json"
         proc = mpirun(str(script), str(out), mode)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_ok(proc)
         results[mode] = json.loads(out.read_text())
     assert results["average"]["statistics"] == 12  # mean and variance of 6 BatchNorm layers
     # Gradients are averaged either way; the moving statistics only with the callback.
@@ -76,7 +76,7 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     run_dir = tmp_path / "run"
     proc = run_cli("experiment=speedrun", "data=sample", "launcher=mpirun", "launcher.np=2", "trainer.epochs=4",
                    "trainer.verbose=0", "trainer.tensorboard=false", f"hydra.run.dir={run_dir}", timeout=2000)  # minutes on a quiet machine; generous for a loaded one
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and len(m["epochs"]) == 4
     # BatchNorm statistics averaged before the fingerprint: both ranks hold the same model.
@@ -106,7 +106,7 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     ev_dir = tmp_path / "eval"
     proc = run_cli("task=evaluate", f"evaluate.model={run_dir}", "evaluate.tta=flip_translate", "data=sample",
                    f"hydra.run.dir={ev_dir}", timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     ev = json.loads((ev_dir / "evaluation.json").read_text())
     assert ev["tta"] == "flip_translate"
     # The saved model (custom layers included) loads, and scores as the trainer's final TTA test did.

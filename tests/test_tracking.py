@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import compose_cfg, read_metrics, run_cli
+from conftest import assert_ok, compose_cfg, read_metrics, run_cli
 
 mlflow = pytest.importorskip("mlflow", reason="tracking extra not installed (pip install -e '.[tracking]')")
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -311,14 +311,14 @@ def test_run_resume_and_artifacts_recorded_in_one_mlflow_run(tmp_path):
     db, run_dir = tmp_path / "mlflow.db", tmp_path / "run"
     common = (*QUICK, "trainer.epochs=2", f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={run_dir}")
     first = run_cli(*common, "trainer.max_epochs_per_run=1")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert_ok(first)
     client = MlflowClient(f"sqlite:///{db}")
     run_id = read_ref(run_dir / RUN_FILE).run_id
     assert client.get_run(run_id).info.status == "KILLED"  # stopped early on purpose: resumes into this run
     assert steps(client, run_id, "loss") == [1]
 
     second = run_cli(*common)
-    assert second.returncode == 0, second.stderr[-3000:]
+    assert_ok(second)
     assert read_ref(run_dir / RUN_FILE).run_id == run_id
     assert len(client.search_runs([client.get_experiment_by_name("cifar_dist").experiment_id])) == 1
     run = client.get_run(run_id)
@@ -351,7 +351,7 @@ def test_sweep_points_grouped_under_one_parent_and_linked_from_the_summary(tmp_p
     db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", *QUICK, "trainer.epochs=1", "trainer.plot=false",
                    f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     client = MlflowClient(f"sqlite:///{db}")
     parent = read_ref(sweep / SWEEP_FILE).run_id
     rows = list(csv.DictReader(open(sweep / "sweep_summary.csv")))
@@ -450,7 +450,7 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
         output, _ = training.communicate(timeout=600)
     finally:
         stop_server(server)
-    assert training.returncode == 0, output[-3000:]
+    assert_ok(training, output)
     assert read_metrics(run_dir)["complete"] is True
     warnings = [line for line in output.splitlines() if "tracking:" in line and "failed at" in line]
     assert len(warnings) == 1, output[-3000:]
@@ -463,7 +463,7 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
     try:
         proc = subprocess.run([sys.executable, "-m", "cifar_dist.tracking", "import", str(run_dir)], cwd=REPO,
                               env=cli_env(), capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert_ok(proc)
         run = client.get_run(ref.run_id)
         assert run.info.status == "FINISHED"
         assert steps(client, ref.run_id, "loss") == [1, 2, 3]
