@@ -8,6 +8,7 @@ launcher defined in a test module (tests/own_launcher.py) appears under
 own page with the real choices.
 """
 import importlib
+import importlib.resources
 import os
 import sys
 from pathlib import Path
@@ -84,10 +85,27 @@ def test_each_option_is_its_dataclass_defaults(compose_job, cls):
         assert composed[group] == defaults
 
 
+def _stored_options(repo=None, group: str = "") -> set:
+    """``(group, option)`` of every option cifar_dist stores in the ConfigStore (a dataclass each)."""
+    repo = ConfigStore.instance().repo if repo is None else repo
+    found = set()
+    for key, node in repo.items():
+        if isinstance(node, dict):
+            found |= _stored_options(node, f"{group}/{key}".lstrip("/"))
+        elif group and node.provider == "cifar_dist":
+            found.add((group, key.removesuffix(".yaml")))
+    return found
+
+
 def test_no_yaml_file_repeats_an_option():
-    conf = Path(cifar_dist.config.__file__).parent / "conf"
-    stubs = [p for p in conf.glob("*/*.yaml") if p.parent.name in GROUPS[:7]]
-    assert stubs == []
+    """No file of the config package (conf/ in a checkout, cifar_dist/conf installed) is ``<group>/<option>.yaml``
+    of an option that a dataclass defines."""
+    conf = Path(str(importlib.resources.files("cifar_dist.conf")))
+    files = [p.relative_to(conf) for p in conf.rglob("*.yaml")]
+    assert [f for f in files if f.parent.name], f"found no config group files under {conf}"
+    options = _stored_options()
+    assert {("data", "sample"), ("model", "resnet9"), ("launcher", "slurm")} <= options
+    assert [f for f in files if (f.parent.as_posix(), f.stem) in options] == []
 
 
 # --- a launcher from a test module: the one documented way, no other edit ---

@@ -2,6 +2,7 @@
 import csv
 import json
 import logging
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,15 @@ def test_params_are_the_flattened_config_without_secret_looking_keys():
 
 
 def test_git_commit_only_for_a_git_checkout(tmp_path):
+    """None outside a git checkout; inside one, its HEAD as ``git rev-parse HEAD`` says."""
     assert git_commit(tmp_path) is None
-    assert len(git_commit(Path(__file__).resolve().parents[1]) or "x" * 40) == 40
+    checkout = tmp_path / "checkout"
+    git = ["git", "-C", str(checkout), "-c", "user.name=test", "-c", "user.email=test@example.org",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True, timeout=60)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "first"], check=True, timeout=60)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True, timeout=60)
+    assert git_commit(checkout) == head.stdout.strip()
 
 
 def test_guard_turns_the_first_failure_into_one_warning_then_skips(caplog):
