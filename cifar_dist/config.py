@@ -405,7 +405,7 @@ def typed(cfg):
 
 
 def engine_of(cfg):
-    """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
+    """``cfg.engine`` typed; a config saved before engines existed trained on Horovod with Keras 2: the defaults."""
     from omegaconf import OmegaConf
 
     return OmegaConf.merge(OmegaConf.structured(HorovodEngineConfig), cfg.get("engine") or {})
