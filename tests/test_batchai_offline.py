@@ -80,7 +80,7 @@ def test_missing_settings_are_listed_in_one_error(tmp_path):
     env = cli_env(None, None)
     proc = run_cli(*["launcher=batchai", f"hydra.run.dir={tmp_path / 'run'}"], env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [l for l in proc.stderr.splitlines() if "missing settings" in l]
+    (line,) = [x for x in proc.stderr.splitlines() if "missing settings" in x]
     for needed in ("subscription_id", "resource_group", "location", "workspace", "cluster", "storage_account", "AZURE_BATCHAI_STORAGE_KEY"):
         assert needed in line
     assert "Traceback" not in proc.stderr

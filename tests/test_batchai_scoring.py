@@ -137,7 +137,7 @@ def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(fake_az
     extra = {"task": "evaluate", "evaluate.model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs"}
     proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [l for l in proc.stderr.splitlines() if "cifar_dist: error" in l]
+    (line,) = [x for x in proc.stderr.splitlines() if "cifar_dist: error" in x]
     assert "evaluate.model: $AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs" in line
     assert "no such run dir on the share" in line and "Traceback" not in proc.stderr
     assert fake_azure.job_creates() == [] and fake_azure.arm_requests("PUT", "/clusters/") == []

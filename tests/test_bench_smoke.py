@@ -186,7 +186,7 @@ def test_fixed_cost_from_two_whole_commands():
 
 
 def test_phase_probe_times_the_app_only_when_asked(tmp_path):
-    """scripts/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped and the process start logged."""
+    """scripts/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped, the process start logged."""
     log = tmp_path / "events.jsonl"
     code = "import cifar_dist.app as a; print(hasattr(a.end_of_job, '__wrapped__'))"
     env = cli_env(PYTHONPATH=os.pathsep.join([str(REPO / "scripts" / "phase_probe"), str(REPO)]))

@@ -153,7 +153,8 @@ def _summary(sweep: Path):
     return [(r["varied"], r["status"], r["ranks"]) for r in csv.DictReader(open(sweep / "sweep_summary.csv"))]
 
 
-@pytest.mark.slow  # 1.7 min; the concurrent scheduler's other tests here and test_launcher_mpirun's sweep stay in the default suite
+# 1.7 min; the concurrent scheduler's other tests here and test_launcher_mpirun's sweep stay in the default suite
+@pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):

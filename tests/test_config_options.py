@@ -73,7 +73,7 @@ def _option_classes():
     return [cls for cls in found if not cls.__dict__[OPTION_ATTR][0].startswith("hydra/")]  # the job's own groups
 
 
-@pytest.mark.parametrize("cls", _option_classes(), ids=lambda c: "{0}={1}".format(*c.__dict__[OPTION_ATTR]))
+@pytest.mark.parametrize("cls", _option_classes(), ids=lambda c: "{}={}".format(*c.__dict__[OPTION_ATTR]))
 def test_each_option_is_its_dataclass_defaults(compose_job, cls):
     """Values live in the dataclass: no YAML file changes what the option composes to."""
     group, name, package = cls.__dict__[OPTION_ATTR]

@@ -7,7 +7,6 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 from cifar_fixtures import data_cfg, sample_arrays, write_png_tree

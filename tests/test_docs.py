@@ -14,7 +14,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from cifar_fixtures import sample_arrays, write_png_tree

@@ -21,7 +21,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_cli, wait_for

@@ -7,7 +7,6 @@ import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from omegaconf import OmegaConf
 
 from cifar_fixtures import sample_batches

@@ -40,7 +40,8 @@ def train_both(factory, lr2, lr3, scale=1.0, **kwargs):
         grads = [(scale * rng.standard_normal(v.shape)).astype(np.float32) for v in k2.trainable_variables]
         opt2.apply_gradients(zip([tf.constant(g) for g in grads], k2.trainable_variables))
         opt3.apply_gradients(zip([keras.ops.convert_to_tensor(g) for g in grads], k3.trainable_variables))
-    # The lr applied at the next step (Keras 2's current_lr leaves out its legacy decay; Keras 3's has it in the schedule).
+    # The lr applied at the next step (Keras 2's current_lr leaves out its legacy decay; Keras 3's has it in the
+    # schedule).
     assert current_lr(opt3) == pytest.approx(float(opt2._decayed_lr(tf.float32)), rel=1e-6)
     moved = lambda model: [w - w0 for w, w0 in zip(model.get_weights(), start)]  # noqa: E731
     return moved(k2), moved(k3), opt3

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import assert_ok, cli_env, error_lines, one_error_line, run_cli
+from conftest import assert_ok, error_lines, one_error_line, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_carry_e2e import assert_trained_the_users_model, needs_mpirun
 from user_project import DATA_YAML, MODEL_YAML, QUIET, WIDTH, write_user_project

@@ -195,7 +195,7 @@ def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(cluster, tiny_da
     assert f"Slurm job {jid} was requeued (restart 1" in out and f"Slurm job {jid} was requeued (restart 2" in out
     assert "the ranks stop after this epoch" in out and "stop signal SIGUSR1: stopping after epoch" in out
     assert f"requeueing job {jid} (restart 2 of 3)" in out_file.read_text()  # scontrol requeue was restart 1
-    assert f"completed after 2 requeue(s)" in out
+    assert "completed after 2 requeue(s)" in out
     m = read_metrics(run_dir)
     assert m["complete"] and m["resumed_from_epoch"] >= 2
     assert [e["epoch"] for e in m["epochs"]] == list(range(1, epochs + 1))

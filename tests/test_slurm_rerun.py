@@ -29,7 +29,7 @@ def test_a_rerun_with_changed_values_does_not_follow_the_old_job(cluster, tiny_d
     again = run_cli("-m", "optimizer.lr=1e-4,3e-4", *args, env=env_for(cluster), timeout=300)
     out = again.stdout + again.stderr
     assert again.returncode == 1, out[-3000:]  # point #1 failed alone; point #0 follows its own job
-    assert f"point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {jobs[1]} (" in out
+    assert "point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {jobs[1]} (" in out
     assert "optimizer.lr (job: 0.0002, now: 0.0003)" in out
     assert lr_of(sweep / "1") == 2e-4 and [job_id(sweep / "0"), job_id(sweep / "1")] == jobs
     assert "0.0003" not in (sweep / "sweep_summary.csv").read_text()  # no result under the new value

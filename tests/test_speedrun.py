@@ -26,7 +26,8 @@ BN_SCRIPT = textwrap.dedent(
     hvd.init()
     tf.keras.utils.set_random_seed(1)
     model = airbench.build(widths=[8, 8, 8])
-    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01)), loss="categorical_crossentropy")
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01))
+    model.compile(optimizer=optimizer, loss="categorical_crossentropy")
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     rng = np.random.default_rng(100 + hvd.rank())  # each rank its own images: its own batch statistics
     x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
@@ -35,7 +36,8 @@ BN_SCRIPT = textwrap.dedent(
     from cifar_dist.training.horovod_env import World
     from cifar_dist.training.threads import plan_threads
 
-    engine = HorovodEngine(World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False))
+    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False)
+    engine = HorovodEngine(world)
     callbacks = [AverageBatchNormStatistics(engine)] if sys.argv[2] == "average" else []
     model.fit(x, y, epochs=1, batch_size=16, callbacks=callbacks, verbose=0)
     stats = hvd_tf.allgather_object([v.numpy() for v in moving_statistics(model)])

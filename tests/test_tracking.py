@@ -539,7 +539,7 @@ def test_a_failed_sweep_points_overrides_reach_hydras_error_line_masked(capsys):
     ret = JobReturn(overrides=[f"tracking.uri={SECRET_URI}", "optimizer.lr=0.9"], status=JobStatus.FAILED,
                     _return_value=PointFailed("point #1 failed"))
     with pytest.raises(PointFailed):
-        masked(ret).return_value
+        masked(ret).return_value  # noqa: B018  (reading the property raises)
     err = capsys.readouterr().err
     assert "Error executing job with overrides" in err and "mlflow.example:8443" in err
     assert "Pa55word-in-uri" not in err and "Sig-in-query" not in err and "optimizer.lr=0.9" in err

@@ -1,7 +1,5 @@
 """End-to-end: `python -m cifar_dist` on the packaged sample, in a subprocess, as a user runs it."""
 import csv
-import json
-import os
 import shutil
 
 import pytest

@@ -1,4 +1,5 @@
-"""Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS is recorded."""
+"""Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS
+is recorded."""
 import pytest
 
 from cifar_dist.errors import CifarDistError
