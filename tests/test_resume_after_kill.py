@@ -76,8 +76,8 @@ elif AT in ("checkpoint-rename", "metrics-rename"):
     def fsync(fd):
         real_fsync(fd)
         target = os.readlink(f"/proc/self/fd/{fd}")
-        epoch_2 = AT != "metrics-rename" or '"epoch": 2' in Path(target).read_text()
-        if needle in target and target.endswith(".partial") and epoch_2:
+        partial = needle in target and target.endswith(".partial")
+        if partial and (AT != "metrics-rename" or '"epoch": 2' in Path(target).read_text()):
             reached(target)
     os.fsync = fsync
 sys.argv = ["cifar_dist", *sys.argv[1:]]
