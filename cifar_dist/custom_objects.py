@@ -20,7 +20,7 @@ from cifar_dist.keras_ops import module_flavor
 
 
 def register_custom_objects(keras: ModuleType) -> Dict[str, type]:
-    """This package's Keras classes for ``keras`` (``tf.keras`` or Keras 3), registered; by registered and class name."""
+    """This package's Keras classes for ``keras`` (tf.keras or Keras 3), registered; by registered and class name."""
     from cifar_dist.models.blocks import custom_layers  # lazy: TensorFlow
     from cifar_dist.training.recipe.schedules import schedule_classes  # lazy: TensorFlow
 

@@ -252,5 +252,6 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        sys.exit("usage: python -m cifar_dist.sweep_summary <sweep dir>   (rebuilds sweep_summary.csv/.png and prints the table)")
+        sys.exit("usage: python -m cifar_dist.sweep_summary <sweep dir>   "
+                 "(rebuilds sweep_summary.csv/.png and prints the table)")
     summarize(Path(sys.argv[1]))

@@ -83,7 +83,7 @@ def run_seed_port(epochs: int, data: str, work: Path, log) -> dict:
 
 
 def import_times(log) -> Dict[str, object]:
-    """``python -X importtime -c 'import cifar_dist.app'``: cumulative microseconds of the watched top-level packages."""
+    """``python -X importtime -c 'import cifar_dist.app'``: cumulative microseconds of the watched top packages."""
     cmd = [sys.executable, "-X", "importtime", "-c", "import cifar_dist.app"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))

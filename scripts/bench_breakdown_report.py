@@ -13,7 +13,7 @@ def seconds(value: Optional[float]) -> str:
 
 
 def breakdown_runs(result: dict) -> List[dict]:
-    """The first successful run of each config (the N-epoch one), in the order seed 1, seed 2, speedrun 1, speedrun 2."""
+    """The first successful run of each config (the N-epoch one), in the order seed 1, seed 2, speedrun 1 and 2."""
     seen: Dict[str, dict] = {}
     for r in result["runs"]:
         if r.get("breakdown") and r["config"] not in seen:
@@ -68,7 +68,8 @@ def fixed_table(ratios: dict) -> List[str]:
             f = both.get(kind)
             if f:
                 lines.append(f"| {label}, N = {f['epochs']}{note} | {seconds(f['t_n_s'])} | {seconds(f['t_2n_s'])} | "
-                             f"{seconds(f['fixed_s'])} | {f['epoch_cost_s']:.2f} s | **{f['whole_vs_epochs_cost']:.2f}×** | ≤ 1.3× |")
+                             f"{seconds(f['fixed_s'])} | {f['epoch_cost_s']:.2f} s | "
+                             f"**{f['whole_vs_epochs_cost']:.2f}×** | ≤ 1.3× |")
             elif kind == "measured":
                 lines.append(f"| {label} | | | | | not measurable (a run failed or T(2N) ≤ T(N)) | |")
         if both.get("fit_return_wait_s"):
@@ -82,21 +83,25 @@ def budget_lines(ratios: dict) -> List[str]:
     if not v:
         return []
     acc = lambda x: "—" if x is None else f"{x:.4f}"  # noqa: E731
-    return ["| speedrun, 2 ranks, as configured ({n} epochs) | seed port, {e} epochs | ratio (goal ≤ 0.5×) | speedrun test acc (TTA / plain) | seed port test acc |"
+    return [("| speedrun, 2 ranks, as configured ({n} epochs) | seed port, {e} epochs | ratio (goal ≤ 0.5×) "
+             "| speedrun test acc (TTA / plain) | seed port test acc |")
             .format(e=v["seed_port_epochs"], n=v.get("speedrun_epochs", "?")), "|---:|---:|---:|---:|---:|",
             f"| {seconds(v['speedrun_2_s'])} | {seconds(v['seed_port_s'])} | **{v['ratio']:.2f}×** | "
-            f"{acc(v['speedrun_test_accuracy'])} / {acc(v['speedrun_test_plain_accuracy'])} | {acc(v['seed_port_test_accuracy'])} |"]
+            f"{acc(v['speedrun_test_accuracy'])} / {acc(v['speedrun_test_plain_accuracy'])} | "
+            f"{acc(v['seed_port_test_accuracy'])} |"]
 
 
 def runs_table(result: dict) -> List[str]:
-    lines = ["| run | epochs | whole command | of which waiting as model.fit returned | test acc | load 1 min before → after |",
+    lines = ["| run | epochs | whole command | of which waiting as model.fit returned | test acc "
+             "| load 1 min before → after |",
              "|---|---:|---:|---:|---:|---|"]
     for r in result["runs"]:
         acc = r.get("test_accuracy")
         state = "" if r.get("ok") else " (FAILED: " + str(r.get("error", ""))[:80] + ")"
         load = r.get("load_avg_1min") or [0, 0]
         wait = (r.get("breakdown") or {}).get("fit_return_wait_s")
-        lines.append(f"| {r['variant']}{state} | {r.get('epochs_run') or r['epochs_asked']} | {seconds(r.get('process_wall_s'))} | "
+        lines.append(f"| {r['variant']}{state} | {r.get('epochs_run') or r['epochs_asked']} | "
+                     f"{seconds(r.get('process_wall_s'))} | "
                      f"{seconds(wait)} | "
                      f"{'—' if acc is None else f'{acc:.4f}'} | {load[0]:.1f} → {load[1]:.1f} |")
     return lines
@@ -117,7 +122,8 @@ def markdown(result: dict) -> str:
     if imports.get("cumulative_us"):
         found = ", ".join(f"{k} {v / 1e6:.2f} s" for k, v in sorted(imports["cumulative_us"].items(), key=lambda kv: -kv[1]))
         missing = [k for k in ("mlflow", "azure", "matplotlib", "optuna", "tensorflow") if k not in imports["cumulative_us"]]
-        out += [f"`{imports['command']}` ({imports['wall_s']:.1f} s): {found}; not imported: {', '.join(missing) or 'none'}.", ""]
+        out += [f"`{imports['command']}` ({imports['wall_s']:.1f} s): {found}; "
+                f"not imported: {', '.join(missing) or 'none'}.", ""]
     return "\n".join(out)
 
 

@@ -110,7 +110,8 @@ def main() -> None:
     for v in multi:
         ratios = [e[f"{v} ratio"] for e in results["rounds"]]
         results[f"{v} median ratio"] = statistics.median(ratios)
-        print(f"{v}: {args.ranks} ranks / 1 rank = {statistics.median(ratios):.3f}x (median of {ratios and len(ratios)} rounds: "
+        print(f"{v}: {args.ranks} ranks / 1 rank = {statistics.median(ratios):.3f}x "
+              f"(median of {ratios and len(ratios)} rounds: "
               + ", ".join(f"{x:.3f}" for x in ratios) + ")")
     print("commands:\n  " + "\n  ".join([results["rounds"][0]["1 rank"]["command"]]
                                         + [results["rounds"][0][v]["command"] for v in multi]))

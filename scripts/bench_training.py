@@ -16,7 +16,8 @@ given as a ratio to the seed reference:
     python scripts/bench_training.py                 # full: 25 seed epochs (~20-30 min on 2 cores)
     python scripts/bench_training.py --quick         # 5 epochs each (a few minutes)
     python scripts/bench_training.py --smoke --out /tmp/bench   # seconds-scale data, for tests
-    python scripts/bench_training.py --variants time_to_accuracy   # seed 25 epochs, default, fast, speedrun on 1 and N ranks
+    # seed 25 epochs, default, fast, speedrun on 1 and N ranks:
+    python scripts/bench_training.py --variants time_to_accuracy
 
 Variants (``--variants``): seed, bare, cifar_dist_1, cifar_dist_N (N = --ranks,
 default the core count), fast (``experiment=fast`` on N ranks), fast_1,

@@ -108,7 +108,7 @@ class OneLinePerTrial(logging.Filter):
 
 
 def save_results(study: Any, sweep_dir: Path) -> Optional[Path]:
-    """The study's best so far in ``optimization_results.yaml`` (the plugin's format); None before any trial completed."""
+    """The study's best so far in ``optimization_results.yaml`` (the plugin's format); None before a trial completed."""
     import optuna  # lazy: Optuna
 
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]

@@ -155,7 +155,7 @@ class LoopbackServer:
 
 @contextlib.contextmanager
 def serve(routes: dict[str, Route]):
-    """An HTTP server on 127.0.0.1 (a free port) in a thread; yields a LoopbackServer whose routes can be changed live."""
+    """An HTTP server on 127.0.0.1 (a free port) in a thread; yields a LoopbackServer whose routes can change live."""
     state = LoopbackServer(base_url="", routes=routes)
     lock = threading.Lock()
 

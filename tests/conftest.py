@@ -87,6 +87,23 @@ def compose_cfg(*overrides: str, **kwargs):
         return compose("config", overrides=list(overrides), **kwargs)
 
 
+def output_of(proc) -> str:
+    """A finished ``subprocess.run``'s captured stdout then stderr as text (a stream not captured counts as empty)."""
+    streams = (proc.stdout, proc.stderr)
+    return "".join(s.decode(errors="replace") if isinstance(s, bytes) else s for s in streams
+                   if isinstance(s, (str, bytes)))
+
+
+def assert_ok(proc, output: str | None = None, tail: int = 4000):
+    """Fail the test unless ``proc`` exited 0, showing the last ``tail`` characters of its output; returns ``proc``.
+
+    The output is stdout then stderr of a ``subprocess.run`` result, or ``output`` where the caller read the streams
+    itself (a ``Popen`` after ``communicate()``).
+    """
+    assert proc.returncode == 0, (output_of(proc) if output is None else output)[-tail:]
+    return proc
+
+
 def error_lines(proc) -> list:
     """The CLI's one-line errors (``cifar_dist: error: ...``) in a finished process's stderr."""
     return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
@@ -138,8 +155,7 @@ def cluster(slurm):
 def trained_run(tmp_path_factory):
     """One short real training run on the packaged sample, shared by the end-to-end tests."""
     run_dir = tmp_path_factory.mktemp("e2e") / "run"
-    proc = run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = assert_ok(run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}"))
     return run_dir, proc
 
 
@@ -152,6 +168,6 @@ def half_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
     proc = run_cli(*QUIET_SAMPLE_RUN, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
                    f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
     return run_dir

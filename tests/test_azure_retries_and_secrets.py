@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import run_cli, start_cli
+from conftest import assert_ok, run_cli, start_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
 from fake_azureml.fixtures import fake_aml, snapshot_cache  # noqa: F401
@@ -63,7 +63,7 @@ def test_a_response_that_never_comes_is_retried_after_the_read_timeout(fake_azur
     fake_azure.dispatch = dispatch
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.read_timeout_s": "1"})
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert stalled, "no job GET was stalled"
     gets = [r for r in fake_azure.arm_requests("GET", "/jobs/") if r.at >= stalled[0]]
     assert len(gets) >= 2 and gets[1].at - stalled[0] < 4  # the retry did not wait for the stalled answer

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import assert_ok, error_lines, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 
 from cifar_dist.launchers.azureml.config import AzureMLLauncherConf, resolve_settings
@@ -23,7 +23,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     extra = {"launcher.dry_run": "true", "launcher.instance_count": "4", "launcher.process_count_per_instance": "2",
              "launcher.vm_priority": "low_priority", "optimizer.lr": "0.002", "+launcher.env.FOO": "bar"}
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert fake_aml.requests == [] and fake_aml.proxy.tunnelled == []
 
     job_file = run_dir / "azureml" / "job.yml"
@@ -78,7 +78,7 @@ def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_c
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.environment": "cifar-tf218-hvd:3", "launcher.create_compute": "false"}
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
     assert doc["environment"] == "azureml:cifar-tf218-hvd:3"
     assert not (run_dir / "azureml" / "environment").exists() and not (run_dir / "azureml" / "compute.yml").exists()
@@ -89,7 +89,7 @@ def test_missing_settings_are_named_in_one_line(tmp_path):
     proc = run_cli(*["launcher=azureml", "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"], env=aml_env_without_fake(),
                    cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    (line,) = error_lines(proc)
     for name in ("launcher.subscription_id", "launcher.resource_group", "launcher.workspace", "launcher.compute"):
         assert name in line
 
@@ -122,7 +122,7 @@ def test_bad_sizes_and_custom_clouds_are_refused():
 def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cache, tmp_path):
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "low_priority", "trainer.resume": "false"}
     proc = run_cli(*aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr
 
 
@@ -132,7 +132,7 @@ def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snap
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?token=Tok3n-in-query"
     extra = {"launcher.dry_run": "true", "tracking": "mlflow", "tracking.uri": f"'{uri}'"}
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     text = (run_dir / "azureml" / "job.yml").read_text()
     doc = yaml.safe_load(text)
     assert "tracking.uri=" in doc["command"] and "mlflow.example:8443/x" in doc["description"]

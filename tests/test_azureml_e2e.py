@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cifar_fixtures import BATCH_DIR, batch_files, random_batches, write_folder
-from conftest import run_cli, start_cli
+from conftest import assert_ok, error_lines, run_cli, start_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from fake_azureml.server import Fault
 
@@ -28,7 +28,7 @@ def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cach
     run_dir = tmp_path / "run"
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), env=aml_env(fake_aml),
                    cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
 
     # The compute was created (0..N nodes), the code uploaded once, the job submitted once.
     (compute,) = fake_aml.calls("PUT", "/computes/")
@@ -59,7 +59,7 @@ def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cach
     # A second launch of the same run dir follows the job it already submitted.
     again = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **small_data(tmp_path)), env=aml_env(fake_aml),
                     cwd=tmp_path, timeout=300)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert_ok(again)
     assert len(fake_aml.job_creates()) == 1 and "already exists" in again.stdout
 
 
@@ -84,7 +84,7 @@ def test_an_auth_failure_is_one_clear_line(fake_aml, snapshot_cache, tmp_path):
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml, FAKE_AZURE_TOKEN="expired"),
                    cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    (line,) = error_lines(proc)
     assert "az login" in line and "Traceback" not in proc.stderr
     assert fake_aml.job_creates() == []
 
@@ -95,7 +95,7 @@ def test_throttling_is_retried_by_azure_core(fake_aml, snapshot_cache, tmp_path)
     fake_aml.faults.append(Fault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
     run_dir = tmp_path / "run"
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml), cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     assert (run_dir / "metrics.json").is_file()  # the simulated job's
     puts = fake_aml.calls("PUT", "/jobs/")
     assert [r.status for r in puts] == [429, 429, 201]
@@ -135,7 +135,7 @@ def test_wait_false_returns_once_submitted(fake_aml, snapshot_cache, tmp_path):
     fake_aml.state.node_root = None
     proc = run_cli(*aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **{"launcher.wait": "false"}), env=aml_env(fake_aml),
                    cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     (job,) = fake_aml.jobs()
     assert job.status not in ("Completed", "Failed", "Canceled")
     assert "launcher.wait=false, not following it" in proc.stdout + proc.stderr
@@ -152,11 +152,11 @@ def test_an_existing_compute_is_used_and_checked_not_created(fake_aml, snapshot_
     overrides = {"launcher.create_compute": "false", "launcher.instance_count": "4"}
     proc = run_cli(*aml_overrides(fake_aml, tmp_path / "big", snapshot_cache, **overrides), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    (line,) = error_lines(proc)
     assert "compute gpu-cluster scales to at most 2 nodes but the job needs 4" in line
     missing = {"launcher.create_compute": "false", "launcher.compute": "nope"}
     proc = run_cli(*aml_overrides(fake_aml, tmp_path / "none", snapshot_cache, **missing), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    (line,) = error_lines(proc)
     assert "compute nope does not exist" in line and "launcher.create_compute=true" in line
     assert fake_aml.job_creates() == [] and fake_aml.calls("PUT", "/computes/") == []

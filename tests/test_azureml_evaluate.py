@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import assert_ok, error_lines, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_azureml_e2e import small_data
 
@@ -31,7 +31,7 @@ def _evaluate(fake, tmp_path, cache, model: str):
     run_dir = tmp_path / "scores"
     extra = {**small_data(tmp_path), "task": "evaluate", "evaluate.model": model}
     proc = run_cli(*aml_overrides(fake, run_dir, cache, **extra), env=aml_env(fake), cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     scores = json.loads((run_dir / "evaluation.json").read_text())
     assert scores["samples"] == 32 and 0.0 <= scores["accuracy"] <= 1.0
     (create,) = fake.job_creates()
@@ -60,6 +60,6 @@ def test_a_missing_local_model_is_one_line_before_anything_is_sent(fake_aml, sna
     extra = {"task": "evaluate", "evaluate.model": str(tmp_path / "nope.h5")}
     proc = run_cli(*aml_overrides(fake_aml, tmp_path / "scores", snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("cifar_dist: error:")]
+    (line,) = error_lines(proc)
     assert "nope.h5: no such file or directory" in line and "azureml://jobs/<name>/outputs/run_dir" in line
     assert fake_aml.requests == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_azureml_e2e import small_data
 
@@ -16,7 +16,7 @@ def test_a_preempted_job_resumes_from_its_checkpoint_in_its_outputs(fake_aml, sn
     run_dir = tmp_path / "run"
     extra = {**small_data(tmp_path), "trainer.epochs": "2", "launcher.vm_priority": "low_priority"}
     proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
 
     (compute,) = fake_aml.calls("PUT", "/computes/")
     assert json.loads(compute.body)["properties"]["properties"]["vmPriority"] == "LowPriority"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, start_cli
+from conftest import assert_ok, run_cli, start_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
 
@@ -42,7 +42,7 @@ def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fak
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.scale_down": "true"})
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     # Everything the tutorial created by hand now exists, once.
     state = fake_azure.batchai
@@ -107,7 +107,7 @@ def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storag
     is_job_get = lambda method, path: method == "GET" and arm_job(path)  # noqa: E731
     fake_azure.faults += [Fault(is_job_create, 429, times=2, retry_after="1"), Fault(is_job_get, 503, times=2, retry_after="0")]
     proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     creates = fake_azure.job_creates()
     assert [r.status for r in creates] == [429, 429, 202]
     assert creates[2].at - creates[0].at >= 1.9  # Retry-After: 1 was honoured, twice
@@ -117,10 +117,10 @@ def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storag
 def test_rerunning_the_same_launch_neither_resubmits_nor_reuploads(fake_azure, storage_key, wheel_cache, tmp_path):
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache)
     env = cli_env(fake_azure, storage_key)
-    assert run_cli(*args, env=env, cwd=tmp_path, timeout=60).returncode == 0
+    assert_ok(run_cli(*args, env=env, cwd=tmp_path, timeout=60))
     uploads_before = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]
     proc = run_cli(*args, env=env, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     assert len(fake_azure.job_creates()) == 1
     assert "already exists (succeeded): following it" in proc.stdout
     uploads_after = [r for r in fake_azure.requests if r.method == "PUT" and r.query.get("comp") == "range"]

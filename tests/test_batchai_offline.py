@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli, shared_path
+from conftest import assert_ok, run_cli, shared_path
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.azure.job_names import job_name
@@ -40,7 +40,7 @@ def test_dry_run_writes_a_valid_job_json_prints_az_and_touches_nothing(fake_azur
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.dry_run": "true"})
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     assert fake_azure.requests == []
     doc = json.loads((run_dir / "job.json").read_text())
     assert doc["$schema"].endswith("/2018-05-01/job.json")
@@ -66,7 +66,7 @@ def test_dry_run_uses_the_key_vault_reference_when_configured(fake_azure, wheel_
         "launcher.key_vault_secret_url": "https://kv.vault.azure.net/secrets/storage-key",
     }
     proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(None, None), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     doc = json.loads((tmp_path / "run" / "job.json").read_text())
     assert schema_errors(doc) == []
     credentials = doc["properties"]["mountVolumes"]["azureFileShares"][0]["credentials"]
@@ -80,7 +80,7 @@ def test_missing_settings_are_listed_in_one_error(tmp_path):
     env = cli_env(None, None)
     proc = run_cli(*["launcher=batchai", f"hydra.run.dir={tmp_path / 'run'}"], env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [l for l in proc.stderr.splitlines() if "missing settings" in l]
+    (line,) = [x for x in proc.stderr.splitlines() if "missing settings" in x]
     for needed in ("subscription_id", "resource_group", "location", "workspace", "cluster", "storage_account", "AZURE_BATCHAI_STORAGE_KEY"):
         assert needed in line
     assert "Traceback" not in proc.stderr
@@ -93,7 +93,7 @@ def test_launcher_conf_is_importable_without_azure_sdks():
         "bad = [m for m in sys.modules if m.startswith(('azure', 'msrest'))]; print(bad); sys.exit(1 if bad else 0)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_ok(proc)
 
 
 def test_the_job_body_matches_the_schema_and_round_trips_through_the_sdk_models():
@@ -168,7 +168,7 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
         [sys.executable, "-m", "cifar_dist", "--config-dir", str(tmp_path), "--config-name", "job_config", "--cfg", "job"],
         capture_output=True, text=True, env={**os.environ, "CIFAR_DIST_CHILD": "1"},
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     node = OmegaConf.to_container(OmegaConf.create(proc.stdout))
     expected = OmegaConf.to_container(cfg)
     expected["launcher"] = {"_target_": "cifar_dist.launchers.local.LocalLauncher"}
@@ -203,7 +203,7 @@ def test_a_password_in_the_tracking_uri_reaches_the_nodes_only_as_a_secret(fake_
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
         "launcher.dry_run": "true", "tracking": "mlflow", "tracking.remote": "nodes", "tracking.uri": f"'{uri}'"})
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     doc = json.loads((run_dir / "job.json").read_text())
     assert schema_errors(doc) == []
     assert {s["name"] for s in doc["properties"]["secrets"]} == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}

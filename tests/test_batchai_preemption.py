@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cifar_fixtures import BATCH_DIR, batch_files, sample_batches, write_folder
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
@@ -66,7 +66,7 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(fake_
     proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key),
                    cwd=tmp_path, timeout=240)
     elapsed = time.monotonic() - start
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
 
     (job,) = fake_azure.jobs()
     first, second = job.runs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, shared_path
+from conftest import assert_ok, run_cli, shared_path
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
@@ -114,7 +114,7 @@ def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(fak
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "lowpriority", "launcher.scheduling_priority": "high"}
     proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     assert fake_azure.requests == []
     cluster = json.loads((run_dir / "cluster.json").read_text())
     assert cluster["properties"]["vmPriority"] == "lowpriority"

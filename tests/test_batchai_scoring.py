@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import run_cli, shared_path
+from conftest import assert_ok, run_cli, shared_path
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
@@ -41,7 +41,7 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
     scoring job runs on a new low-priority cluster at low scheduling priority."""
     env = cli_env(fake_azure, storage_key)
     train_dir, score_dir = tmp_path / "train", tmp_path / "score"
-    assert run_cli(*launcher_overrides(fake_azure, train_dir, wheel_cache), env=env, cwd=tmp_path, timeout=60).returncode == 0
+    assert_ok(run_cli(*launcher_overrides(fake_azure, train_dir, wheel_cache), env=env, cwd=tmp_path, timeout=60))
     (train_job,) = fake_azure.jobs()
 
     extra = {
@@ -53,7 +53,7 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
         "launcher.node_count": "1",
     }
     proc = run_cli(*launcher_overrides(fake_azure, score_dir, wheel_cache, **extra), env=env, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     # The requests: a low-priority cluster, and a scoring job at low priority, both valid
     # against the service's published schemas.
@@ -111,7 +111,7 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
     extra = {"task": "evaluate", "evaluate.input": str(images), "launcher.node_count": "1"}
     args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache, **extra) if not a.startswith("hydra.run.dir")]
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     jobs = fake_azure.jobs()
     assert len(jobs) == 2 and all(j.state == "succeeded" for j in jobs), [j.errors for j in jobs]
@@ -137,7 +137,7 @@ def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(fake_az
     extra = {"task": "evaluate", "evaluate.model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs"}
     proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
-    (line,) = [l for l in proc.stderr.splitlines() if "cifar_dist: error" in l]
+    (line,) = [x for x in proc.stderr.splitlines() if "cifar_dist: error" in x]
     assert "evaluate.model: $AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs" in line
     assert "no such run dir on the share" in line and "Traceback" not in proc.stderr
     assert fake_azure.job_creates() == [] and fake_azure.arm_requests("PUT", "/clusters/") == []
@@ -240,7 +240,7 @@ def test_the_node_resolves_the_share_path_from_its_own_environment(tmp_path):
          "--cfg", "job", "--resolve"],
         capture_output=True, text=True, env=node_env,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     node = OmegaConf.create(proc.stdout)
     assert node.evaluate.model == "/mnt/batch/tasks/shared/LS_root/mounts/cifardist/cifar/jobs/j-0/outputs"
     assert node.task._target_ == "cifar_dist.evaluation.task.evaluate"

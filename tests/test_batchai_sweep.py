@@ -7,7 +7,7 @@ import json
 
 from omegaconf import OmegaConf
 
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
@@ -18,7 +18,7 @@ def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, whee
     args = ["-m", "optimizer.lr=0.1,0.01,0.001", f"hydra.sweep.dir={sweep_dir}", "~hydra.callbacks.run_dir_check"]
     args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")]
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     creates = [r for r in fake_azure.job_creates() if r.status == 202]
     jobs = fake_azure.jobs()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, cli_env
+from conftest import REPO, assert_ok, cli_env
 
 
 @pytest.mark.slow
@@ -17,7 +17,7 @@ def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
         [sys.executable, str(REPO / "scripts" / "bench_training.py"), "--smoke", "--out", str(tmp_path), "--work", str(tmp_path / "runs")],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     summary = json.loads((tmp_path / "benchmark_results.json").read_text())
     rows = {r["variant"]: r for r in summary["rows"]}
     assert set(rows) == {"seed", "bare", "cifar_dist_1"}
@@ -186,14 +186,14 @@ def test_fixed_cost_from_two_whole_commands():
 
 
 def test_phase_probe_times_the_app_only_when_asked(tmp_path):
-    """scripts/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped and the process start logged."""
+    """scripts/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped, the process start logged."""
     log = tmp_path / "events.jsonl"
     code = "import cifar_dist.app as a; print(hasattr(a.end_of_job, '__wrapped__'))"
     env = cli_env(PYTHONPATH=os.pathsep.join([str(REPO / "scripts" / "phase_probe"), str(REPO)]))
     for on in (True, False):
         run_env = dict(env, CIFAR_DIST_PHASE_LOG=str(log)) if on else {k: v for k, v in env.items() if k != "CIFAR_DIST_PHASE_LOG"}
         proc = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert_ok(proc)
         assert proc.stdout.strip() == str(on)
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert [e["event"] for e in events] == ["process_start", "interpreter_ready", "process_exit"]
@@ -207,7 +207,7 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
          "--work", str(tmp_path / "runs")],
         cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     result = json.loads((tmp_path / "bd.json").read_text())
     runs = {r["variant"]: r for r in result["runs"]}
     assert set(runs) == {"seed_1_1ep", "seed_1_2ep"} and all(r["ok"] for r in runs.values())

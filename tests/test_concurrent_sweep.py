@@ -24,7 +24,7 @@ from cifar_dist.all_options import register_configs
 from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
-from conftest import read_metrics, run_cli
+from conftest import assert_ok, read_metrics, run_cli
 
 register_configs()
 
@@ -139,7 +139,7 @@ def test_dry_run_prints_one_mpirun_per_batch_of_k_points(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,4e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
                    "launcher.dry_run=true", "data=sample", f"hydra.sweep.dir={sweep}", timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     lines = [shlex.split(line) for line in proc.stdout.splitlines() if line.startswith("mpirun ")]
     assert [len(contexts(argv)[1]) for argv in lines] == [2, 1]  # 3 points, k=2: a batch of 2, then of 1
     runs = [child_overrides(program)["hydra.run.dir"] for argv in lines for program in contexts(argv)[1]]
@@ -153,7 +153,8 @@ def _summary(sweep: Path):
     return [(r["varied"], r["status"], r["ranks"]) for r in csv.DictReader(open(sweep / "sweep_summary.csv"))]
 
 
-@pytest.mark.slow  # 1.7 min; the concurrent scheduler's other tests here and test_launcher_mpirun's sweep stay in the default suite
+# 1.7 min; the concurrent scheduler's other tests here and test_launcher_mpirun's sweep stay in the default suite
+@pytest.mark.slow
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
@@ -162,7 +163,7 @@ def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
                    *QUICK, f"hydra.sweep.dir={sweep}", "~hydra.callbacks.run_dir_check", timeout=600)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    assert_ok(proc)
     assert "points #0, #1 in one mpirun, 2 group(s) of 1 rank(s)" in out
 
     for num, lr in ((0, 1e-4), (1, 2e-4)):
@@ -186,7 +187,7 @@ def test_three_points_with_k2_all_complete(tmp_path):
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,4e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
                    *QUICK, f"hydra.sweep.dir={sweep}", timeout=900)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    assert_ok(proc)
     assert "points #2 in one mpirun, 1 group(s) of 1 rank(s)" in out  # the remainder: a smaller mpirun
     assert [s for _, s, _ in _summary(sweep)] == ["ok", "ok", "ok"]
     assert [read_metrics(sweep / n)["run"]["lr_config"] for n in "012"] == [1e-4, 2e-4, 4e-4]

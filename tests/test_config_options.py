@@ -8,6 +8,7 @@ launcher defined in a test module (tests/own_launcher.py) appears under
 own page with the real choices.
 """
 import importlib
+import importlib.resources
 import os
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ import cifar_dist.config.schema
 from cifar_dist.all_options import register_configs
 from cifar_dist.launchers import option_modules
 from cifar_dist.config.options import OPTION_ATTR
-from conftest import cli_env, run_cli
+from conftest import assert_ok, cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
 RECORDED = yaml.safe_load((TESTS / "composed_options.yaml").read_text())
@@ -72,7 +73,7 @@ def _option_classes():
     return [cls for cls in found if not cls.__dict__[OPTION_ATTR][0].startswith("hydra/")]  # the job's own groups
 
 
-@pytest.mark.parametrize("cls", _option_classes(), ids=lambda c: "{0}={1}".format(*c.__dict__[OPTION_ATTR]))
+@pytest.mark.parametrize("cls", _option_classes(), ids=lambda c: "{}={}".format(*c.__dict__[OPTION_ATTR]))
 def test_each_option_is_its_dataclass_defaults(compose_job, cls):
     """Values live in the dataclass: no YAML file changes what the option composes to."""
     group, name, package = cls.__dict__[OPTION_ATTR]
@@ -84,10 +85,27 @@ def test_each_option_is_its_dataclass_defaults(compose_job, cls):
         assert composed[group] == defaults
 
 
+def _stored_options(repo=None, group: str = "") -> set:
+    """``(group, option)`` of every option cifar_dist stores in the ConfigStore (a dataclass each)."""
+    repo = ConfigStore.instance().repo if repo is None else repo
+    found = set()
+    for key, node in repo.items():
+        if isinstance(node, dict):
+            found |= _stored_options(node, f"{group}/{key}".lstrip("/"))
+        elif group and node.provider == "cifar_dist":
+            found.add((group, key.removesuffix(".yaml")))
+    return found
+
+
 def test_no_yaml_file_repeats_an_option():
-    conf = Path(cifar_dist.config.schema.__file__).parent / "conf"
-    stubs = [p for p in conf.glob("*/*.yaml") if p.parent.name in GROUPS[:7]]
-    assert stubs == []
+    """No file of the config package (conf/ in a checkout, cifar_dist/conf installed) is ``<group>/<option>.yaml``
+    of an option that a dataclass defines."""
+    conf = Path(str(importlib.resources.files("cifar_dist.conf")))
+    files = [p.relative_to(conf) for p in conf.rglob("*.yaml")]
+    assert [f for f in files if f.parent.name], f"found no config group files under {conf}"
+    options = _stored_options()
+    assert {("data", "sample"), ("model", "resnet9"), ("launcher", "slurm")} <= options
+    assert [f for f in files if (f.parent.as_posix(), f.stem) in options] == []
 
 
 # --- a launcher from a test module: the one documented way, no other edit ---
@@ -124,11 +142,11 @@ def _own_launcher_cli(*args, cwd):
 
 def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
     helped = _own_launcher_cli("--help", cwd=tmp_path)
-    assert helped.returncode == 0, helped.stderr
+    assert_ok(helped)
     assert "launcher: azureml, batchai, echo, gloo, local, mpirun, slurm" in helped.stdout
     run = tmp_path / "run"
     ran = _own_launcher_cli("launcher=echo", "launcher.note=hi", f"hydra.run.dir={run}", cwd=tmp_path)
-    assert ran.returncode == 0, ran.stderr
+    assert_ok(ran)
     assert yaml.safe_load((run / "echo.json").read_text())["note"] == "hi"
 
 
@@ -136,7 +154,7 @@ def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
 
 def test_help_is_the_apps_own_page_with_the_real_choices(tmp_path):
     proc = run_cli("--help", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert_ok(proc)
     text = proc.stdout
     assert text.startswith("cifar_dist: data-parallel CIFAR-10 training")
     assert "powered by Hydra" not in text

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics
+from conftest import REPO, assert_ok, cli_env, read_metrics
 
 PROBE = """
 import json, sys
@@ -31,7 +31,7 @@ print(json.dumps({"error": None, "onednn": onednn_enabled()}))
 def probe(*args, **env):
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=cli_env(**env),
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -7,11 +7,10 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pytest
 
 from cifar_fixtures import data_cfg, sample_arrays, write_png_tree
-from conftest import cli_env, one_error_line, run_cli
+from conftest import assert_ok, cli_env, one_error_line, run_cli
 from cifar_dist.data import DataError, load_dataset
 from cifar_dist.config.data_options import CustomDataConfig, FolderDataConfig
 
@@ -184,7 +183,7 @@ def test_scoring_a_factory_that_gives_ranks_different_data_is_named(factory):
     env, run = cli_env(PYTHONPATH=str(factory)), factory / "run"
     trained = run_cli("data=custom", "data._target_=checkfactory.make", "+data.kwargs.kind=per_rank", "trainer.epochs=1",
                       "trainer.batch_size=16", "trainer.plot=false", f"hydra.run.dir={run}", cwd=factory, env=env)
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert_ok(trained)
     proc = run_cli("task=evaluate", f"evaluate.model={run}", "launcher=mpirun", "launcher.np=2",
                    f"hydra.run.dir={factory / 'eval'}", cwd=factory, env=env, timeout=300)
     assert proc.returncode != 0

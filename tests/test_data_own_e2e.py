@@ -15,16 +15,11 @@ import numpy as np
 import pytest
 
 from cifar_fixtures import cifar100_tarball, sample_batches, write_png_tree
-from conftest import cli_env, read_metrics, run_cli
+from conftest import assert_ok, cli_env, read_metrics, run_cli
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 QUIET = ("trainer.plot=false", "trainer.tensorboard=false", "trainer.verbose=2")
 TWO_RANKS = ("launcher=mpirun", "launcher.np=2", "trainer.epoch_policy=shard")
-
-
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc
 
 
 def _evaluation(run_dir):
@@ -35,11 +30,11 @@ def test_cifar100_trains_with_100_classes_and_evaluates(tmp_path):
     archive = cifar100_tarball(tmp_path / "cifar-100-python.tar.gz", per_batch=128)
     data = ("data=cifar100", f"data.path={archive}")
     run = tmp_path / "run"
-    _ok(run_cli(*data, "trainer.epochs=1", "trainer.batch_size=32", *QUIET, f"hydra.run.dir={run}"))
+    assert_ok(run_cli(*data, "trainer.epochs=1", "trainer.batch_size=32", *QUIET, f"hydra.run.dir={run}"))
     m = read_metrics(run)
     assert m["complete"] and len(m["run"]["class_names"]) == 100 and m["run"]["class_names"][:2] == ["airplane_0", "airplane_1"]
     out = tmp_path / "eval"
-    _ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}"))
+    assert_ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}"))
     ev = _evaluation(out)
     assert len(ev["confusion_matrix"]["classes"]) == 100 and ev["labelled"] == 128
     assert ev["correct"] == m["test"]["correct"]  # the saved model scores as training reported
@@ -69,8 +64,8 @@ def test_folder_on_two_ranks_matches_the_pickles_and_evaluates(png_tree, tmp_pat
     """
     common = (*TWO_RANKS, "trainer.epochs=3", "trainer.seed=7", *QUIET)
     folder_run, pickle_run = tmp_path / "folder", tmp_path / "pickle"
-    _ok(run_cli("data=folder", f"data.path={png_tree}", *common, f"hydra.run.dir={folder_run}", timeout=900))
-    _ok(run_cli("data=sample", *common, f"hydra.run.dir={pickle_run}", timeout=900))
+    assert_ok(run_cli("data=folder", f"data.path={png_tree}", *common, f"hydra.run.dir={folder_run}", timeout=900))
+    assert_ok(run_cli("data=sample", *common, f"hydra.run.dir={pickle_run}", timeout=900))
     folder, pickle = read_metrics(folder_run), read_metrics(pickle_run)
     assert folder["ranks"] == pickle["ranks"] == 2 and folder["ranks_in_sync"]
     assert folder["test"]["samples"] == pickle["test"]["samples"] == 1017
@@ -79,7 +74,7 @@ def test_folder_on_two_ranks_matches_the_pickles_and_evaluates(png_tree, tmp_pat
     print(f"test accuracy: folder {a:.4f}, pickle {b:.4f}")
     assert a > 0.2 and b > 0.2 and abs(a - b) <= 0.06, (a, b)
     out = tmp_path / "eval"
-    _ok(run_cli("task=evaluate", "data=folder", f"data.path={png_tree}", f"evaluate.model={folder_run}",
+    assert_ok(run_cli("task=evaluate", "data=folder", f"data.path={png_tree}", f"evaluate.model={folder_run}",
                 f"hydra.run.dir={out}"))
     ev = _evaluation(out)
     assert ev["correct"] == folder["test"]["correct"] and ev["confusion_matrix"]["classes"][0] == "airplane"
@@ -127,14 +122,14 @@ def test_a_users_factory_trains_sharded_and_evaluates(user_dir, tmp_path, ranks)
     data = ("data=custom", "data._target_=mydata.make")
     run = tmp_path / "run"
     launch = TWO_RANKS if ranks == 2 else ()
-    _ok(run_cli(*data, *launch, "trainer.epochs=1", "trainer.batch_size=32", "optimizer.lr=1e-3", *QUIET,
+    assert_ok(run_cli(*data, *launch, "trainer.epochs=1", "trainer.batch_size=32", "optimizer.lr=1e-3", *QUIET,
                 f"hydra.run.dir={run}", env=_user_env(user_dir), cwd=user_dir, timeout=900))
     m = read_metrics(run)
     assert m["complete"] and m["ranks"] == ranks and m["run"]["class_names"] == ["red", "green", "blue", "yellow"]
     assert m["run"]["steps_per_epoch"] == 512 // ranks // 32 and m["test"]["samples"] == 128
     assert m["test"]["accuracy"] > 0.5  # the colours are easy: learnt in one epoch, far above chance (0.25)
     out = tmp_path / "eval"
-    _ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}", env=_user_env(user_dir),
+    assert_ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}", env=_user_env(user_dir),
                 cwd=user_dir))
     ev = _evaluation(out)
     assert ev["correct"] == m["test"]["correct"] and ev["confusion_matrix"]["classes"] == ["red", "green", "blue", "yellow"]

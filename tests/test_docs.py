@@ -14,7 +14,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest
@@ -26,7 +25,7 @@ from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSw
 from omegaconf import DictConfig, OmegaConf
 
 import cifar_dist.app  # noqa: F401  (registers the config schema)
-from conftest import REPO, cli_env
+from conftest import REPO, assert_ok, cli_env
 
 README = (REPO / "README.md").read_text("utf-8")
 FLAGS_WITH_A_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -180,7 +179,8 @@ def test_docs_tracking_says_how_every_launcher_is_tracked(hydra_conf):
 def test_the_tracking_cli_help_has_no_rst_markup():
     proc = subprocess.run([sys.executable, "-m", "cifar_dist.tracking", "--help"], capture_output=True, text=True,
                           env=cli_env(), timeout=120)
-    assert proc.returncode == 0 and "import" in proc.stdout
+    assert_ok(proc)
+    assert "import" in proc.stdout
     assert "``" not in proc.stdout and ":func:" not in proc.stdout
 
 

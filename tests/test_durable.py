@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cifar_dist.atomic_files import TEMP_SUFFIX, atomic_path, atomic_write_text, disk_full, remove_partials, save_figure, write_json
-from conftest import REPO, cli_env, needs_tmpfs, one_error_line
+from conftest import REPO, assert_ok, cli_env, needs_tmpfs, one_error_line
 from test_preflight import QUICK
 
 
@@ -124,7 +124,7 @@ def test_disk_full_while_saving_keeps_earlier_checkpoints_and_the_rerun_resumes(
     env = cli_env(MNT=str(mnt), OUT=str(out), PY=sys.executable, QUICK=" ".join(QUICK))
     proc = subprocess.run(["unshare", "-rm", "sh", "-c", DISK_FULL], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=850, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_ok(proc)
 
     class First:
         returncode = int((out / "first.rc").read_text())

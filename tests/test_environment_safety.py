@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import cli_env
+from conftest import assert_ok, cli_env
 from cifar_dist.redaction import secret_values
 
 CHURN = [f"CIFAR_DIST_TEST_CHURN_{i}_TOKEN" for i in range(2000)]  # secret by name: secret_values reads them
@@ -60,5 +60,5 @@ def test_mlflow_telemetry_is_off_unless_the_user_set_it(user_set, expected):
     env = {k: v for k, v in cli_env().items() if k not in CI_VARIABLES}  # MLflow turns it off itself in CI
     proc = subprocess.run([sys.executable, "-c", PROBE], env={**env, **user_set}, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     assert proc.stdout.split("\n")[-2] == expected, proc.stdout

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, error_lines, read_metrics, run_cli
 
 
 def evaluation(run_dir):
@@ -21,7 +21,7 @@ def one_rank_eval(trained_run, tmp_path_factory):
     train_dir, _ = trained_run
     out = tmp_path_factory.mktemp("eval") / "one"
     proc = run_cli("task=evaluate", f"evaluate.model={train_dir}", "data=sample", f"hydra.run.dir={out}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     return out, proc
 
 
@@ -63,7 +63,7 @@ def test_two_ranks_give_the_same_counts(trained_run, one_rank_eval, tmp_path):
     cmd += [sys.executable, "-m", "cifar_dist", "task=evaluate", f"evaluate.model={train_dir}", "data=sample",
             f"hydra.run.dir={out}", "hydra.output_subdir=null"]
     proc = subprocess.run(cmd, cwd=REPO, env=cli_env(CIFAR_DIST_CHILD="1"), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert_ok(proc)
     a, b = evaluation(one), evaluation(out)
     assert b["ranks"] == 2 and a["ranks"] == 1
     assert b["confusion_matrix"] == a["confusion_matrix"]
@@ -90,7 +90,7 @@ def test_scores_a_checkpoint_and_a_folder_of_images(trained_run, tmp_path):
     out = tmp_path / "out"
     checkpoint = train_dir / "checkpoints" / "checkpoint-003.h5"
     proc = run_cli("task=evaluate", f"evaluate.model={checkpoint}", f"evaluate.input={folder}", f"hydra.run.dir={out}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     ev = evaluation(out)
     assert ev["samples"] == 20 and ev["labelled"] == 15 and ev["model"] == str(checkpoint)
     with open(out / "predictions.csv") as f:
@@ -122,6 +122,6 @@ def test_bad_inputs_give_one_line(case, trained_run, tmp_path):
         expect = f"an image file cannot be read: {folder / 'notes.png'} (cannot identify image file"
     proc = run_cli(*args, timeout=300)
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     assert len(errors) == 1 and expect in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -4,33 +4,27 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from cifar_fixtures import sample_arrays, write_png_tree
-from conftest import cli_env, run_cli
+from conftest import assert_ok, cli_env, run_cli
 
 
 def _evaluation(out):
     return json.loads((out / "evaluation.json").read_text())
 
 
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    return proc
-
-
 def test_a_run_dir_is_scored_on_the_data_it_was_trained_on_and_says_so(trained_run, tmp_path):
     """As reported: a data=sample (debug=fast) run evaluated as the README says tried to download CIFAR-10."""
     train_dir, _ = trained_run
     offline = cli_env(HOME=str(tmp_path / "home"))  # an empty data cache: the default data=cifar10 would download
-    proc = _ok(run_cli("task=evaluate", f"evaluate.model={train_dir}", f"hydra.run.dir={tmp_path / 'ev'}",
+    proc = assert_ok(run_cli("task=evaluate", f"evaluate.model={train_dir}", f"hydra.run.dir={tmp_path / 'ev'}",
                        env=offline, timeout=300))
     ev = _evaluation(tmp_path / "ev")
     assert ev["samples"] == 1017 and "packaged sample" in ev["input"]
     assert ev["data"].startswith(f"data=sample, as the run that trained it ({train_dir}/.hydra/config.yaml)")
     assert f"data: {ev['data']}" in proc.stdout + proc.stderr
-    other = _ok(run_cli("task=evaluate", f"evaluate.model={train_dir}", "data=sample", "data.augment.enabled=false",
+    other = assert_ok(run_cli("task=evaluate", f"evaluate.model={train_dir}", "data=sample", "data.augment.enabled=false",
                         f"hydra.run.dir={tmp_path / 'ev2'}", env=offline, timeout=300))
     assert _evaluation(tmp_path / "ev2")["data"] == "data=sample, as the command says", other.stdout[-2000:]
 
@@ -51,10 +45,10 @@ def big_tree(tmp_path_factory):
 def test_a_folder_trained_model_scores_its_images_without_repeating_the_data(big_tree, tmp_path):
     """As reported: batch-scoring needed data=folder data.path=... again, and refused the 64x64 images training took."""
     run = tmp_path / "run"
-    _ok(run_cli("data=folder", f"data.path={big_tree}", "trainer.epochs=1", "trainer.batch_size=16", "trainer.plot=false",
+    assert_ok(run_cli("data=folder", f"data.path={big_tree}", "trainer.epochs=1", "trainer.batch_size=16", "trainer.plot=false",
                 "trainer.verbose=0", f"hydra.run.dir={run}", timeout=600))
-    _ok(run_cli("task=evaluate", f"evaluate.model={run}", f"hydra.run.dir={tmp_path / 'split'}"))
-    _ok(run_cli("task=evaluate", f"evaluate.model={run}", f"evaluate.input={big_tree / 'test'}",
+    assert_ok(run_cli("task=evaluate", f"evaluate.model={run}", f"hydra.run.dir={tmp_path / 'split'}"))
+    assert_ok(run_cli("task=evaluate", f"evaluate.model={run}", f"evaluate.input={big_tree / 'test'}",
                 f"hydra.run.dir={tmp_path / 'folder'}"))
     split, folder = _evaluation(tmp_path / "split"), _evaluation(tmp_path / "folder")
     assert split["data"].startswith("data=folder, as the run that trained it")

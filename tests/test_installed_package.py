@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 # The 1-point sweep: in-process launcher, one short epoch on the packaged sample.
 SWEEP = ("-m", "trainer.epochs=1", "data=sample", "trainer.batch_size=128", "trainer.epoch_policy=shard",
@@ -24,10 +24,10 @@ WHERE = ("import cifar_dist, cifar_dist.launchers.sweep_launcher as s, hydra_plu
 def _one_point_sweep(python: str, cwd: Path, env: dict) -> None:
     cfg = subprocess.run([python, "-m", "cifar_dist", "--cfg", "hydra", "-p", "hydra.launcher"], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert cfg.returncode == 0, cfg.stderr[-3000:]
+    assert_ok(cfg)
     assert "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher.CifarDistLauncher" in cfg.stdout
     proc = run_cli(*SWEEP, cwd=cwd, env=env, python=python)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert read_metrics(cwd / "sweep" / "0")["complete"] is True
     (row,) = csv.DictReader(open(cwd / "sweep" / "sweep_summary.csv"))
     assert row["status"] == "ok" and float(row["test_accuracy"]) >= 0
@@ -54,7 +54,7 @@ def test_wheel_carries_configs_launchers_and_sample_and_sweeps_from_anywhere(tmp
                    check=True, capture_output=True, timeout=300)
     env = cli_env(PYTHONPATH=str(site))
     where = subprocess.run([sys.executable, "-c", WHERE], cwd=elsewhere, env=env, capture_output=True, text=True)
-    assert where.returncode == 0, where.stderr
+    assert_ok(where)
     assert all(line.startswith(str(site)) for line in where.stdout.split()), where.stdout  # not the source tree
     _one_point_sweep(sys.executable, elsewhere, env)
 
@@ -75,7 +75,7 @@ def test_editable_install_sweeps_from_anywhere(tmp_path):
     env = cli_env()
     env.pop("PYTHONPATH", None)
     where = subprocess.run([python, "-c", WHERE], cwd=elsewhere, env=env, capture_output=True, text=True)
-    assert where.returncode == 0, where.stderr
+    assert_ok(where)
     cifar, launcher, shim = where.stdout.split()
     assert cifar == str(REPO / "cifar_dist" / "__init__.py")
     assert launcher == str(REPO / "launchers" / "sweep_launcher.py")  # package_dir: launchers/ is cifar_dist.launchers

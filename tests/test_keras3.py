@@ -21,10 +21,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from conftest import cli_env, one_error_line, read_metrics, run_cli, wait_for
+from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_cli, wait_for
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -96,7 +95,7 @@ def two_rank_run(project, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("k3-two") / "run"
     proc = run_cli(*RUN, "trainer.epochs=2", "trainer.epoch_policy=shard", "launcher=mpirun", "launcher.np=2",
                    f"hydra.run.dir={run_dir}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
     return run_dir
 
 
@@ -129,7 +128,7 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
 
 
@@ -138,7 +137,7 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     scored = tmp_path / "eval"
     proc = run_cli(*RUN, "task=evaluate", f"evaluate.model={two_rank_run}", "launcher=mpirun", "launcher.np=2",
                    f"hydra.run.dir={scored}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
     evaluation = json.loads((scored / "evaluation.json").read_text())
     assert evaluation["model"].endswith("keras_cifar10_trained_model.keras")
     assert evaluation["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-9)
@@ -159,7 +158,7 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     batch = tmp_path / "batch"
     proc = run_cli(*RUN, "task=evaluate", f"evaluate.model={two_rank_run}", f"evaluate.input={images}",
                    f"hydra.run.dir={batch}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
     with open(scored / "predictions.csv") as f:
         expected = [row["predicted"] for row in csv.DictReader(f)][:20]
     with open(batch / "predictions.csv") as f:
@@ -173,7 +172,7 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
     common = (*RUN, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     proc = run_cli(*common, f"hydra.run.dir={straight}", cwd=project, timeout=500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     run = subprocess.Popen([sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"], cwd=project,
                            env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -185,7 +184,7 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
         run.wait()
     assert not (killed / "checkpoints" / "checkpoint-003.keras").exists()
     proc = run_cli(*common, f"hydra.run.dir={killed}", cwd=project, timeout=500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
 
     a, b = read_metrics(straight), read_metrics(killed)
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"]
@@ -225,7 +224,7 @@ def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path)
                        cwd=project, env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]), timeout=900)
     finally:
         slurm.cancel_all()
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True
     assert m["run"]["keras"].startswith("3.")
@@ -238,7 +237,7 @@ def test_a_keras3_run_is_tracked_in_mlflow(project, tmp_path):
     store = tmp_path / "mlflow.db"
     proc = run_cli(*RUN, "trainer.epochs=1", "tracking=mlflow", f"tracking.uri=sqlite:///{store}",
                    f"hydra.run.dir={run_dir}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{store}")

@@ -7,11 +7,10 @@ import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loa
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from omegaconf import OmegaConf
 
 from cifar_fixtures import sample_batches
-from conftest import cli_env, compose_cfg
+from conftest import assert_ok, cli_env, compose_cfg
 from cifar_dist.models.tta import plain_and_tta, with_tta
 from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
@@ -95,7 +94,7 @@ def test_a_keras_3_model_with_the_custom_layers_saves_and_loads_in_safe_mode(ima
     (tmp_path / "load.py").write_text(LOAD)
     proc = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / "m.keras"), str(tmp_path / "x.npy"),
                            str(tmp_path / "p.npy")], env=cli_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert "unregistered:" in proc.stdout  # what register_custom_objects is for
     optimizer, schedule, value = proc.stdout.splitlines()[-1].split()
     assert (optimizer, schedule) == ("SGDW", "HorovodLr") and float(value) == pytest.approx(float(lr(0)))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import cli_env
+from conftest import assert_ok, cli_env
 from cifar_dist.training import optimizers
 from cifar_dist.keras_ops import current_lr
 from cifar_dist.training.recipe.schedules import Triangular, build_schedule, schedule_classes
@@ -41,7 +41,8 @@ def train_both(factory, lr2, lr3, scale=1.0, **kwargs):
         grads = [(scale * rng.standard_normal(v.shape)).astype(np.float32) for v in k2.trainable_variables]
         opt2.apply_gradients(zip([tf.constant(g) for g in grads], k2.trainable_variables))
         opt3.apply_gradients(zip([keras.ops.convert_to_tensor(g) for g in grads], k3.trainable_variables))
-    # The lr applied at the next step (Keras 2's current_lr leaves out its legacy decay; Keras 3's has it in the schedule).
+    # The lr applied at the next step (Keras 2's current_lr leaves out its legacy decay; Keras 3's has it in the
+    # schedule).
     assert current_lr(opt3) == pytest.approx(float(opt2._decayed_lr(tf.float32)), rel=1e-6)
     moved = lambda model: [w - w0 for w, w0 in zip(model.get_weights(), start)]  # noqa: E731
     return moved(k2), moved(k3), opt3
@@ -125,7 +126,7 @@ def test_horovod_lr_is_what_horovods_warmup_and_decay_callbacks_set_at_every_ste
     cmd += ["-x", "PYTHONPATH", "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
             sys.executable, str(tmp_path / "record.py"), str(tmp_path / "lr.json")]
     proc = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     recorded = json.loads((tmp_path / "lr.json").read_text())
     assert recorded["size"] == 2 and len(recorded["lr"]) == 30
     schedule = build_schedule(0.1, _no_schedule(), steps_per_epoch=5, epochs=6, keras=keras, warmup_epochs=1.5,

@@ -18,7 +18,7 @@ from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from cifar_dist.launchers.gloo import GlooLauncher
 from cifar_dist.launchers.mpirun import MpirunLauncher
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 
 register_configs()
 
@@ -214,7 +214,7 @@ def test_cli_dry_run_prints_the_exact_command(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli("launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", "data=sample",
                    "optimizer.lr=3e-4", f"hydra.run.dir={run_dir}", timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]
     assert len(lines) == 1
     argv = shlex.split(lines[0])

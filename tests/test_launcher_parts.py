@@ -16,7 +16,7 @@ from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.rank_failure import HOROVOD_SHUTDOWN, first_failure
 from cifar_dist.launchers.ranks.hosts import Host, check_slots, is_local, parse_host, parse_hostfile
 from cifar_dist.launchers.ranks.rank_exec import core_share
-from conftest import REPO
+from conftest import REPO, assert_ok
 
 
 # ---- hosts -----------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_wrapper_logs_every_rank_streams_rank_zero_and_records_the_exit(tmp_path
     assert (record["rank"], record["exit_code"], record["signal"]) == (1, 3, None)
 
     again = run_wrapper(tmp_path, 1, "print('second launch')")
-    assert again.returncode == 0
+    assert_ok(again)
     log1 = (tmp_path / "logs" / "rank.1.log").read_text()
     assert log1.count("==== rank 1") == 2 and "hello" in log1  # appended: earlier launches stay readable
 

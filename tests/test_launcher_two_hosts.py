@@ -13,11 +13,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics
+from conftest import REPO, assert_ok, cli_env, read_metrics
 
 pytestmark = [
     pytest.mark.mpi,
@@ -91,7 +90,7 @@ def test_two_ranks_on_two_network_hosts(two_hosts, tmp_path):
     proc = subprocess.run(["ip", "netns", "exec", h["ns_a"], sys.executable, "-m", "cifar_dist", *overrides],
                           cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"]
     rank1 = (run_dir / "logs" / "rank.1.log").read_text()

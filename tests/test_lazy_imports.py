@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import assert_ok, cli_env, run_cli
 
 UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "matplotlib", "jax")
 
@@ -46,7 +46,7 @@ def run_recording_imports(tmp_path, *overrides):
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = run_cli("data=sample", "trainer.epochs=1", "trainer.plot=false", "trainer.tensorboard=false",
                    f"hydra.run.dir={tmp_path / 'run'}", *overrides, cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
 

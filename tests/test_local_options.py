@@ -15,7 +15,7 @@ import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import cli_env, one_error_line, run_cli
+from conftest import assert_ok, error_lines, one_error_line, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_user_sources_e2e import assert_trained_the_users_model, needs_mpirun
 from user_project import DATA_YAML, MODEL_YAML, QUIET, WIDTH, write_user_project
@@ -57,11 +57,6 @@ def project(tmp_path, local_options) -> Path:
     local_options("model/local_tiny.yaml", MODEL_YAML)
     local_options("data/local_mine.yaml", DATA_YAML)
     return folder
-
-
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc
 
 
 def _searchpath_value(override: str) -> list:
@@ -120,7 +115,7 @@ def test_local_dir_is_beside_the_package_configs():
 
 # ---- composed and checked like any option --------------------------------------------------------
 def test_a_local_option_composes_with_its_arguments_and_overrides(project):
-    proc = _ok(run_cli(*LOCAL, f"model.width={WIDTH}", "--cfg", "job", cwd=project, timeout=120))
+    proc = assert_ok(run_cli(*LOCAL, f"model.width={WIDTH}", "--cfg", "job", cwd=project, timeout=120))
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["model"]["_target_"] == "mymodels.build" and cfg["model"]["width"] == WIDTH
     assert cfg["data"]["_target_"] == "mydata.make"
@@ -128,7 +123,7 @@ def test_a_local_option_composes_with_its_arguments_and_overrides(project):
 
 def test_a_misspelt_argument_of_a_local_option_is_one_line_and_writes_nothing(project):
     proc = run_cli(*LOCAL, "model.widht=4", cwd=project, timeout=120)
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
     assert "mymodels.build has no parameter `widht`; did you mean `width`?" in errors[0]
     assert not (project / "outputs").exists()
@@ -139,7 +134,7 @@ def test_a_users_primary_config_keeps_its_own_search_path(project):
     (project / "more" / "optimizer" / "quick.yaml").write_text("defaults:\n  - sgd\n  - _self_\nlr: 0.01\n")
     (project / "myconf" / "myrun.yaml").write_text(
         f"defaults:\n  - config\n  - _self_\nhydra:\n  searchpath:\n    - file://{project / 'more'}\n")
-    proc = _ok(run_cli("--config-dir", "myconf", "--config-name", "myrun", *LOCAL, "optimizer=quick",
+    proc = assert_ok(run_cli("--config-dir", "myconf", "--config-name", "myrun", *LOCAL, "optimizer=quick",
                        "--cfg", "job", cwd=project, timeout=120))
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["optimizer"]["lr"] == 0.01 and cfg["model"]["_target_"] == "mymodels.build"
@@ -153,7 +148,8 @@ def test_a_yaml_error_in_conf_local_is_one_line_when_used_and_a_warning_otherwis
     assert proc.stderr.startswith(f"cifar_dist: error: {broken}, line 2") and "fix that file" in proc.stderr
     for argv in (("--cfg", "job"), ("--help",)):
         proc = run_cli(*argv, cwd=tmp_path, timeout=120)
-        assert proc.returncode == 0 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
+        assert_ok(proc)
+        assert proc.stderr.count("\n") == 1, proc.stderr[-3000:]
         assert proc.stderr.startswith(f"cifar_dist: warning: {broken}, line 2") and "model=local_broken" in proc.stderr
 
 
@@ -173,16 +169,16 @@ def test_the_docs_own_batchai_launcher_option_leaves_other_launchers_alone(local
     doc = (Path(__file__).resolve().parents[1] / "docs" / "batchai.md").read_text()
     yaml_text = doc.split("```yaml\n# conf/local/launcher/my_batchai.yaml\n", 1)[1].split("```", 1)[0]
     local_options("launcher/my_batchai.yaml", yaml_text)
-    mine = yaml.safe_load(_ok(run_cli("launcher=my_batchai", "--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
+    mine = yaml.safe_load(assert_ok(run_cli("launcher=my_batchai", "--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
     assert mine["launcher"]["workspace"] == "my-workspace" and mine["launcher"]["_target_"].endswith("BatchAILauncher")
-    plain = yaml.safe_load(_ok(run_cli("--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
+    plain = yaml.safe_load(assert_ok(run_cli("--cfg", "job", cwd=tmp_path, timeout=120)).stdout)
     assert plain["launcher"]["_target_"].endswith("LocalLauncher")
 
 
 def test_help_lists_local_and_search_path_options_under_their_groups(project):
     (project / "more" / "optimizer").mkdir(parents=True)
     (project / "more" / "optimizer" / "quick.yaml").write_text("defaults:\n  - sgd\n  - _self_\nlr: 0.01\n")
-    proc = _ok(run_cli("--help", f"hydra.searchpath=[file://{project / 'more'}]", cwd=project, timeout=120))
+    proc = assert_ok(run_cli("--help", f"hydra.searchpath=[file://{project / 'more'}]", cwd=project, timeout=120))
     groups = dict(line.split(": ", 1) for line in proc.stdout.split("== Config groups (group=option) ==\n", 1)[1]
                   .split("\n\n", 1)[0].splitlines())
     assert groups["model"] == "airbench, local_tiny, resnet9, seed_cnn"  # conf/local's, with the built-in ones
@@ -194,7 +190,7 @@ def test_help_lists_local_and_search_path_options_under_their_groups(project):
 @needs_mpirun
 def test_two_mpirun_ranks_train_a_local_option(project, tmp_path):
     run_dir = tmp_path / "runs" / "mpirun"
-    _ok(run_cli(*LOCAL, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", "trainer.epoch_policy=shard",
+    assert_ok(run_cli(*LOCAL, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", "trainer.epoch_policy=shard",
                 "launcher=mpirun", "launcher.np=2", f"hydra.run.dir={run_dir}", cwd=project, timeout=600))
     assert_trained_the_users_model(run_dir, 2, 1)
 
@@ -203,7 +199,7 @@ def test_an_azureml_job_carries_conf_local_in_its_snapshot(project, fake_aml, sn
     run_dir = tmp_path / "run"
     args = [a for a in aml_overrides(fake_aml, run_dir, snapshot_cache, **{"launcher.dry_run": "true"})
             if not a.startswith("data=")]
-    _ok(run_cli(*LOCAL, *args, cwd=project, env=aml_env(fake_aml), timeout=120))
+    assert_ok(run_cli(*LOCAL, *args, cwd=project, env=aml_env(fake_aml), timeout=120))
     assert fake_aml.requests == []
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
     code = Path(doc["code"])

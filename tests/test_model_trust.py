@@ -10,7 +10,7 @@ the file really carries code). Resuming from it loads arrays only.
 import subprocess
 import sys
 
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, assert_ok, cli_env, error_lines, run_cli
 
 MAKE_LAMBDA_MODEL = """
 import sys
@@ -48,7 +48,7 @@ print("ran" if pathlib.Path(sys.argv[2]).exists() else "did not run")
 def python(script, *args):
     proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=REPO, env=cli_env(TF_USE_LEGACY_KERAS="1"),
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     return proc
 
 
@@ -66,7 +66,7 @@ def test_a_model_whose_lambda_runs_code_is_refused_unless_trusted(tmp_path):
         proc = run_cli("task=evaluate", f"evaluate.model={model}", "data=sample",
                        f"hydra.run.dir={tmp_path / 'eval'}", timeout=300)
         assert proc.returncode == 2, proc.stderr[-3000:]
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+        errors = error_lines(proc)
         assert len(errors) == 1 and "Lambda" in errors[0] and "evaluate.trust_model=true" in errors[0], proc.stderr[-3000:]
         assert not marker.exists(), "loading the model ran its code"
 
@@ -92,7 +92,7 @@ def test_a_keras3_file_is_read_by_the_same_refusal_rule(tmp_path):
     Keras reads the file, a model of built-in layers only is not (issue 29)."""
     proc = subprocess.run([sys.executable, "-c", KERAS3_FILES, str(tmp_path)], cwd=REPO, env=cli_env(),
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     from cifar_dist.evaluation.model_trust import code_in_model_file
 
     assert code_in_model_file(tmp_path / "plain.keras") == []

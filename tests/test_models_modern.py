@@ -18,7 +18,8 @@ def kinds(model):
 
 
 def resnet9_parameters(w: int) -> int:
-    """Page's ResNet-9 by hand: 3x3 convs w, 2w, 2x(2w) residual, 4w, 8w, 2x(8w) residual; BN 4 per channel; linear 8w x 10."""
+    """Page's ResNet-9 by hand: 3x3 convs w, 2w, 2x(2w) residual, 4w, 8w, 2x(8w) residual; BN 4 per channel;
+    linear 8w x 10."""
     convs = 27 * w + 9 * w * 2 * w + 2 * 9 * (2 * w) ** 2 + 9 * 2 * w * 4 * w + 9 * 4 * w * 8 * w + 2 * 9 * (8 * w) ** 2
     bn = 4 * (w + 2 * w + 2 * 2 * w + 4 * w + 8 * w + 2 * 8 * w)
     return convs + bn + 8 * w * 10

@@ -91,7 +91,8 @@ def test_the_target_is_checked_too(user):
         in problem(folder, "model=mine", "model._target_=nowhere_xyz.build")
     assert "run from the directory that holds nowhere_xyz.py" in problem(folder, "model=mine", "model._target_=nowhere_xyz.build")
     assert problem(folder, "model=mine", f"model._target_={name}.biuld") == (
-        f"model._target_={name}.biuld: {name}.py defines no `biuld`; did you mean `build`? (name a function or class of {name})")
+        f"model._target_={name}.biuld: {name}.py defines no `biuld`; did you mean `build`? "
+        f"(name a function or class of {name})")
     assert problem(folder, "model=mine", f"model._target_={name}.no_classes").startswith(
         f"model._target_={name}.no_classes: {name}.no_classes takes no `num_classes` argument; add one")
     # A built-in option's keys against a user's builder (the issue's `build() got an unexpected keyword argument`):

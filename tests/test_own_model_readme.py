@@ -24,7 +24,7 @@ import pytest
 from PIL import Image
 
 from cifar_fixtures import sample_batches
-from conftest import REPO, cli_env, one_error_line, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, one_error_line, read_metrics, run_cli
 
 SECTION = "## Your own model and data"
 SCORED = 8  # images in my_images/
@@ -85,25 +85,20 @@ def user_dir(tmp_path_factory):
     return folder
 
 
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc
-
-
 def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user_dir):
     train, resume, evaluate, score = readme_commands()
     env = cli_env()
-    _ok(run_cli(*train, cwd=user_dir, env=env))
+    assert_ok(run_cli(*train, cwd=user_dir, env=env))
     run = user_dir / "outputs" / "mine"
     assert (run / "checkpoints" / "checkpoint-001.h5").is_file() and not read_metrics(run).get("complete")
-    _ok(run_cli(*resume, cwd=user_dir, env=env))
+    assert_ok(run_cli(*resume, cwd=user_dir, env=env))
     assert "resuming after epoch 1" in (run / "cifar_dist.log").read_text()
     m = read_metrics(run)
     assert m["complete"] and m["test"]["samples"] == 256 and m["run"]["class_names"] == [str(i) for i in range(10)]
-    _ok(run_cli(*evaluate, cwd=user_dir, env=env))
+    assert_ok(run_cli(*evaluate, cwd=user_dir, env=env))
     ev = json.loads((user_dir / "outputs" / "mine-eval" / "evaluation.json").read_text())
     assert ev["labelled"] == 256 and ev["correct"] == m["test"]["correct"]  # the saved model, custom layer and all
-    _ok(run_cli(*score, cwd=user_dir, env=env))
+    assert_ok(run_cli(*score, cwd=user_dir, env=env))
     with open(user_dir / "outputs" / "mine-scores" / "predictions.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(Path(r["source"]).name for r in rows) == sorted(f"photo-{i}.png" for i in range(SCORED))
@@ -119,7 +114,7 @@ def test_on_two_ranks_the_readmes_first_command_trains_one_epoch_of_two_as_it_sa
     """On 2 ranks ``trainer.epochs=2`` is one epoch (epoch_policy=divide): the README names what to add there."""
     (extra,) = re.findall(r"add `(launcher=mpirun launcher.np=2 [^`]*)` to both", " ".join(section().split()))
     train = [a for a in readme_commands()[0] if not a.startswith(("trainer.epochs=", "hydra.run.dir="))]
-    _ok(run_cli(*train, *extra.split(), "hydra.run.dir=outputs/mine-2", cwd=user_dir, env=cli_env()))
+    assert_ok(run_cli(*train, *extra.split(), "hydra.run.dir=outputs/mine-2", cwd=user_dir, env=cli_env()))
     m = read_metrics(user_dir / "outputs" / "mine-2")
     assert m["ranks"] == 2 and m["run"]["epochs"] == 2 and [e["epoch"] for e in m["epochs"]] == [1]
     assert not m["complete"]

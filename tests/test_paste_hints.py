@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 from cifar_dist.config.override_syntax import quote_override_value
 from cifar_dist.launchers.ranks.rank_failure import first_failure
 from cifar_dist.rundir.owner import ForeignRunDir, refuse_foreign
@@ -31,7 +31,7 @@ def test_the_slurm_dry_runs_sbatch_hint_pastes_as_the_script_path(tmp_path):
     run_dir = tmp_path / HOSTILE
     proc = run_cli("data=sample", "launcher=slurm", "launcher.dry_run=true",
                    f"hydra.run.dir={quote_override_value(str(run_dir))}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     hint = next(line for line in proc.stdout.splitlines() if "submit it by hand with: " in line)
     command = hint.split("submit it by hand with: ", 1)[1]
     args = pasted(command, tmp_path)

@@ -94,7 +94,8 @@ def test_a_rank_wrapper_whose_parent_is_killed_stops_its_rank(tmp_path):
     parent_script = tmp_path / "runner.py"
     parent_script.write_text(
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-m', 'cifar_dist.launchers.ranks.rank_exec', '--log-dir', {str(tmp_path)!r}, "
+        "subprocess.Popen([sys.executable, '-m', 'cifar_dist.launchers.ranks.rank_exec', "
+        f"'--log-dir', {str(tmp_path)!r}, "
         f"'--', sys.executable, {str(rank_script)!r}])\n"
         "time.sleep(600)\n")
     parent = subprocess.Popen([sys.executable, str(parent_script)], cwd=REPO, env=cli_env(),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 from cifar_dist.rundir.lock import LOCK_NAME
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
@@ -65,7 +65,8 @@ elif AT in ("checkpoint-hdf5", "model-hdf5"):
     real = getattr(hdf5_format, name)
     def hooked(group, *args, **kwargs):
         target = group.file.filename
-        if (AT == "checkpoint-hdf5" and ".checkpoint-002." in target) or (AT == "model-hdf5" and "trained_model" in target):
+        at_checkpoint = AT == "checkpoint-hdf5" and ".checkpoint-002." in target
+        if at_checkpoint or (AT == "model-hdf5" and "trained_model" in target):
             reached(target)
         return real(group, *args, **kwargs)
     setattr(hdf5_format, name, hooked)
@@ -75,7 +76,8 @@ elif AT in ("checkpoint-rename", "metrics-rename"):
     def fsync(fd):
         real_fsync(fd)
         target = os.readlink(f"/proc/self/fd/{fd}")
-        if needle in target and target.endswith(".partial") and (AT != "metrics-rename" or '"epoch": 2' in Path(target).read_text()):
+        partial = needle in target and target.endswith(".partial")
+        if partial and (AT != "metrics-rename" or '"epoch": 2' in Path(target).read_text()):
             reached(target)
     os.fsync = fsync
 sys.argv = ["cifar_dist", *sys.argv[1:]]
@@ -132,7 +134,8 @@ def temp_files(run_dir: Path) -> list:
                   if d.is_dir() for p in d.iterdir() if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME)
 
 
-@pytest.mark.slow  # 2.5 min; kills and reruns in default-suite tests: test_heartbeat, test_rank_exec, test_train_e2e's resume
+# 2.5 min; kills and reruns in default-suite tests: test_heartbeat, test_rank_exec, test_train_e2e's resume
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_kill_9_anywhere_loses_nothing_and_reruns_finish(tmp_path):
     import cifar_dist  # noqa: F401  (Keras 2 for the load checks)
@@ -157,7 +160,7 @@ def test_kill_9_anywhere_loses_nothing_and_reruns_finish(tmp_path):
             assert ".partial" in seen and temp_files(run_dir), "the hook did not stop inside an atomic write"
 
     done = run_cli(*COMMON, f"hydra.run.dir={run_dir}", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_ok(done)
     assert "resuming after epoch 2" in done.stdout + done.stderr
     assert assert_nothing_half_written(run_dir) == [1, 2]
     m = read_metrics(run_dir)

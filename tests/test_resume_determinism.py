@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 COMMON = ("data=sample", "trainer.batch_size=128", "trainer.epochs=2", "trainer.deterministic=true",
           "trainer.plot=false", "trainer.tensorboard=false", "trainer.save_model=false", "trainer.verbose=0")
@@ -27,9 +27,9 @@ def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tmp_path):
     try:
         for overrides in ((f"hydra.run.dir={resumed}", "trainer.max_epochs_per_run=1"), (f"hydra.run.dir={resumed}",)):
             proc = run_cli(*COMMON, *overrides, timeout=500)
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert_ok(proc)
         _, err = background.communicate(timeout=500)
-        assert background.returncode == 0, err[-3000:]
+        assert_ok(background, err)
     finally:
         background.kill()
 

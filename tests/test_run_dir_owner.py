@@ -16,15 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import assert_ok, error_lines, run_cli
 from cifar_dist.rundir import owner as rundir_owner
 from cifar_dist.rundir.owner import MARKER, Owner, claim, owner
 
 QUICK = ("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
-
-
-def error_lines(proc) -> list:
-    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
 
 
 def no_traceback(proc) -> bool:
@@ -130,7 +126,7 @@ def test_every_bad_value_is_named_in_one_line_the_launchers_too(tmp_path):
 
 def test_a_dry_run_leaves_no_run_dir_and_says_so(tmp_path):
     proc = run_cli("data=sample", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     out = proc.stdout.splitlines()
     assert out[0].startswith("Dry run: the mpirun command for ") and out[1].startswith("mpirun ")
     assert out[-1] == "dry run: 1 command written, nothing started"

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import QUIET_SAMPLE_RUN, REPO, cli_env, error_lines, run_cli, start_cli
+from conftest import QUIET_SAMPLE_RUN, REPO, assert_ok, cli_env, error_lines, run_cli, start_cli
 from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
 from cifar_dist.atomic_files import TEMP_SUFFIX
 
@@ -53,7 +53,7 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
         _, err = first.communicate(timeout=600)
     finally:
         first.kill()
-    assert first.returncode == 0, err[-3000:]
+    assert_ok(first, err)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["complete"] and [e["epoch"] for e in metrics["epochs"]] == [2]
     assert (run_dir / "metrics.json.damaged").read_text().startswith('{"epochs": [{"epoch": 1')
@@ -77,7 +77,7 @@ def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumber
     with open(log, "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
     proc = run_cli(*BASE, "trainer.batch_size=64", "trainer.epochs=2", f"hydra.run.dir={old}", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert "resuming after epoch 1" in proc.stdout + proc.stderr
     assert [r["epoch"] for r in csv.DictReader(open(log, newline=""))] == ["1", "2"]
     assert json.loads((old / "metrics.json").read_text())["complete"] is True

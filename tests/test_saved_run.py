@@ -2,7 +2,7 @@
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import run_cli
+from conftest import assert_ok, run_cli
 
 
 @pytest.mark.parametrize("relative", [True, pytest.param(False, marks=pytest.mark.slow)],  # (absolute: ~1 min, -m slow)
@@ -13,7 +13,7 @@ def test_the_readmes_rerun_from_a_saved_config_works_and_logs_to_cifar_dist_log(
     saved = f"{run_dir.name}/.hydra" if relative else str(run_dir / ".hydra")
     proc = run_cli("--config-path", saved, "--config-name", "config",
                    "trainer.epochs=1", f"hydra.run.dir={again}", cwd=run_dir.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert (again / "cifar_dist.log").is_file() and not (again / "app.log").exists(), sorted(p.name for p in again.iterdir())
     saved, rerun = (OmegaConf.load(d / ".hydra" / "config.yaml") for d in (run_dir, again))
     assert rerun.trainer.epochs == 1

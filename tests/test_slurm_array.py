@@ -6,7 +6,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from conftest import read_metrics, run_cli
+from conftest import assert_ok, read_metrics, run_cli
 from test_slurm_e2e import env_for, job_id, pytestmark, small, tiny_data  # noqa: F401 - fixtures
 
 from cifar_dist.config.override_syntax import quote_override_value
@@ -52,7 +52,7 @@ def test_a_sweep_is_one_job_array_polled_with_one_query_per_round(cluster, tiny_
                    "launcher.concurrent=2", f"launcher.job_name={quote_override_value(name)}",
                    f"hydra.sweep.dir={quote_override_value(str(sweep_dir))}", env=env, timeout=900)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
+    assert_ok(proc)
 
     # One sbatch: the array, 2 tasks at a time; each point is its task, in its own run dir.
     assert len(calls(log, "sbatch")) == 1

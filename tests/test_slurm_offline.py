@@ -123,13 +123,13 @@ def test_the_stop_callback_is_made_only_when_a_launcher_asks():
 
 
 def test_a_bad_setting_stops_the_cli_with_one_line_before_anything_is_written(tmp_path):
-    from conftest import run_cli
+    from conftest import error_lines, run_cli
 
     run_dir = tmp_path / "run"
     proc = run_cli("launcher=slurm", "launcher.nodes=0", "launcher.time_min=1", "data=sample",
                    f"hydra.run.dir={run_dir}", timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     # Checked with the rest of the config (validation.py), so listed with any other bad value, before Hydra
     # creates the run dir.
     assert errors == ["cifar_dist: error: bad config: launcher.nodes=0 must be >= 1; launcher.signal_grace_s=180 "

@@ -11,7 +11,7 @@ import signal
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import one_error_line, read_metrics, run_cli, start_cli, wait_for
+from conftest import assert_ok, one_error_line, read_metrics, run_cli, start_cli, wait_for
 from test_slurm_e2e import env_for, job_id, job_state, pytestmark, small, tiny_data  # noqa: F401
 
 
@@ -23,13 +23,13 @@ def test_a_rerun_with_changed_values_does_not_follow_the_old_job(cluster, tiny_d
     sweep = tmp_path / "sweep"
     args = small(tiny_data, "trainer.epochs=50", "launcher.wait=false", f"hydra.sweep.dir={sweep}")
     first = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
-    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert_ok(first)
     jobs = [job_id(sweep / "0"), job_id(sweep / "1")]
 
     again = run_cli("-m", "optimizer.lr=1e-4,3e-4", *args, env=env_for(cluster), timeout=300)
     out = again.stdout + again.stderr
     assert again.returncode == 1, out[-3000:]  # point #1 failed alone; point #0 follows its own job
-    assert f"point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {jobs[1]} (" in out
+    assert "point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {jobs[1]} (" in out
     assert "optimizer.lr (job: 0.0002, now: 0.0003)" in out
     assert lr_of(sweep / "1") == 2e-4 and [job_id(sweep / "0"), job_id(sweep / "1")] == jobs
     assert "0.0003" not in (sweep / "sweep_summary.csv").read_text()  # no result under the new value
@@ -49,7 +49,7 @@ def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one
 
     rerun = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=600)
     out = rerun.stdout + rerun.stderr
-    assert rerun.returncode == 0, out[-4000:]
+    assert_ok(rerun)
     assert f"{sweep / '0'} already finished its 3 epoch(s) on 1 rank(s): nothing to submit" in out
     assert "submitted Slurm job" not in out and job_id(sweep / "0") == finished  # nothing submitted again
     assert "following it instead of submitting again" in out and read_metrics(sweep / "1")["complete"]
@@ -67,7 +67,7 @@ def test_a_point_submitted_again_waits_for_the_followed_task_under_concurrent_1(
     args = small(tiny_data, "trainer.epochs=50", "launcher.concurrent=1", "launcher.wait=false",
                  f"hydra.sweep.dir={sweep}")
     first = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
-    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert_ok(first)
     cancelled = job_id(sweep / "0")
     wait_for(lambda: job_state(cluster, cancelled) == "RUNNING", 300, what="task 0 to run")
     cluster.run("scancel", cancelled)  # point #0 unfinished; task 1 of the array runs next
@@ -75,7 +75,7 @@ def test_a_point_submitted_again_waits_for_the_followed_task_under_concurrent_1(
     wait_for(lambda: job_state(cluster, followed) == "RUNNING", 300, what="task 1 to run")
 
     again = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert_ok(again)
     resubmitted = job_id(sweep / "0")
     assert resubmitted != cancelled and job_id(sweep / "1") == followed
     shown = cluster.run("scontrol", "-o", "show", "job", resubmitted).stdout

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, cli_env, read_metrics, run_cli
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -26,7 +26,8 @@ BN_SCRIPT = textwrap.dedent(
     hvd.init()
     tf.keras.utils.set_random_seed(1)
     model = airbench.build(widths=[8, 8, 8])
-    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01)), loss="categorical_crossentropy")
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01))
+    model.compile(optimizer=optimizer, loss="categorical_crossentropy")
     hvd_tf.broadcast_variables(model.variables, root_rank=0)
     rng = np.random.default_rng(100 + hvd.rank())  # each rank its own images: its own batch statistics
     x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
@@ -35,7 +36,8 @@ BN_SCRIPT = textwrap.dedent(
     from cifar_dist.training.engines.world import World
     from cifar_dist.training.process.threads import plan_threads
 
-    engine = HorovodEngine(World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False))
+    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False)
+    engine = HorovodEngine(world)
     callbacks = [AverageBatchNormStatistics(engine)] if sys.argv[2] == "average" else []
     model.fit(x, y, epochs=1, batch_size=16, callbacks=callbacks, verbose=0)
     stats = hvd_tf.allgather_object([v.numpy() for v in moving_statistics(model)])
@@ -63,7 +65,7 @@ def test_batchnorm_statistics_are_identical_across_two_ranks_after_an_epoch(tmp_
     for mode in ("average", "off"):
         out = tmp_path / f"{mode}.json"
         proc = mpirun(str(script), str(out), mode)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_ok(proc)
         results[mode] = json.loads(out.read_text())
     assert results["average"]["statistics"] == 12  # mean and variance of 6 BatchNorm layers
     # Gradients are averaged either way; the moving statistics only with the callback.
@@ -76,7 +78,7 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     run_dir = tmp_path / "run"
     proc = run_cli("experiment=speedrun", "data=sample", "launcher=mpirun", "launcher.np=2", "trainer.epochs=4",
                    "trainer.verbose=0", "trainer.tensorboard=false", f"hydra.run.dir={run_dir}", timeout=2000)  # minutes on a quiet machine; generous for a loaded one
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and len(m["epochs"]) == 4
     # BatchNorm statistics averaged before the fingerprint: both ranks hold the same model.
@@ -106,7 +108,7 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     ev_dir = tmp_path / "eval"
     proc = run_cli("task=evaluate", f"evaluate.model={run_dir}", "evaluate.tta=flip_translate", "data=sample",
                    f"hydra.run.dir={ev_dir}", timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
     ev = json.loads((ev_dir / "evaluation.json").read_text())
     assert ev["tta"] == "flip_translate"
     # The saved model (custom layers included) loads, and scores as the trainer's final TTA test did.

@@ -1,4 +1,4 @@
-"""scripts/bench_step_profile.py: the FLOP count behind the roofline and the trace reading behind the overhead numbers."""
+"""scripts/bench_step_profile.py: the FLOP count behind the roofline, the trace reading behind the overhead numbers."""
 import sys
 
 import pytest

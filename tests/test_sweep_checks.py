@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import error_lines, one_error_line, run_cli
+from conftest import assert_ok, error_lines, one_error_line, run_cli
 
 SAMPLE = ("data=sample", "trainer.verbose=0")
 
@@ -46,7 +46,7 @@ def test_a_concurrent_dry_run_counts_the_commands_it_printed(tmp_path):
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,3e-4", *SAMPLE, "launcher=mpirun", "launcher.np=1",
                    "launcher.concurrent=2", "launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                    timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2
     assert "dry run: 2 commands for 3 points written, nothing started" in proc.stdout
 

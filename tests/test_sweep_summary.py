@@ -148,12 +148,12 @@ def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
 
 def test_a_dry_run_sweep_reports_dry_run_points_not_failures(tmp_path, caplog):
     """``-m ... launcher.dry_run=true`` through the CLI: both commands, points ``dry_run``, one closing line."""
-    from conftest import run_cli
+    from conftest import assert_ok, run_cli
 
     sweep = tmp_path / "sweep"
     proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true",
                    "data=sample", f"hydra.sweep.dir={sweep}", timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     out = proc.stdout + proc.stderr
     assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2
     assert proc.stdout.count("Dry run: the mpirun command for ") == 2

@@ -1,12 +1,10 @@
 """End-to-end: `python -m cifar_dist` on the packaged sample, in a subprocess, as a user runs it."""
 import csv
-import json
-import os
 import shutil
 
 import pytest
 
-from conftest import cli_env, read_metrics, run_cli
+from conftest import assert_ok, cli_env, error_lines, read_metrics, run_cli
 
 CHANCE = 0.10
 
@@ -69,14 +67,14 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     common = ["data=sample", "trainer.epochs=2", "trainer.tensorboard=false", "trainer.plot=false", f"hydra.run.dir={run_dir}"]
     first = run_cli(*common, "trainer.max_epochs_per_run=1")
-    assert first.returncode == 0, first.stderr[-2000:]
+    assert_ok(first)
     m = read_metrics(run_dir)
     assert m["complete"] is False and [e["epoch"] for e in m["epochs"]] == [1]
     assert not (run_dir / "saved_models").exists()
     first_epoch = m["epochs"][0]
 
     second = run_cli(*common)
-    assert second.returncode == 0, second.stderr[-2000:]
+    assert_ok(second)
     assert "resuming after epoch 1" in second.stdout + second.stderr
     m = read_metrics(run_dir)
     assert m["complete"] is True and m["resumed_from_epoch"] == 1
@@ -95,7 +93,7 @@ def test_resume_false_refuses_to_overwrite_checkpoints(trained_run, tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()}
     proc = run_cli("data=sample", "trainer.epochs=3", "trainer.resume=false", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2
-    err = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    err = error_lines(proc)
     assert len(err) == 1 and "trainer.resume=true" in err[0]
     assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()} == before
 
@@ -105,7 +103,7 @@ def test_saved_config_is_enough_to_rerun(trained_run, tmp_path):
     rerun = tmp_path / "rerun"
     proc = run_cli("--config-path", str(run_dir / ".hydra"), "--config-name", "config",
                    "trainer.epochs=1", "trainer.tensorboard=false", f"hydra.run.dir={rerun}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     m = read_metrics(rerun)
     assert m["complete"] and m["run"]["data"] == read_metrics(run_dir)["run"]["data"]
 
@@ -115,7 +113,7 @@ def test_keras2_built_ins_without_keras2_are_refused_with_a_one_line_fix(tmp_pat
     models train: tests/test_keras3.py)."""
     proc = run_cli("data=sample", f"hydra.run.dir={tmp_path}", env=cli_env(TF_USE_LEGACY_KERAS="0"), timeout=300)
     assert proc.returncode == 2
-    err = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    err = error_lines(proc)
     assert len(err) == 1
     assert "tf.keras is Keras 3" in err[0] and "engine.keras=3" in err[0] and "TF_USE_LEGACY_KERAS" in err[0]
     assert "Traceback" not in proc.stderr
@@ -132,7 +130,7 @@ def test_local_multirun_trains_each_point_in_its_own_dir_and_summarizes(tmp_path
     sweep_dir = tmp_path / "sweep"
     proc = run_cli("-m", "optimizer.lr=1e-4,3e-4", "data=sample", "trainer.epochs=1", "trainer.tensorboard=false",
                    "trainer.plot=false", f"hydra.sweep.dir={sweep_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     runs = {read_metrics(sweep_dir / str(n))["run"]["lr_config"]: read_metrics(sweep_dir / str(n)) for n in (0, 1)}
     assert set(runs) == {1e-4, 3e-4}
     assert all(m["complete"] and m["ranks"] == 1 for m in runs.values())

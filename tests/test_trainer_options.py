@@ -1,10 +1,11 @@
-"""Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS is recorded."""
+"""Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS
+is recorded."""
 import pytest
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 from cifar_dist.training.trainer import JitCompileError, PrecisionError, check_jit_compile, precision_policy
-from conftest import read_metrics, run_cli
+from conftest import assert_ok, error_lines, read_metrics, run_cli
 
 
 def test_jit_compile_on_cpu_is_refused_with_what_to_do():
@@ -23,7 +24,7 @@ def test_jit_compile_on_gpu_needs_horovods_xla_ops():
 def test_jit_compile_cli_fails_fast_in_one_line(tmp_path):
     proc = run_cli("debug=fast", "trainer.jit_compile=true", f"hydra.run.dir={tmp_path / 'run'}", timeout=300)
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     assert len(errors) == 1 and "jit_compile" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
 
@@ -33,7 +34,7 @@ def test_mixed_precision_trains_one_epoch_in_bfloat16_and_records_memory(tmp_pat
     run_dir = tmp_path / "run"
     proc = run_cli("debug=fast", "trainer.epochs=1", "trainer.precision=mixed", "trainer.verbose=0",
                    f"hydra.run.dir={run_dir}", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["precision"] == "mixed_bfloat16"
     # One epoch on the 4,068-image sample; the float32 softmax keeps the loss finite.
@@ -66,7 +67,7 @@ def test_experiment_fast_trains_on_this_cpu_whatever_its_bfloat16_support(tmp_pa
     proc = run_cli("experiment=fast", "data=sample", "trainer.epochs=1", "trainer.warmup_epochs=0",
                    "trainer.lr_decay_epochs=[]", "trainer.verbose=0", "trainer.tensorboard=false",
                    f"hydra.run.dir={run_dir}", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["precision"] == ("mixed_bfloat16" if cpu_supports_bfloat16() else "float32")
     assert m["run"]["global_batch_size"] == 64 and m["test"]["accuracy"] > 0.12

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, error_lines, run_cli
 
 TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "This TensorFlow binary is optimized")
 
@@ -22,7 +22,7 @@ def test_a_diverging_run_stops_with_one_line_and_the_console_has_no_tensorflow_n
     proc = run_cli("data=sample", "optimizer=sgd", "optimizer.lr=1e30", "trainer.epochs=3", "trainer.verbose=0",
                    f"hydra.run.dir={run_dir}", env=env, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     assert len(errors) == 1 and "training diverged: the loss became nan" in errors[0], proc.stderr[-3000:]
     assert not list((run_dir / "saved_models").glob("*.h5"))
     if (run_dir / "metrics.json").exists():  # epochs before the diverged one, if any

@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from conftest import REPO, cli_env, read_metrics
+from conftest import REPO, assert_ok, cli_env, read_metrics
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -58,7 +58,7 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     cmd += [sys.executable, "-m", "cifar_dist", "data=sample", "trainer.epochs=2", "trainer.epoch_policy=shard",
             f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_ok(proc)
 
     m = read_metrics(run_dir)
     assert m["ranks"] == 2 and m["complete"]

@@ -1,6 +1,6 @@
 """A tracking URI's secrets (password, SAS query tokens) are masked everywhere the rest of the URI appears
 (issue 31, hostile 7): the console, the job log, ``--cfg job`` and a typo's one-line error."""
-from conftest import one_error_line, run_cli
+from conftest import assert_ok, one_error_line, run_cli
 
 URI = "http://alice:S3cretPW@127.0.0.1:9/x?sig=SIGsecret&se=2031-01-01T00%3A00Z&sp=racwdl&sv=2022-11-02&token=TOKsecret"
 SECRETS = ("S3cretPW", "SIGsecret", "2031-01-01", "racwdl", "2022-11-02", "TOKsecret")
@@ -15,14 +15,14 @@ def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tmp_path):
     proc = run_cli("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "tracking=mlflow",
                    f"tracking.uri='{URI}'", "tracking.http_max_retries=0", "tracking.http_timeout_s=5",
                    f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     text = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
     assert "127.0.0.1:9" in text and leaked(text) == [], text[-3000:]  # the guard's warning names the server
 
 
 def test_cfg_job_prints_the_uri_without_its_secrets():
     proc = run_cli("tracking=mlflow", f"tracking.uri='{URI}'", "--cfg", "job")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     assert "http://127.0.0.1:9/x?sig=" in proc.stdout and leaked(proc.stdout + proc.stderr) == [], proc.stdout
 
 

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import cli_env, run_cli
+from conftest import assert_ok, cli_env, error_lines, run_cli
 from fake_azure.fixtures import cli_env as azure_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from user_project import USER_ARGS, write_user_project
@@ -66,11 +66,6 @@ def without(args: list, *keys: str) -> list:
     return [a for a in args if a.split("=", 1)[0] not in keys]
 
 
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    return proc
-
-
 def _dry_run_commands(stdout: str) -> list:
     return [shlex.split(line) for line in stdout.splitlines() if line.startswith("mpirun ") or line.startswith("horovodrun ")]
 
@@ -115,7 +110,7 @@ def test_the_rank_environment_puts_the_users_modules_first_on_pythonpath():
 # ---- ranks that see this machine's files -------------------------------------------------------
 @pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
 def test_mpirun_and_gloo_ranks_get_the_config_dir_name_searchpath_and_modules(project, launcher):
-    proc = _ok(user_cli(project, searchpath(project), f"launcher={launcher}",
+    proc = assert_ok(user_cli(project, searchpath(project), f"launcher={launcher}",
                         "launcher.dry_run=true", f"hydra.run.dir={project / 'runs' / launcher}",
                         flags=("--config-name", "myrun")))
     (command,) = _dry_run_commands(proc.stdout)
@@ -149,7 +144,7 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
 
 
 def test_a_sweeps_points_run_concurrently_with_the_same_config_sources(project):
-    proc = _ok(user_cli(project, searchpath(project), "optimizer=quick", "optimizer.lr=0.01,0.02", "launcher=mpirun",
+    proc = assert_ok(user_cli(project, searchpath(project), "optimizer=quick", "optimizer.lr=0.01,0.02", "launcher=mpirun",
                         "launcher.np=1", "launcher.concurrent=2", "launcher.dry_run=true",
                         f"hydra.sweep.dir={project / 'runs' / 'sweep'}", flags=("-m", "--config-name", "myrun")))
     (command,) = _dry_run_commands(proc.stdout)
@@ -161,7 +156,7 @@ def test_a_sweeps_points_run_concurrently_with_the_same_config_sources(project):
 
 def test_slurm_jobs_and_job_arrays_carry_them(project):
     run_dir = project / "runs" / "slurm"
-    _ok(user_cli(project, searchpath(project), "launcher=slurm", "launcher.dry_run=true",
+    assert_ok(user_cli(project, searchpath(project), "launcher=slurm", "launcher.dry_run=true",
                  f"hydra.run.dir={run_dir}", flags=("--config-name", "myrun")))
     script = (run_dir / "slurm" / "job.sbatch").read_text()
     (srun,) = [shlex.split(line[:-2]) for line in script.splitlines() if line.startswith("srun ")]
@@ -170,7 +165,7 @@ def test_slurm_jobs_and_job_arrays_carry_them(project):
     assert exports and shlex.split(exports[0])[1].split("=", 1)[1].split(os.pathsep)[0] == str(project.resolve())
 
     sweep = project / "runs" / "slurm-sweep"
-    _ok(user_cli(project, "optimizer.lr=0.01,0.02", "launcher=slurm", "launcher.dry_run=true",
+    assert_ok(user_cli(project, "optimizer.lr=0.01,0.02", "launcher=slurm", "launcher.dry_run=true",
                  f"hydra.sweep.dir={sweep}", flags=("-m",)))
     for point in ("0", "1"):
         text = (sweep / point / "slurm" / "job.sbatch").read_text()
@@ -182,7 +177,7 @@ def test_slurm_jobs_and_job_arrays_carry_them(project):
 def test_azureml_ships_the_users_files_and_points_the_command_at_them(project, fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
     args = without(aml_overrides(fake_aml, run_dir, snapshot_cache, **{"launcher.dry_run": "true"}), "data")
-    _ok(user_cli(project, searchpath(project), *args, env=aml_env(fake_aml)))
+    assert_ok(user_cli(project, searchpath(project), *args, env=aml_env(fake_aml)))
     assert fake_aml.requests == []
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
     code = Path(doc["code"])
@@ -206,7 +201,7 @@ def test_batchai_uploads_the_users_files_and_the_node_composes_with_them(project
 
     run_dir = tmp_path / "run"
     args = without(launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.dry_run": "true"}), "debug")
-    proc = _ok(user_cli(project, searchpath(project), *args, env=azure_env(fake_azure, storage_key), timeout=300))
+    proc = assert_ok(user_cli(project, searchpath(project), *args, env=azure_env(fake_azure, storage_key), timeout=300))
     assert fake_azure.requests == []
     doc = json.loads((run_dir / "job.json").read_text())
     node_args = doc["properties"]["horovodSettings"]["commandLineArgs"].split()
@@ -224,7 +219,7 @@ def test_batchai_uploads_the_users_files_and_the_node_composes_with_them(project
                                  [str(project / "myconf"), str(project / "more")])
     node = subprocess.run([sys.executable, "-m", "cifar_dist", *argv, "--cfg", "job"], cwd=tmp_path,
                           env={**cli_env(), "CIFAR_DIST_CHILD": "1"}, capture_output=True, text=True, timeout=120)
-    assert node.returncode == 0, node.stderr[-2000:]
+    assert_ok(node)
     assert yaml.safe_load(node.stdout)["model"]["_target_"] == "mymodels.build"
 
 
@@ -237,7 +232,7 @@ def test_a_config_path_is_refused_for_a_snapshot_job_in_one_line(project, fake_a
     args = aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **{"launcher.dry_run": "true"})
     proc = run_cli("--config-path", str(primary), *args, cwd=project, env=aml_env(fake_aml), timeout=120)
     assert fake_aml.requests == []
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
+    errors = error_lines(proc)
     assert proc.returncode != 0 and len(errors) == 1, proc.stderr[-3000:]
     assert f"launcher=azureml cannot carry --config-path {primary}" in errors[0] and "--config-dir" in errors[0]
     assert not (tmp_path / "run" / "azureml" / "job.yml").exists()

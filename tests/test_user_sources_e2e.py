@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, read_metrics, run_cli
+from conftest import assert_ok, cli_env, read_metrics, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from slurm_cluster import missing_packages
 from user_project import QUIET, USER_ARGS, WIDTH, write_user_project
@@ -33,14 +33,9 @@ def project(tmp_path) -> Path:
     return write_user_project(tmp_path / "project")
 
 
-def _ok(proc):
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return proc
-
-
 def train(project: Path, run_dir: Path, epochs: int, *launch: str, env=None):
     """The user's command, from their folder: ``--config-dir myconf model=tiny data=mine`` + a launcher."""
-    return _ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, f"trainer.epochs={epochs}", *launch, f"hydra.run.dir={run_dir}",
+    return assert_ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, f"trainer.epochs={epochs}", *launch, f"hydra.run.dir={run_dir}",
                        cwd=project, env=env or cli_env(), timeout=900))
 
 
@@ -74,7 +69,7 @@ def resume_and_evaluate(project: Path, run_dir: Path, ranks: int, *launch: str, 
     m = assert_trained_the_users_model(run_dir, ranks, 2)
     assert len((run_dir / "training_log.csv").read_text().strip().splitlines()) == 1 + 2  # header, epochs 1 and 2
     out = run_dir.parent / "eval"
-    _ok(run_cli(*USER_ARGS[:2], "task=evaluate", "data=mine", f"evaluate.model={run_dir}", f"hydra.run.dir={out}",
+    assert_ok(run_cli(*USER_ARGS[:2], "task=evaluate", "data=mine", f"evaluate.model={run_dir}", f"hydra.run.dir={out}",
                 cwd=project, env=env or cli_env(), timeout=600))
     ev = json.loads((out / "evaluation.json").read_text())
     assert ev["labelled"] == 128 and ev["correct"] == m["test"]["correct"]
@@ -108,5 +103,5 @@ def test_an_azureml_job_trains_the_users_project_from_its_snapshot(project, fake
     no PYTHONPATH of this machine: only what the snapshot holds can be imported."""
     run_dir = tmp_path / "runs" / "azureml"
     args = [a for a in aml_overrides(fake_aml, run_dir, snapshot_cache) if not a.startswith(("data=", "trainer."))]
-    _ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", *args, cwd=project, env=aml_env(fake_aml), timeout=600))
+    assert_ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", *args, cwd=project, env=aml_env(fake_aml), timeout=600))
     assert_trained_the_users_model(run_dir, 1, 1)

@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from conftest import compose_cfg, read_metrics, run_cli
+from conftest import assert_ok, compose_cfg, read_metrics, run_cli
 from cifar_dist.training.trainer import validation_epochs
 from cifar_dist.config.validation import ConfigError, validate
 
@@ -38,7 +38,7 @@ def test_validate_every_2_over_3_epochs_validates_after_epochs_2_and_3(tmp_path)
     run_dir = tmp_path / "run"
     proc = run_cli("debug=fast", "trainer.epochs=3", "trainer.validate_every=2", "trainer.verbose=0",
                    f"hydra.run.dir={run_dir}", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert [e["epoch"] for e in m["epochs"]] == [1, 2, 3]
     assert [e["epoch"] for e in m["epochs"] if "val_accuracy" in e and "val_loss" in e] == [2, 3]

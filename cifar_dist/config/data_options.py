@@ -1,4 +1,4 @@
-"""Schemas of every data option (cifar10, sample, cifar100, folder, custom), each registered where it is defined (``@config_option``).
+"""Schemas of every data option (cifar10, sample, cifar100, folder, custom), each registered here (``@config_option``).
 
 Each is a ``DataConfig`` (augmentation, prefetch and the shuffle buffer
 apply to every option) with the keys of its own:

@@ -411,7 +411,7 @@ def typed(cfg):
 
 
 def engine_of(cfg):
-    """``cfg.engine`` typed; a run's config saved before engines existed trained on Horovod with Keras 2: the defaults."""
+    """``cfg.engine`` typed; a config saved before engines existed trained on Horovod with Keras 2: the defaults."""
     node = cfg.get("engine") or {}
     schema = JaxEngineConfig if node.get("name") == JaxEngineConfig.name else HorovodEngineConfig
     return OmegaConf.merge(OmegaConf.structured(schema), node)

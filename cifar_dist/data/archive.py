@@ -50,7 +50,8 @@ def _check_safe(member: tarfile.TarInfo, where: str, layout: Layout = CIFAR10) -
     if norm is None:
         raise DataError(f"{where} contains an unsafe path {member.name!r}; refusing it, get a clean copy of {layout.archive}")
     if not (member.isreg() or member.isdir()):
-        raise DataError(f"{where} contains a link or special file {member.name!r}; refusing it, get a clean copy of {layout.archive}")
+        raise DataError(f"{where} contains a link or special file {member.name!r}; "
+                        f"refusing it, get a clean copy of {layout.archive}")
     return norm
 
 
@@ -67,7 +68,8 @@ def _batch_files(tar: tarfile.TarFile, where: str, layout: Layout = CIFAR10):
             log.debug("skipping %s in %s", member.name, where)
             continue
         if member.size > layout.max_bytes:  # a decompression bomb, not data
-            raise DataError(f"{where}: {member.name} is {member.size} bytes, far more than a {layout.name} batch; get a clean copy of {layout.archive}")
+            raise DataError(f"{where}: {member.name} is {member.size} bytes, far more than a {layout.name} batch; "
+                            f"get a clean copy of {layout.archive}")
         yield base, member
 
 

@@ -42,7 +42,7 @@ def cached_folder(data_cfg, layout: Layout = CIFAR10) -> Path | None:
 
 
 def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
-    """The extracted ``cifar-10-batches-py`` folder in ``data.cache_dir``, downloading and extracting it once if needed."""
+    """The extracted ``cifar-10-batches-py`` folder in ``data.cache_dir``, downloaded and extracted once if needed."""
     cache_dir = Path(data_cfg.cache_dir).expanduser()
     if not data_cfg.download and not (cache_dir / layout.archive).is_file():
         raise DataError(f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {layout.offline_hint}")

@@ -58,7 +58,8 @@ def bad_images(files: Sequence[Path], policy: str = REFUSE) -> FrozenSet[Path]:
 def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> Optional[str]:
     """What is wrong with one (decoded image, label) element of a factory's dataset, or None."""
     if image.ndim == 4:
-        return f"yields batches (images of shape {image.shape}); return unbatched elements (drop .batch() or add .unbatch())"
+        return (f"yields batches (images of shape {image.shape}); "
+                "return unbatched elements (drop .batch() or add .unbatch())")
     if image.ndim != 3 or image.shape[-1] != 3:
         return f"yields images of shape {image.shape}, not HxWx3; give every image 3 channels (RGB)"
     if label.ndim == 1 and label.shape[0] == num_classes:
@@ -68,7 +69,8 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> 
     if not np.issubdtype(label.dtype, np.integer):
         return f"yields {label.dtype} labels (e.g. {label.item()}); yield integer class indices (cast them to int64)"
     if not 0 <= int(label) < num_classes:
-        return f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; number the classes 0..{num_classes - 1}"
+        return (f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; "
+                f"number the classes 0..{num_classes - 1}")
     low, high = float(image.min()), float(image.max())
     if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
         return (f"yields float images with values in [{low:.3g}, {high:.3g}], not [0, 1]; "

@@ -28,7 +28,8 @@ def load_custom_streams(data_cfg, seed: int):
     kwargs = OmegaConf.to_container(data_cfg.kwargs, resolve=True) if "kwargs" in data_cfg else {}
     streams = factory(seed=int(seed), **kwargs)
     if not isinstance(streams, DataStreams):
-        raise DataError(f"data._target_={target} returned {type(streams).__name__}, not cifar_dist.data.streams.DataStreams; see docs/data.md")
+        raise DataError(f"data._target_={target} returned {type(streams).__name__}, "
+                        "not cifar_dist.data.streams.DataStreams; see docs/data.md")
     if streams.source == DataStreams.source:  # the default: name the factory instead
         object.__setattr__(streams, "source", f"tf.data factory {target}")
     check_elements(streams, f"data._target_={target}")  # labels, dtypes, image range: one line, not a silent run

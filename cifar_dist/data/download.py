@@ -58,7 +58,8 @@ def _stream(url: str, out, size_bytes: int, timeout_s: float, hint: str) -> tupl
             while chunk := response.read(_CHUNK):
                 got += len(chunk)
                 if got > size_bytes:
-                    raise DataError(f"download of {url} is larger than data.size_bytes={size_bytes}; the URL or data.size_bytes is wrong: {hint}")
+                    raise DataError(f"download of {url} is larger than data.size_bytes={size_bytes}; "
+                                    f"the URL or data.size_bytes is wrong: {hint}")
                 digest.update(chunk)
                 out.write(chunk)
     except urllib.error.HTTPError as exc:

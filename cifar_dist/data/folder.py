@@ -29,7 +29,7 @@ def image_files(folder: Path) -> List[Path]:
 
 
 def scan_classes(root: Path, left_out: AbstractSet[Path] = frozenset()) -> Dict[str, List[Path]]:
-    """Class name -> its images (but ``left_out``), for the sub-folders of ``root``; a one-line DataError when unusable."""
+    """Class name -> its images (but ``left_out``) for the sub-folders of ``root``; one-line DataError if unusable."""
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(f"{root} has no class folders; put each class's images in {root}/<class name>/")
@@ -61,7 +61,8 @@ def split_tree(root: Path, val_fraction: float, split_seed: int,
         train, test = scan_classes(root / "train", bad), scan_classes(root / "test", bad)
         if list(train) != list(test):
             differ = sorted(set(train) ^ set(test))
-            raise DataError(f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); use the same names in both")
+            raise DataError(f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); "
+                            "use the same names in both")
         names = tuple(train)
         return _labelled(train, names), _labelled(test, names), names
     if not 0 < val_fraction < 1:

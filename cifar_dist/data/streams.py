@@ -59,7 +59,8 @@ class DataStreams:
             raise DataError(f"a data factory returned num_classes={self.num_classes}; it must be >= 2")
         names = tuple(self.class_names) or tuple(str(i) for i in range(int(self.num_classes)))
         if len(names) != int(self.num_classes):
-            raise DataError(f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; give one name per class")
+            raise DataError(f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; "
+                            "give one name per class")
         object.__setattr__(self, "class_names", names)
         for split in ("train", "test"):
             size = _size(getattr(self, split), split, getattr(self, f"{split}_size"))

@@ -56,18 +56,20 @@ def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] =
         raise EvaluationInputError(
             f"{path} holds layers that run Python code when loaded ({', '.join(found)}); refusing to load it. "
             "If they are your own model's layers, evaluate with the model option that built it (model=<name>: "
-            "the module of its _target_ is trusted); set evaluate.trust_model=true only if you trust whoever made this file"
+            "the module of its _target_ is trusted); "
+            "set evaluate.trust_model=true only if you trust whoever made this file"
         )
 
 
 def trusted_layers_of(modules: Sequence[str]):
-    """The layer classes of the user's named modules (model_trust.trusted_module_layers); one line if one cannot be imported."""
+    """The layer classes of the user's modules (model_trust.trusted_module_layers); one line if one fails to import."""
     try:
         return trusted_module_layers(modules)
     except Exception as exc:  # ImportError, or an error inside the module
         raise EvaluationInputError(
             f"cannot import {', '.join(modules)} to load its layers ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); run from the directory that holds it or add that to PYTHONPATH"
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); "
+            "run from the directory that holds it or add that to PYTHONPATH"
         ) from None
 
 
@@ -87,14 +89,16 @@ def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False
         model = model_files.load(path, own, trust_model)
     except Exception as exc:  # h5py/Keras raise many types for a bad file
         raise EvaluationInputError(
-            f"{path} is not a loadable Keras model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            f"{path} is not a loadable Keras model "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
             "point evaluate.model at a saved_models/*.h5 (.keras) or checkpoints/*.h5 (.keras) written by cifar_dist"
         ) from None
     shape_ok = tuple(model.input_shape[1:]) == (image_size, image_size, 3) if image_size else model.input_shape[-1] == 3
     if not shape_ok or (num_classes is not None and model.output_shape[-1] != num_classes):
         raise EvaluationInputError(
             f"{path} maps {model.input_shape[1:]} to {model.output_shape[-1]} classes, not {image_size or 'HxW'}x"
-            f"{image_size or ''}x3 images to {num_classes} classes; use a model trained on this data (the same data=...)"
+            f"{image_size or ''}x3 images to {num_classes} classes; "
+            "use a model trained on this data (the same data=...)"
         )
     return model
 

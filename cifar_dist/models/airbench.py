@@ -19,7 +19,7 @@ def build(
     conv -> pool -> BN -> GELU -> conv -> BN -> GELU (convs identity-initialised,
     BN without a trained scale, as airbench), then max pool, linear x 1/9.
 
-    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), from the trainer; None is tf.keras."""
     from cifar_dist.models.blocks import classifier, conv_bn, custom_layers  # lazy: TensorFlow
 
     keras = keras_or_default(keras)

@@ -84,7 +84,7 @@ def _module_source(target: str, module: str) -> Optional[Path]:
 
 
 def _function_parameters(fn: ast.AST, skip_first: bool) -> Parameters:
-    """The names a ``def`` takes by keyword (``self`` skipped for a class's ``__init__``), and whether it has ``**kwargs``."""
+    """The names a ``def`` takes by keyword (not ``self`` of a class's ``__init__``); whether it has ``**kwargs``."""
     a = fn.args
     positional = [*a.posonlyargs, *a.args][1 if skip_first else 0:]
     positional_only = {p.arg for p in a.posonlyargs}

@@ -67,7 +67,8 @@ def model_flavor(model, target: str) -> int:
                      if flavor_of(layer) not in (flavor, 0)})
     if others:
         raise ModelKerasError(
-            f"model._target_={target} mixes Keras: a {name(flavor)} model with {name(KERAS2 if flavor == KERAS3 else KERAS3)} "
+            f"model._target_={target} mixes Keras: a {name(flavor)} model with "
+            f"{name(KERAS2 if flavor == KERAS3 else KERAS3)} "
             f"layers ({', '.join(others)}); build every layer with one Keras (import keras for Keras 3, "
             "or tf.keras for Keras 2)")
     return flavor
@@ -123,7 +124,8 @@ def check_saveable(model, target: str) -> None:
     except Exception as exc:  # NotImplementedError (no get_config), TypeError/ValueError (not registered)
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelKerasError(
-            f"model._target_={target} builds a model that cannot be saved and loaded back ({why[:300]}); give each custom layer "
+            f"model._target_={target} builds a model that cannot be saved and loaded back ({why[:300]}); "
+            "give each custom layer "
             "a get_config() returning its __init__ arguments and register it "
             "(@keras.saving.register_keras_serializable() for Keras 3, "
             "@tf.keras.utils.register_keras_serializable() for Keras 2)") from None

@@ -14,9 +14,10 @@ def build(
     input_shape: Sequence[int] = (32, 32, 3),
     keras=None,
 ):
-    """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool, linear x 0.125.
+    """prep conv_bn(w); conv_bn(2w)+pool + residual; conv_bn(4w)+pool; conv_bn(8w)+pool + residual; max pool;
+    linear x 0.125.
 
-    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras."""
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), from the trainer; None is tf.keras."""
     from cifar_dist.models.blocks import classifier, conv_bn, residual  # lazy: TensorFlow
 
     keras = keras_or_default(keras)

@@ -20,7 +20,7 @@ def build(
     seed, so that saved models have the seed's layer list (and so that the
     softmax stays float32 under mixed precision).
 
-    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), passed by the trainer; None is tf.keras.
+    ``keras``: the Keras module to build with (``keras_flavor.keras_module``), from the trainer; None is tf.keras.
     """
     keras = keras_or_default(keras)
     layers = keras.layers

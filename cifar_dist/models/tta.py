@@ -20,7 +20,7 @@ from cifar_dist.keras_ops import ops_of
 
 
 def mirror(images, ops=None):
-    """Left-right mirror of an NHWC batch (``ops``: ``keras_ops.ops_of``' of the Keras it is built in; Keras 2's by default)."""
+    """Left-right mirror of an NHWC batch (``ops``: ``keras_ops.ops_of`` of the Keras it is in; Keras 2's default)."""
     return _ops(ops).flip(images, axis=2)
 
 
@@ -54,7 +54,7 @@ def views(images, mode: str, ops=None):
 
 
 def with_tta(model, mode: str):
-    """``model`` itself for mode "none", else a model (of ``model``'s Keras) averaging its probabilities over ``views``."""
+    """``model`` itself for mode "none", else a model (in ``model``'s Keras) averaging its probabilities over views."""
     if mode == "none":
         return model
     keras = _keras_of(model)

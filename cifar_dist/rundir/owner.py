@@ -103,7 +103,8 @@ def refuse_foreign_sweep_dir(sweep_dir: Path) -> None:
         return
     raise ForeignRunDir(
         f"sweep dir {sweep_dir} exists and is not the dir of a sweep (it holds {_listing(sweep_dir)}, no "
-        f"{SWEEP_RECORD}); choose another hydra.sweep.dir: a new or empty folder, or an earlier sweep's dir to re-run it")
+        f"{SWEEP_RECORD}); choose another hydra.sweep.dir: a new or empty folder, "
+        "or an earlier sweep's dir to re-run it")
 
 
 def refuse_foreign(run_dir: Path) -> None:

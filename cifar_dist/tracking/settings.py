@@ -20,7 +20,7 @@ HTTP_LIMITS = {
 
 
 def tracking_conf(cfg: Any) -> Optional[Any]:
-    """The config's tracking node when it asks for MLflow, else None (also for configs saved before tracking existed)."""
+    """The config's tracking node when it asks for MLflow, else None (also in configs saved before tracking existed)."""
     conf = cfg.get("tracking") if cfg is not None else None
     if conf is None:
         return None
@@ -29,7 +29,8 @@ def tracking_conf(cfg: Any) -> Optional[Any]:
 
 
 def resolve_uri(configured: Optional[str], environ: Mapping[str, str] = os.environ, cwd: Optional[Path] = None) -> str:
-    """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file outputs/mlflow.db; relative SQLite paths made absolute.
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file outputs/mlflow.db; a relative SQLite path made
+    absolute.
 
     Absolute, so the URI recorded in a run dir still names the same file
     when an import is started from another directory.

@@ -155,7 +155,7 @@ def epoch_metrics(epochs: Iterable[Dict[str, Any]]) -> List[Tuple[str, float, in
 
 
 def final_metrics(results: Dict[str, Any]) -> List[Tuple[str, float, int]]:
-    """test_loss/test_accuracy (train's ``test``, evaluate's top level), median images/s and wall time, at the last epoch."""
+    """test_loss/test_accuracy (train's ``test``, evaluate's top level), median img/s, wall time at the last epoch."""
     epochs = results.get("epochs") or []
     step = max([int(e["epoch"]) for e in epochs] + [0])
     test = results.get("test") or {k: results.get(k) for k in ("loss", "accuracy")}

@@ -173,7 +173,8 @@ def _trained_on_batchai(run_dir: Path, settings: Settings) -> str:
     match = _NODE_PATH.match(node_run_dir)
     mount = next((m for m in mounts if match and m.get("relativeMountPath") == match["mount"]), None)
     if match is None or mount is None or not match["rel"]:
-        raise LaunchError(f"{where}: its --run-dir {node_run_dir} is not on a share the job mounted; score its saved model file instead")
+        raise LaunchError(f"{where}: its --run-dir {node_run_dir} is not on a share the job mounted; "
+                          "score its saved model file instead")
     trained_share = str(mount.get("azureFileUrl", "")).rstrip("/").rsplit("/", 1)[-1]
     trained_account = mount.get("accountName")
     if (trained_account, trained_share) != (settings.storage_account, settings.conf.share):

@@ -5,7 +5,8 @@ batch that has the same launcher settings. With ``launcher.concurrent=k`` it
 cuts them into *batches* of k points (``run_batches``) and runs each batch as
 ONE mpirun in OpenMPI's MPMD form::
 
-    mpirun --enable-recovery <placement> -np N <rank_exec --mpi-group 0 ... point a> : -np N <... --mpi-group 1 ... point b>
+    mpirun --enable-recovery <placement> -np N <rank_exec --mpi-group 0 ... point a> \\
+        : -np N <... --mpi-group 1 ... point b>
 
 so world ranks ``g*N .. g*N+N-1`` are group g. Each rank's wrapper tells the
 job its group, ``init_world`` splits MPI_COMM_WORLD by it (mpi4py) and

@@ -29,9 +29,11 @@ class SlurmLauncherConf:
     """``launcher=slurm``: run the job as a Slurm batch job: sbatch, ranks started with
     srun --mpi=pmix (docs/slurm.md)::
 
-        python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu launcher.time_min=120
+        python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu \\
+            launcher.time_min=120
         python -m cifar_dist launcher=slurm launcher.dry_run=true   # write <run dir>/slurm/job.sbatch and print it
-        python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm launcher.concurrent=2   # one job array, 2 points at a time
+        # one job array, 2 points at a time:
+        python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm launcher.concurrent=2
     """
 
     _target_: str = "cifar_dist.launchers.slurm.launcher.SlurmLauncher"

@@ -205,7 +205,8 @@ class SlurmLauncher(ClusterLauncher):
             script = self._array_script_path(new)
             script.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(script, array_script(self.conf, [p.job for p in new], array_dir(new)))
-            print(f"Dry run: wrote {script}, the job array of these points; submit it by hand with: {shell_command('sbatch', script)}")
+            print(f"Dry run: wrote {script}, the job array of these points; "
+                  f"submit it by hand with: {shell_command('sbatch', script)}")
             print(script.read_text("utf-8"), end="", flush=True)
         return results
 

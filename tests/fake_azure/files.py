@@ -158,7 +158,8 @@ def _listing(share: str, path: str, tree: Dict[str, Optional[StoredFile]]) -> by
             )
     xml = (
         '<?xml version="1.0" encoding="utf-8"?>'
-        f'<EnumerationResults ServiceEndpoint="https://127.0.0.1/" ShareName="{escape(share)}" DirectoryPath="{escape(path)}">'
+        f'<EnumerationResults ServiceEndpoint="https://127.0.0.1/" ShareName="{escape(share)}" '
+        f'DirectoryPath="{escape(path)}">'
         f"<Entries>{''.join(entries)}</Entries><NextMarker /></EnumerationResults>"
     )
     return xml.encode()

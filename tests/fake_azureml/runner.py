@@ -38,7 +38,7 @@ class NodeRun(NodeProcess):
         log_file = self.logs / "user_logs" / "std_log_process_0.txt"
         log_file.parent.mkdir(parents=True, exist_ok=True)
         command = props["command"]
-        for name, output in (props.get("outputs") or {}).items():
+        for name in props.get("outputs") or {}:
             command = command.replace("${{outputs.%s}}" % name, str(folder / "outputs" / name))
         for name, item in (props.get("inputs") or {}).items():
             command = command.replace("${{inputs.%s}}" % name, str(_materialize_input(state, item["uri"], folder / "inputs" / name)))

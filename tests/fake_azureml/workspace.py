@@ -131,7 +131,8 @@ class AzureMLState:
             "properties": {
                 "workspaceId": str(uuid.uuid4()), "friendlyName": name, "discoveryUrl": f"{url}/discovery",
                 "mlFlowTrackingUri": f"azureml://eastus.api.azureml.ms/mlflow/v1.0{ws_id}",
-                "storageAccount": f"{ws_id.split('/providers')[0]}/providers/Microsoft.Storage/storageAccounts/{self.blobs.account}",
+                "storageAccount": f"{ws_id.split('/providers')[0]}/providers/Microsoft.Storage/storageAccounts/"
+                                  f"{self.blobs.account}",
                 "provisioningState": "Succeeded",
             },
         })

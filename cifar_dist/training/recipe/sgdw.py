@@ -1,4 +1,4 @@
-"""SGD with decoupled weight decay (Loshchilov & Hutter), on Keras 2's legacy SGD (Keras 3's twin: keras3_optimizers.py).
+"""SGD with decoupled weight decay (Loshchilov & Hutter) on Keras 2's legacy SGD (for Keras 3: keras3_optimizers.py).
 
 Keras 2.18's new optimizers have ``weight_decay`` and
 ``exclude_from_weight_decay``, but cifar_dist's trainer and checkpoints use
