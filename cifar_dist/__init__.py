@@ -1,4 +1,5 @@
 """cifar_dist: data-parallel CIFAR-10 training with Horovod + Keras, configured by Hydra."""
+
 import os
 
 from cifar_dist.keras_flavor import LEGACY_KERAS_ENV, legacy_keras

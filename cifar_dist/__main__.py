@@ -1,4 +1,5 @@
 """``python -m cifar_dist [overrides]`` (and the ``cifar-dist`` script): see README."""
+
 import sys
 
 from cifar_dist.config.files import check_user_yaml, local_dir
@@ -19,7 +20,8 @@ def main() -> None:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     # after the checks above: importing the app registers every option (and its plugins) with Hydra
-    from cifar_dist.app import interrupted_exit, main as app_main
+    from cifar_dist.app import interrupted_exit
+    from cifar_dist.app import main as app_main
 
     try:
         app_main()

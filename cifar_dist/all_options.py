@@ -5,14 +5,15 @@
 It knows every layer, so it stands at the top with the app and the command line (``app.py``,
 ``__main__.py``, ``local_options.py``) that call it; the core below never imports it.
 """
+
 from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
 from cifar_dist.config import data_options, schema
-from cifar_dist.launchers import register_built_in
 from cifar_dist.config.option_listing import register_resolver
 from cifar_dist.config.options import store_options
+from cifar_dist.launchers import register_built_in
 from hydra_plugins.cifar_dist_launcher.registration import register as register_plugins
 
 

@@ -1,4 +1,5 @@
 """The Hydra entry point: compose the config, pick the launcher, run the job."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,23 +14,28 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.all_options import register_configs
+from cifar_dist.atomic_files import disk_full
 from cifar_dist.config.files import holds_options, local_dir
+from cifar_dist.config.override_check import (
+    command_line_problem,
+    parsed_command_line,
+    primary_searchpath,
+    replace_overrides,
+)
+from cifar_dist.config.validation import validate
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
+from cifar_dist.launchers.ranks.heartbeat import start_from_env
 from cifar_dist.launchers.user_sources import with_searchpath
-from cifar_dist.config.override_check import command_line_problem, parsed_command_line, primary_searchpath, replace_overrides
-from cifar_dist.rundir.preflight import check_run_dir
-from cifar_dist.saved_run import from_saved_run
 from cifar_dist.redaction import RedactingWriter, redact_logs, redact_text
 from cifar_dist.results import final_accuracy
-from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
-from cifar_dist.atomic_files import disk_full
-from cifar_dist.launchers.ranks.heartbeat import start_from_env
-from cifar_dist.training.process.tf_console import quiet_by_default
+from cifar_dist.rundir.preflight import check_run_dir
+from cifar_dist.saved_run import from_saved_run
+from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
-from cifar_dist.config.validation import validate
+from cifar_dist.training.process.tf_console import quiet_by_default
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +83,11 @@ def written_since(run_dir: Path, started: float) -> List[str]:
     """The run dir's entries this job wrote or changed (folders with a slash; dot-files are bookkeeping)."""
     if not run_dir.is_dir():
         return []
-    return [p.name + ("/" if p.is_dir() else "") for p in sorted(run_dir.iterdir())
-            if not p.name.startswith(".") and p.stat().st_mtime >= started]
+    return [
+        p.name + ("/" if p.is_dir() else "")
+        for p in sorted(run_dir.iterdir())
+        if not p.name.startswith(".") and p.stat().st_mtime >= started
+    ]
 
 
 def end_of_job(cfg: DictConfig, job: JobSpec, started: float) -> None:

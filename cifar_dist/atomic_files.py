@@ -16,6 +16,7 @@ a full disk becomes one DiskFullError line instead of a traceback.
 Light on purpose (no TensorFlow, no matplotlib at import): the rank wrapper
 and the launching process use it too.
 """
+
 from __future__ import annotations
 
 import errno
@@ -51,7 +52,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def disk_full(exc: BaseException, path: Path) -> "DiskFullError | None":
+def disk_full(exc: BaseException, path: Path) -> DiskFullError | None:
     """A one-line DiskFullError for ``exc`` when it is ENOSPC/EDQUOT (h5py's OSErrors carry the errno too)."""
     if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(

@@ -10,6 +10,7 @@ that Keras' own registry, under package ``cifar_dist``, the layers
 (Keras 2's are registered when their modules are imported). None of them
 runs code from the file: ``safe_mode=True`` loads them.
 """
+
 from __future__ import annotations
 
 from types import ModuleType

@@ -8,6 +8,7 @@ one tracking import in six fail. ``snapshot`` takes the keys at once (a
 ``list`` of the underlying dict, atomic under the GIL) and skips a key gone
 by the time it is read.
 """
+
 from __future__ import annotations
 
 import os

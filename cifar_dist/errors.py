@@ -3,6 +3,7 @@
 Raise a subclass with a message that names what is wrong and says what to
 do; ``app.main`` prints it as ``cifar_dist: error: <message>`` and exits 2.
 """
+
 import difflib
 from typing import Iterable
 

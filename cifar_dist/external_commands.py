@@ -11,6 +11,7 @@ Long-lived children (the ranks under ``rank_exec``, mpirun/horovodrun under
 ``runner_supervisor``) are not short commands: they run without a timeout,
 supervised (signals forwarded, heartbeats, the launcher's own stop).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -44,8 +45,12 @@ def run_command(
     """
     try:
         return subprocess.run(
-            list(argv), env=None if env is None else dict(env), capture_output=True, text=True,
-            stdin=subprocess.DEVNULL, timeout=timeout_s,
+            list(argv),
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
         raise error(f"{what} did not answer within {timeout_s:g}s ({shlex.join(argv)}); {fix}") from None

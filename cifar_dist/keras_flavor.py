@@ -14,6 +14,7 @@ receives a Keras object asks ``flavor_of`` which Keras made it. Keras 3 is
 imported only where a Keras 3 object is asked for: a Keras 2 run never loads
 it (it costs ~1.5 s per rank).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -51,7 +52,8 @@ def keras_module(version: int) -> ModuleType:
             raise KerasChoiceError(
                 "Keras 2 was asked for (engine.keras=2, the built-in models' default) but tf.keras is Keras 3 here "
                 "(TF_USE_LEGACY_KERAS=0); unset TF_USE_LEGACY_KERAS (importing cifar_dist sets it to 1), "
-                "or build the built-ins in Keras 3 with engine.keras=3")
+                "or build the built-ins in Keras 3 with engine.keras=3"
+            )
         return tf.keras
     if int(version) == KERAS3:
         import keras  # lazy: Keras 3

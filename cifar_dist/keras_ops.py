@@ -8,11 +8,11 @@ here, so Keras 2's numbers are unchanged to the bit. Code written against it
 (``ops.cast``, ``ops.conv``...) is written once for both Keras; ``registered(keras)``
 registers a class with that Keras' own registry.
 """
+
 from __future__ import annotations
 
 import functools
 from types import ModuleType, SimpleNamespace
-
 from typing import Optional
 
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module

@@ -13,6 +13,7 @@
   one-line warning. ``conf/local/default.yaml`` is loaded by every command: an
   error in it is always refused.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,10 +55,12 @@ def shadowing_problem(local: Path) -> Optional[str]:
     """One line for the first ``conf/local`` option named like a built-in option of its group, else None."""
     for group, name, path in local_option_files(local):
         if name in builtin_options(group):
-            return (f"{path} has the name of cifar_dist's own option {group}={name}, which it would silently change "
-                    f"(or break for every command); rename it, e.g. to {path.with_name('my_' + path.name)}, and "
-                    f"select it as {group}=my_{name} (a `defaults: [{name}, _self_]` list in it keeps the "
-                    "built-in's values)")
+            return (
+                f"{path} has the name of cifar_dist's own option {group}={name}, which it would silently change "
+                f"(or break for every command); rename it, e.g. to {path.with_name('my_' + path.name)}, and "
+                f"select it as {group}=my_{name} (a `defaults: [{name}, _self_]` list in it keeps the "
+                "built-in's values)"
+            )
     return None
 
 

@@ -3,6 +3,7 @@
 Light on purpose (no TensorFlow, no launcher code): the run-dir checks, the
 validation, the trainer's stop-signal callback and every launcher read it.
 """
+
 from __future__ import annotations
 
 import os

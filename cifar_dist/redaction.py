@@ -13,6 +13,7 @@ A tracking server's ``user:password`` is not lost: ``tracking_credentials``
 turns it into MLflow's own variables, which the ranks inherit (or a cluster
 gets through the environment or its secret store), never a command line.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,13 +27,42 @@ MASK = "<redacted>"
 # A config key or an environment variable whose value is a secret.
 SECRET_NAME = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$", re.IGNORECASE)
 # Secret-bearing environment variables whose names do not say so.
-SECRET_ENV = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN", "AWS_SECRET_ACCESS_KEY",
-              "AWS_SESSION_TOKEN", "DATABRICKS_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
+SECRET_ENV = (
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "DATABRICKS_TOKEN",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+)
 # Query parameters that carry a credential (signatures, tokens, API keys, passwords), by a part of their name...
 SECRET_QUERY = re.compile(r"(sig|signature|token|pass|pwd|secret|key|credential|auth)", re.IGNORECASE)
 # ...and the fields of an Azure shared access signature (SAS), whose names do not say so.
-SAS_QUERY = frozenset({"sv", "ss", "srt", "sp", "se", "st", "spr", "sr", "si", "sdd", "ses",
-                       "skoid", "sktid", "skt", "ske", "sks", "skv", "saoid", "suoid", "scid"})
+SAS_QUERY = frozenset(
+    {
+        "sv",
+        "ss",
+        "srt",
+        "sp",
+        "se",
+        "st",
+        "spr",
+        "sr",
+        "si",
+        "sdd",
+        "ses",
+        "skoid",
+        "sktid",
+        "skt",
+        "ske",
+        "sks",
+        "skv",
+        "saoid",
+        "suoid",
+        "scid",
+    }
+)
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`,;]+")
 # A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."); a masked value stays as it is.
 _QUERY_PARAM = re.compile(r"(?P<name>(?<=[?&])[A-Za-z0-9_.~-]+)=(?P<value>" + re.escape(MASK) + r"|[^&#\s'\"<>`,;]*)")
@@ -71,8 +101,11 @@ def redact_uri(uri: str) -> str:
 
 def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
     """The values of the environment variables known to be secret (of ``os.environ`` by default), longest first."""
-    values = {v for k, v in snapshot(environ).items()
-              if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN}
+    values = {
+        v
+        for k, v in snapshot(environ).items()
+        if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN
+    }
     return sorted(values, key=len, reverse=True)
 
 
@@ -131,5 +164,3 @@ def redact_logs(logger: Optional[logging.Logger] = None) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
-
-

@@ -8,6 +8,7 @@ the sweep summary, tracking, the benchmarks and the Slurm batch script
 here, with one rule: a run dir holding both reports evaluation.json (a
 ``task=evaluate`` written into a training run dir scored it after training).
 """
+
 from __future__ import annotations
 
 import argparse

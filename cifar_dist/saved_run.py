@@ -11,6 +11,7 @@ overrides, which win -- the run's own composition, in a new run dir unless
 ``hydra.run.dir`` says otherwise (a re-run into the same dir resumes it, checked
 as every re-run is).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,9 +19,9 @@ from typing import List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
-from cifar_dist.errors import CifarDistError
 from cifar_dist.config.override_check import parsed_command_line, replace_overrides
 from cifar_dist.config.override_syntax import override_key
+from cifar_dist.errors import CifarDistError
 
 SAVED_CONFIG = "config"  # what Hydra saved into <run>/.hydra/ (config.yaml), as --config-name names it
 FLAGS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
@@ -44,10 +45,13 @@ def recorded_overrides(folder: Path) -> List[str]:
     try:
         loaded = OmegaConf.load(path)
     except Exception as exc:  # noqa: BLE001 -- a YAML or I/O error, named in one line
-        raise SavedRunError(f"cannot read {path} ({type(exc).__name__}); re-run with the run's overrides "
-                            "instead of --config-path") from None
+        raise SavedRunError(
+            f"cannot read {path} ({type(exc).__name__}); re-run with the run's overrides instead of --config-path"
+        ) from None
     if not OmegaConf.is_list(loaded) or not all(isinstance(o, str) for o in loaded):
-        raise SavedRunError(f"{path} is not a list of overrides; re-run with the run's overrides instead of --config-path")
+        raise SavedRunError(
+            f"{path} is not a list of overrides; re-run with the run's overrides instead of --config-path"
+        )
     return list(loaded)
 
 

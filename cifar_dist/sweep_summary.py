@@ -8,6 +8,7 @@ launchers' return values means the summary is the same however the points
 were run, covers every batch so far, and can be rebuilt later with
 ``python -m cifar_dist.sweep_summary <sweep dir>``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -59,8 +60,7 @@ def read_point(job_dir: Path) -> Optional[Point]:
     num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
     # masked: the table, the CSV and the tracker's parent run show them
     overrides = [redact_text(str(o)) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
-    point = Point(num=num, output_dir=job_dir, overrides=overrides,
-                  status="dry_run" if _dry_run(job_dir) else "failed")
+    point = Point(num=num, output_dir=job_dir, overrides=overrides, status="dry_run" if _dry_run(job_dir) else "failed")
     ref = read_ref(job_dir / RUN_FILE)
     point.mlflow_run_id = ref.run_id if ref is not None else None
     evaluation = read_evaluation(job_dir)
@@ -149,8 +149,17 @@ def table(points: List[Point]) -> str:
     labels = [" ".join(v) for v in varying_overrides(points)]
     header = ["#", "overrides", "status", "test_acc", "test_loss", "img/s", "wall_s", "ranks", "epochs"]
     rows = [
-        [str(p.num), label, p.status, _fmt(p.test_accuracy, 4), _fmt(p.test_loss, 4),
-         _fmt(p.images_per_sec, 1), _fmt(p.wall_time_s, 1), str(p.ranks or "-"), str(p.epochs_done)]
+        [
+            str(p.num),
+            label,
+            p.status,
+            _fmt(p.test_accuracy, 4),
+            _fmt(p.test_loss, 4),
+            _fmt(p.images_per_sec, 1),
+            _fmt(p.wall_time_s, 1),
+            str(p.ranks or "-"),
+            str(p.epochs_done),
+        ]
         for p, label in zip(points, labels)
     ]
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
@@ -163,12 +172,39 @@ def write_csv(points: List[Point], path: Path) -> None:
     labels = varying_overrides(points)
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:  # a reader never sees half a table
         writer = csv.writer(f)
-        writer.writerow(["job", "overrides", "varied", "status", "test_accuracy", "test_loss",
-                         "images_per_sec", "wall_time_s", "ranks", "epochs", "output_dir", "mlflow_run_id"])
+        writer.writerow(
+            [
+                "job",
+                "overrides",
+                "varied",
+                "status",
+                "test_accuracy",
+                "test_loss",
+                "images_per_sec",
+                "wall_time_s",
+                "ranks",
+                "epochs",
+                "output_dir",
+                "mlflow_run_id",
+            ]
+        )
         for p, varied in zip(points, labels):
-            writer.writerow([p.num, " ".join(p.overrides), " ".join(varied), p.status, p.test_accuracy, p.test_loss,
-                             p.images_per_sec, p.wall_time_s, p.ranks, p.epochs_done, str(p.output_dir),
-                             p.mlflow_run_id or ""])
+            writer.writerow(
+                [
+                    p.num,
+                    " ".join(p.overrides),
+                    " ".join(varied),
+                    p.status,
+                    p.test_accuracy,
+                    p.test_loss,
+                    p.images_per_sec,
+                    p.wall_time_s,
+                    p.ranks,
+                    p.epochs_done,
+                    str(p.output_dir),
+                    p.mlflow_run_id or "",
+                ]
+            )
 
 
 def _numeric_axis(points: List[Point], labels: List[List[str]]):
@@ -211,8 +247,12 @@ def plot(points: List[Point], path: Path) -> None:
     for p, name in zip(points, names):
         epochs = [e["epoch"] for e in p.curve if "val_accuracy" in e]
         if epochs:
-            right.plot(epochs, [e["val_accuracy"] for e in p.curve if "val_accuracy" in e], marker=".",
-                       label=f"#{p.num} {name}"[:60])
+            right.plot(
+                epochs,
+                [e["val_accuracy"] for e in p.curve if "val_accuracy" in e],
+                marker=".",
+                label=f"#{p.num} {name}"[:60],
+            )
     right.set_xlabel("epoch")
     right.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_ylabel("validation accuracy")
@@ -245,13 +285,19 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     if dry:
         print(dry_run_line([_launcher_choice(p.output_dir) for p in dry], commands_written(dry)), file=out, flush=True)
     if failed:
-        log.warning("%d of %d sweep points did not complete: %s", len(failed), len(points),
-                    ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed))
+        log.warning(
+            "%d of %d sweep points did not complete: %s",
+            len(failed),
+            len(points),
+            ", ".join(f"#{p.num} ({p.status}, {p.output_dir})" for p in failed),
+        )
     return points
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        sys.exit("usage: python -m cifar_dist.sweep_summary <sweep dir>   "
-                 "(rebuilds sweep_summary.csv/.png and prints the table)")
+        sys.exit(
+            "usage: python -m cifar_dist.sweep_summary <sweep dir>   "
+            "(rebuilds sweep_summary.csv/.png and prints the table)"
+        )
     summarize(Path(sys.argv[1]))

@@ -10,6 +10,7 @@ module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
 launcher that is a package; ``register_built_in`` finds it (no list to edit).
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,8 +18,8 @@ import importlib.util
 import pkgutil
 from typing import Iterator
 
-from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult, Launcher
 from cifar_dist.config.options import store_options
+from cifar_dist.launchers.base import JobSpec, Launcher, LaunchError, LaunchResult
 
 __all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "register_built_in"]
 

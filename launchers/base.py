@@ -7,6 +7,7 @@ child's command line from the job's own overrides (never ``sys.argv``: inside
 a sweep it still holds ``-m`` and the comma lists) and pin every child to the
 parent's output directory, with the in-process launcher inside.
 """
+
 from __future__ import annotations
 
 import abc
@@ -22,10 +23,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.config.override_syntax import override_key, quote_override_value
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
-from cifar_dist.config.override_syntax import override_key, quote_override_value
 from cifar_dist.redaction import redact_text
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class JobSpec:
     carried: Carried = field(default_factory=Carried)
 
     @classmethod
-    def from_hydra(cls, cfg: DictConfig) -> "JobSpec":
+    def from_hydra(cls, cfg: DictConfig) -> JobSpec:
         hc = HydraConfig.get()
         return cls(
             cfg=cfg,
@@ -107,8 +108,13 @@ class JobSpec:
     def child_command(self, python: Optional[str] = None, launcher: str = "local") -> List[str]:
         """``python -m cifar_dist <config flags> <child overrides>`` as an argv list: the launch's own
         ``--config-path/--config-dir/--config-name`` (``user_sources.py``), then the overrides."""
-        return [python or sys.executable, "-m", "cifar_dist", *self.carried.hydra_args(),
-                *self.child_overrides(launcher)]
+        return [
+            python or sys.executable,
+            "-m",
+            "cifar_dist",
+            *self.carried.hydra_args(),
+            *self.child_overrides(launcher),
+        ]
 
 
 @dataclass

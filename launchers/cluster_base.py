@@ -12,6 +12,7 @@ cancels or detaches, as its launcher's ``on_interrupt`` says.
 A problem with one point (a bad setting, a refused submission) is that
 point's failed result; the other points go on.
 """
+
 from __future__ import annotations
 
 import abc
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
+from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,9 @@ class ClusterJob(abc.ABC):
         """Release clients and credentials; called once the job needs no more polls."""
 
 
-def watch(jobs: Sequence[ClusterJob], poll_interval_s: float,
-          sleep: Callable[[float], Any] = time.sleep) -> List[LaunchResult]:
+def watch(
+    jobs: Sequence[ClusterJob], poll_interval_s: float, sleep: Callable[[float], Any] = time.sleep
+) -> List[LaunchResult]:
     """Poll every job in one loop until all have ended; results in the jobs' order."""
     results: Dict[int, LaunchResult] = {}
     try:

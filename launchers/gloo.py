@@ -8,20 +8,32 @@ plain ssh (``extra_args: [--ssh-port, "2222"]`` etc. go to horovodrun),
 horovodrun passes this whole environment to the ranks, and core binding is
 done by the per-rank wrapper since horovodrun does not bind.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
 from typing import Dict, List
 
-from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
 
 # What horovodrun and the ranks need from this environment besides the
 # variables a rank is always given (MultiRankLauncher.forwarded_names).
-_BASIC_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR",
-              "VIRTUAL_ENV", "LD_LIBRARY_PATH", "PYTHONHOME")
+_BASIC_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    "PYTHONHOME",
+)
 
 _RANK_PREFIX = re.compile(rb"^\[\d+\]<std(?:out|err)>:")
 
@@ -53,13 +65,17 @@ class GlooLauncher(MultiRankLauncher):
     def engine_problems(self, engine: str) -> List[str]:
         """horovodrun --gloo gives its ranks Horovod's rendezvous only, which JAX processes cannot join."""
         if engine == "jax":
-            return ["launcher=gloo starts Horovod's Gloo ranks, which engine=jax processes cannot join; use "
-                    "launcher=mpirun (JAX's own collectives run over Gloo on CPU) or engine=horovod"]
+            return [
+                "launcher=gloo starts Horovod's Gloo ranks, which engine=jax processes cannot join; use "
+                "launcher=mpirun (JAX's own collectives run over Gloo on CPU) or engine=horovod"
+            ]
         return super().engine_problems(engine)
 
     def missing_runner_hint(self) -> str:
-        return ("install Horovod with Gloo into this environment (HOROVOD_WITH_GLOO=1 pip install horovod) "
-                "or set launcher.horovodrun=/path/to/horovodrun")
+        return (
+            "install Horovod with Gloo into this environment (HOROVOD_WITH_GLOO=1 pip install horovod) "
+            "or set launcher.horovodrun=/path/to/horovodrun"
+        )
 
     def line_filter(self):
         # horovodrun tags every line "[rank]<stdout>:"; only rank 0 reaches the console anyway.
@@ -82,7 +98,14 @@ class GlooLauncher(MultiRankLauncher):
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
         # horovodrun exports its environment (see environment()) to the ranks,
         # so `forwarded` needs no flags here.
-        argv = [self.conf.horovodrun, "--gloo", "-np", str(self.conf.np), "--start-timeout", str(self.conf.start_timeout_s)]
+        argv = [
+            self.conf.horovodrun,
+            "--gloo",
+            "-np",
+            str(self.conf.np),
+            "--start-timeout",
+            str(self.conf.start_timeout_s),
+        ]
         # horovodrun wants name:slots for every host (and a hostfile with
         # slots= on every line), so a hostfile is passed on as -H too.
         hosts = ",".join(f"{h.name}:{h.slots or 1}" for h in self.hosts) if self.hosts else f"localhost:{self.conf.np}"

@@ -1,11 +1,12 @@
 """The in-process launcher: train in this very process (one Horovod rank, or
 one rank of a world some outer launcher started)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
 
 @config_option("launcher", "local")

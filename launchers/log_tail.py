@@ -1,5 +1,6 @@
 """The end of a log file as the console last showed it: what every launcher prints when a rank or a
 cluster job fails (the ranks' failure report, and the Slurm, Azure ML and Batch AI job followers)."""
+
 from __future__ import annotations
 
 import sys

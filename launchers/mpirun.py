@@ -8,17 +8,17 @@ cifar_dist <overrides>``, in the spirit of Horovod's documented
 Locally each rank is bound to cores/np cores (``--map-by slot:PE=k --bind-to
 core``), which is what lets TensorFlow size its thread pools per rank.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
 from typing import List, Optional, Sequence, Tuple
 
+from cifar_dist.config.options import config_option
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.ranks.concurrent_points import run_batches
 from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
-from cifar_dist.config.options import config_option
 
 
 @config_option("launcher", "mpirun")
@@ -60,7 +60,9 @@ class MpirunLauncher(MultiRankLauncher):
         return self.conf.mpirun
 
     def missing_runner_hint(self) -> str:
-        return "install OpenMPI (apt-get install openmpi-bin), set launcher.mpirun=/path/to/mpirun, or use launcher=gloo"
+        return (
+            "install OpenMPI (apt-get install openmpi-bin), set launcher.mpirun=/path/to/mpirun, or use launcher=gloo"
+        )
 
     def remote_shell(self) -> List[str]:
         if self.conf.rsh_agent:

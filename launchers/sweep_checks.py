@@ -23,6 +23,7 @@ untouched, and the others run.
 Only apps whose config has cifar_dist's run-dir callbacks are checked (Hydra's
 own launcher test apps have none).
 """
+
 from __future__ import annotations
 
 import sys
@@ -125,7 +126,11 @@ def remove_new_sweep_dir(sweep_dir: Path, existed: Path) -> None:
 
 def refused_return(config: DictConfig, why: str) -> Any:
     """The JobReturn of a point that was not started: FAILED with its one line, nothing of it written."""
-    ret = JobReturn(overrides=[str(o) for o in config.hydra.overrides.task], hydra_cfg=config,
-                    cfg=OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), status=JobStatus.FAILED)
+    ret = JobReturn(
+        overrides=[str(o) for o in config.hydra.overrides.task],
+        hydra_cfg=config,
+        cfg=OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]),
+        status=JobStatus.FAILED,
+    )
     ret.return_value = PointFailed(f"point #{config.hydra.job.num}: {why}")
     return ret

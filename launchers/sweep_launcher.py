@@ -31,6 +31,7 @@ the class Hydra sees is the subclass in
 (called by the app) makes it and its config known without relying on plugin
 discovery.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,12 +47,13 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cifar_dist.config.options import config_option
+from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
+from cifar_dist.config.validation import validate
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
-from cifar_dist.config.options import config_option
-from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.redaction import redact_logs, redact_text
 from cifar_dist.results import final_accuracy, read_results
 from cifar_dist.rundir.guard import RunDirGuard
@@ -60,9 +62,9 @@ from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.sweep_summary import summarize
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.sweep_parent import close_sweep
-from cifar_dist.config.validation import validate
 
 log = logging.getLogger(__name__)
+
 
 @config_option("hydra/launcher", "cifar_dist")
 @dataclass
@@ -145,8 +147,9 @@ class SweepLauncher(HydraLauncher):
         finally:
             release_unstarted(points, self.guard)
 
-    def launch_points(self, points: List[DictConfig], sweep_dir: Path,
-                      refused: Optional[Dict[int, str]] = None) -> Sequence[JobReturn]:
+    def launch_points(
+        self, points: List[DictConfig], sweep_dir: Path, refused: Optional[Dict[int, str]] = None
+    ) -> Sequence[JobReturn]:
         """Every point of a batch: in-process ones one by one, the others by their launcher, then the summary;
         a ``refused`` point (sweep_checks.py) is FAILED without starting."""
         returns: List[Optional[JobReturn]] = [None] * len(points)
@@ -178,8 +181,13 @@ class SweepLauncher(HydraLauncher):
     def run(self, config: DictConfig, task_function: Any) -> JobReturn:
         """Hydra's run_job for one point (run dir, .hydra/, job log, callbacks), as BasicLauncher."""
         assert self.hydra_context is not None and self.config is not None
-        ret = run_job(hydra_context=self.hydra_context, task_function=task_function, config=config,
-                      job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=task_function,
+            config=config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         redact_logs()
         return ret

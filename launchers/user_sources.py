@@ -25,6 +25,7 @@ package's own configs) is refused in one line that says what to do.
 Modules installed into the environment (site-packages, the standard library,
 cifar_dist itself) are not user code: they are not carried.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,12 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
-from cifar_dist.errors import CifarDistError
-from cifar_dist.config.override_syntax import override_key, searchpath_override
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+
+from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
+from cifar_dist.config.override_syntax import override_key, searchpath_override
+from cifar_dist.errors import CifarDistError
 
 SHIPPED_ROOT = "user"  # in a snapshot: user/code/<module>, user/conf/<n>/
 MAX_SHIPPED_BYTES = 20 * 1024 * 1024  # a config dir or module package bigger than this is not copied into a job
@@ -75,7 +77,7 @@ class Carried:
     modules: Tuple[UserModule, ...] = ()
 
     @classmethod
-    def from_hydra(cls, hc: Any, cfg: Any) -> "Carried":
+    def from_hydra(cls, hc: Any, cfg: Any) -> Carried:
         """From a HydraConfig (its runtime.config_sources and job.config_name) and the composed config."""
         config_path = config_dir = None
         search_dirs: List[str] = []
@@ -87,8 +89,13 @@ class Carried:
                 config_dir = source.path
             elif str(source.provider).startswith("hydra.searchpath") and source.schema == "file":
                 search_dirs.append(source.path)
-        return cls(config_path, config_dir, str(hc.job.config_name or DEFAULT_CONFIG_NAME),
-                   tuple(search_dirs), tuple(user_modules(cfg)))
+        return cls(
+            config_path,
+            config_dir,
+            str(hc.job.config_name or DEFAULT_CONFIG_NAME),
+            tuple(search_dirs),
+            tuple(user_modules(cfg)),
+        )
 
     # ---- ranks that see this machine's files (mpirun, Gloo, Slurm) --------------------------------
     def hydra_args(self) -> List[str]:
@@ -108,11 +115,13 @@ class Carried:
         return list(dict.fromkeys([m.root for m in self.modules] + roots))
 
     # ---- jobs that run from a copy of the code (Azure ML, Batch AI) -------------------------------
-    def shipped(self, launcher: str) -> "Shipped":
+    def shipped(self, launcher: str) -> Shipped:
         """Where the user's files go in a snapshot, checked; refused in one line when they cannot go."""
         if self.config_path:
-            raise CarryError(f"launcher={launcher} cannot carry --config-path {self.config_path} (it replaces "
-                             "cifar_dist's own configs on the nodes); put your configs in a dir given as --config-dir")
+            raise CarryError(
+                f"launcher={launcher} cannot carry --config-path {self.config_path} (it replaces "
+                "cifar_dist's own configs on the nodes); put your configs in a dir given as --config-dir"
+            )
         files: Dict[str, Path] = {}
         conf_dirs: List[str] = []
         for n, directory in enumerate(([self.config_dir] if self.config_dir else []) + list(self.search_dirs)):
@@ -121,9 +130,13 @@ class Carried:
             conf_dirs.append(rel)
         for module in self.modules:
             files.update(_module_files(module, launcher))
-        return Shipped(files=files, config_dir=conf_dirs[0] if self.config_dir else None,
-                       search_dirs=tuple(conf_dirs[1:] if self.config_dir else conf_dirs),
-                       config_name=self.config_name, has_code=bool(self.modules))
+        return Shipped(
+            files=files,
+            config_dir=conf_dirs[0] if self.config_dir else None,
+            search_dirs=tuple(conf_dirs[1:] if self.config_dir else conf_dirs),
+            config_name=self.config_name,
+            has_code=bool(self.modules),
+        )
 
 
 @dataclass(frozen=True)
@@ -265,24 +278,32 @@ def _tree(directory: Path, rel: str, what: str, launcher: str) -> Dict[str, Path
                 continue
             total += path.stat().st_size
             if total > MAX_SHIPPED_BYTES:
-                raise CarryError(f"{what} holds more than {MAX_SHIPPED_BYTES // (1024 * 1024)} MB, too much for "
-                                 f"launcher={launcher} to copy into the job; keep only configs and code there")
+                raise CarryError(
+                    f"{what} holds more than {MAX_SHIPPED_BYTES // (1024 * 1024)} MB, too much for "
+                    f"launcher={launcher} to copy into the job; keep only configs and code there"
+                )
             files[f"{rel}/{path.relative_to(directory).as_posix()}"] = path
     return files
 
 
 def _module_files(module: UserModule, launcher: str) -> Dict[str, Path]:
     if module.namespace_dirs:
-        raise CarryError(f"{module.key}: {module.name} is a namespace package ({', '.join(module.namespace_dirs)}), "
-                         f"which launcher={launcher} cannot copy as one; add an __init__.py to {module.path}")
+        raise CarryError(
+            f"{module.key}: {module.name} is a namespace package ({', '.join(module.namespace_dirs)}), "
+            f"which launcher={launcher} cannot copy as one; add an __init__.py to {module.path}"
+        )
     if module.name in _RESERVED:
-        raise CarryError(f"{module.key}: a module named {module.name} would shadow launcher={launcher}'s own "
-                         "files on the nodes; rename it")
+        raise CarryError(
+            f"{module.key}: a module named {module.name} would shadow launcher={launcher}'s own "
+            "files on the nodes; rename it"
+        )
     path = Path(module.path)
     rel = f"{SHIPPED_ROOT}/code/{path.name}"
     if path.is_dir():
         return _tree(path, rel, f"package {path} ({module.key})", launcher)
     if path.suffix != ".py":
-        raise CarryError(f"{module.key}: {path} is not a Python source file, which launcher={launcher} cannot "
-                         "carry to other machines; install it into the job's environment instead")
+        raise CarryError(
+            f"{module.key}: {path} is not a Python source file, which launcher={launcher} cannot "
+            "carry to other machines; install it into the job's environment instead"
+        )
     return {rel: path}

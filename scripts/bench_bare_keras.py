@@ -7,6 +7,7 @@ RMSprop lr 1e-4, decay 1e-6), same batch (32) as the seed reference.
 
     python scripts/bench_bare_keras.py --data sample --epochs 5 --metrics out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,14 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--metrics", required=True, help="JSON file to write")
-    parser.add_argument("--jit-compile", action="store_true",
-                        help="XLA-compile the train step (what trainer.jit_compile would buy without Horovod)")
+    parser.add_argument(
+        "--jit-compile",
+        action="store_true",
+        help="XLA-compile the train step (what trainer.jit_compile would buy without Horovod)",
+    )
     args = parser.parse_args()
 
     import tensorflow as tf
-
     from bench_common import EpochClock, load_arrays, peak_rss_mb, write_result  # the seed reference's clock and loader
 
     from cifar_dist.models.seed_cnn import build
@@ -47,8 +50,16 @@ def main() -> None:
         jit_compile=args.jit_compile,
     )
     clock = EpochClock(len(x_train), PROCESS_START)
-    model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, validation_data=(x_test, y_test),
-              shuffle=True, callbacks=[clock], verbose=0)
+    model.fit(
+        x_train,
+        y_train,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        validation_data=(x_test, y_test),
+        shuffle=True,
+        callbacks=[clock],
+        verbose=0,
+    )
     loss, acc = model.evaluate(x_test, y_test, verbose=0)
     write_result(
         args.metrics,

@@ -24,6 +24,7 @@ on 2 ranks against it (issue 15's budget: at most half).
 Hold the machine for the whole sitting (nothing else running); ratios are
 comparable within one sitting only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,18 @@ PROBE = SCRIPTS / "phase_probe"
 PHASE_LOG_ENV = "CIFAR_DIST_PHASE_LOG"
 # breakdown config -> bench_training's variant (the same commands as the other benchmarks)
 CONFIGS = {"seed_1": "cifar_dist_1", "seed_2": "cifar_dist_N", "speedrun_1": "speedrun_1", "speedrun_2": "speedrun_N"}
-IMPORT_WATCH = ("tensorflow", "horovod", "hydra", "omegaconf", "mlflow", "azure", "matplotlib", "optuna", "numpy",
-                "cifar_dist.app")
+IMPORT_WATCH = (
+    "tensorflow",
+    "horovod",
+    "hydra",
+    "omegaconf",
+    "mlflow",
+    "azure",
+    "matplotlib",
+    "optuna",
+    "numpy",
+    "cifar_dist.app",
+)
 
 
 def speedrun_epochs() -> int:
@@ -61,14 +72,23 @@ def run_config(config: str, epochs: int, data: str, work: Path, log, explicit_ep
     name = f"{config}_{epochs}ep"
     events_path = work / f"{name}.events.jsonl"
     events_path.unlink(missing_ok=True)
-    env = {PHASE_LOG_ENV: str(events_path), "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(PROBE), str(SCRIPTS), str(REPO), os.environ.get("PYTHONPATH", "")]))}
+    env = {
+        PHASE_LOG_ENV: str(events_path),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(PROBE), str(SCRIPTS), str(REPO), os.environ.get("PYTHONPATH", "")])
+        ),
+    }
     overrides = base.overrides + ([f"trainer.epochs={epochs}"] if explicit_epochs else [])
     v = dataclasses.replace(base, name=name, env=env, overrides=overrides)
     result = run_variant(v, data, epochs, work, 0, log)
     raw = read_result(v, work / f"{name}-rep0") or {}
-    result.update(config=config, epochs_asked=epochs, as_configured=not explicit_epochs, epochs_run=len(raw.get("epochs", [])),
-                  test_plain_accuracy=(raw.get("test_plain") or {}).get("accuracy"))
+    result.update(
+        config=config,
+        epochs_asked=epochs,
+        as_configured=not explicit_epochs,
+        epochs_run=len(raw.get("epochs", [])),
+        test_plain_accuracy=(raw.get("test_plain") or {}).get("accuracy"),
+    )
     if result["ok"]:
         events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
         result["breakdown"] = breakdown(events, result["started_at"], result["ended_at"])
@@ -106,8 +126,14 @@ def fixed_cost(t_n: Optional[float], t_2n: Optional[float], n: int) -> Optional[
     if not t_n or not t_2n or t_2n <= t_n:
         return None
     epoch = (t_2n - t_n) / n
-    return {"epochs": n, "t_n_s": t_n, "t_2n_s": t_2n, "fixed_s": 2 * t_n - t_2n, "epoch_cost_s": epoch,
-            "whole_vs_epochs_cost": t_n / (n * epoch)}
+    return {
+        "epochs": n,
+        "t_n_s": t_n,
+        "t_2n_s": t_2n,
+        "fixed_s": 2 * t_n - t_2n,
+        "epoch_cost_s": epoch,
+        "whole_vs_epochs_cost": t_n / (n * epoch),
+    }
 
 
 def fixed_costs(runs: List[dict], config: str, n: int) -> Dict[str, Optional[dict]]:
@@ -117,27 +143,39 @@ def fixed_costs(runs: List[dict], config: str, n: int) -> Dict[str, Optional[dic
         return {"measured": None, "without_fit_return_wait": None}
     short, long = by_epochs[n], by_epochs[2 * n]
     wait = lambda r: (r.get("breakdown") or {}).get("fit_return_wait_s", 0.0)  # noqa: E731
-    return {"measured": fixed_cost(short["process_wall_s"], long["process_wall_s"], n),
-            "without_fit_return_wait": fixed_cost(short["process_wall_s"] - wait(short),
-                                                  long["process_wall_s"] - wait(long), n),
-            "fit_return_wait_s": [wait(short), wait(long)]}
+    return {
+        "measured": fixed_cost(short["process_wall_s"], long["process_wall_s"], n),
+        "without_fit_return_wait": fixed_cost(
+            short["process_wall_s"] - wait(short), long["process_wall_s"] - wait(long), n
+        ),
+        "fit_return_wait_s": [wait(short), wait(long)],
+    }
 
 
 def ratios(runs: List[dict], n_seed: int, n_speed: int) -> Dict[str, object]:
     """Issue 24's goals from the sitting's whole-command times."""
-    out: Dict[str, object] = {"seed_1_fixed": fixed_costs(runs, "seed_1", n_seed),
-                              "speedrun_2_fixed": fixed_costs(runs, "speedrun_2", n_speed)}
+    out: Dict[str, object] = {
+        "seed_1_fixed": fixed_costs(runs, "seed_1", n_seed),
+        "speedrun_2_fixed": fixed_costs(runs, "speedrun_2", n_speed),
+    }
     port = next((r for r in runs if r["config"] == "seed_port" and r.get("ok")), None)
-    speed = next((r for r in runs if r["config"] == "speedrun_2" and r.get("ok") and r.get("as_configured")), None) \
-        or next((r for r in runs if r["config"] == "speedrun_2" and r.get("ok")
-                 and r["epochs_asked"] == speedrun_epochs()), None)
+    speed = next(
+        (r for r in runs if r["config"] == "speedrun_2" and r.get("ok") and r.get("as_configured")), None
+    ) or next(
+        (r for r in runs if r["config"] == "speedrun_2" and r.get("ok") and r["epochs_asked"] == speedrun_epochs()),
+        None,
+    )
     if port and speed:
         out["speedrun_2_vs_seed_port"] = {
-            "speedrun_2_s": speed["process_wall_s"], "seed_port_s": port["process_wall_s"],
+            "speedrun_2_s": speed["process_wall_s"],
+            "seed_port_s": port["process_wall_s"],
             "speedrun_epochs": speed.get("epochs_run") or speed["epochs_asked"],
-            "seed_port_epochs": port["epochs_asked"], "ratio": speed["process_wall_s"] / port["process_wall_s"],
-            "speedrun_test_accuracy": speed.get("test_accuracy"), "speedrun_test_plain_accuracy": speed.get("test_plain_accuracy"),
-            "seed_port_test_accuracy": port.get("test_accuracy")}
+            "seed_port_epochs": port["epochs_asked"],
+            "ratio": speed["process_wall_s"] / port["process_wall_s"],
+            "speedrun_test_accuracy": speed.get("test_accuracy"),
+            "speedrun_test_plain_accuracy": speed.get("test_plain_accuracy"),
+            "seed_port_test_accuracy": port.get("test_accuracy"),
+        }
     return out
 
 
@@ -154,26 +192,39 @@ def plan(a: argparse.Namespace) -> List[tuple]:
     """(config, epochs, epochs given on the command line?) in the sitting's order: pairs interleaved."""
     n_speed = a.speedrun_epochs or speedrun_epochs()
     wanted = [c.strip() for c in a.configs.split(",") if c.strip()]
-    runs = [("seed_1", a.seed_epochs, True), ("speedrun_2", n_speed, bool(a.speedrun_epochs)),
-            ("seed_1", 2 * a.seed_epochs, True), ("speedrun_2", 2 * n_speed, True),
-            ("seed_2", a.seed_epochs, True), ("speedrun_1", n_speed, bool(a.speedrun_epochs))]
+    runs = [
+        ("seed_1", a.seed_epochs, True),
+        ("speedrun_2", n_speed, bool(a.speedrun_epochs)),
+        ("seed_1", 2 * a.seed_epochs, True),
+        ("speedrun_2", 2 * n_speed, True),
+        ("seed_2", a.seed_epochs, True),
+        ("speedrun_1", n_speed, bool(a.speedrun_epochs)),
+    ]
     if speedrun_epochs() not in (n_speed, 2 * n_speed):  # the recipe as configured, for issue 15's budget
         runs.append(("speedrun_2", speedrun_epochs(), False))
     return [r for r in runs if r[0] in wanted]
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n", 2)[2])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)} (default all)")
     p.add_argument("--seed-epochs", type=int, default=5, help="N of the seed CNN's N vs 2N runs (default 5)")
     p.add_argument("--speedrun-epochs", type=int, default=0, help="N of the speedrun's runs (default: its config's)")
     p.add_argument("--seed-port-epochs", type=int, default=25, help="epochs of scripts/seed_reference.py (0: skip)")
     p.add_argument("--train-images", type=int, default=0, help="only the first N sample training images (0 = all)")
     p.add_argument("--test-images", type=int, default=0, help="only the first N sample test images (0 = all)")
-    p.add_argument("--recut", action="store_true",
-                   help="train nothing: cut OUT.json's runs again from the event files in --work, rewrite OUT.json and OUT.md")
-    p.add_argument("--smoke", action="store_true", help="seed CNN on 1 rank, 1 vs 2 epochs, 640/256 images, no seed port")
+    p.add_argument(
+        "--recut",
+        action="store_true",
+        help="train nothing: cut OUT.json's runs again from the event files in --work, rewrite OUT.json and OUT.md",
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="seed CNN on 1 rank, 1 vs 2 epochs, 640/256 images, no seed port"
+    )
     p.add_argument("--out", required=True, help="writes OUT.json and OUT.md (e.g. docs/benchmark_breakdown_before)")
     p.add_argument("--work", help="run dirs and event files, kept (default outputs/bench/breakdown-<timestamp>)")
     a = p.parse_args(argv)
@@ -190,9 +241,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(SCRIPTS))
-    import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
     from bench_phases import missing_functions
     from bench_training import machine, prepare_data, sitting_log, work_dir
+
+    import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
     missing = missing_functions()  # a renamed function would silently merge its phase into the one before
     if missing:
@@ -203,8 +255,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.recut:
         return recut(Path(a.out), work, a, log)
     data = prepare_data(a.train_images, a.test_images, work)
-    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "command": "python scripts/bench_breakdown.py "
-            + " ".join(argv if argv is not None else sys.argv[1:]), "machine": machine(), "data": data}
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "command": "python scripts/bench_breakdown.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "data": data,
+    }
     log(f"breakdown: {json.dumps(info)}")
     started = time.time()
     result = {"info": info, "imports": import_times(log), "runs": []}

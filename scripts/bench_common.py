@@ -4,6 +4,7 @@ Used by ``seed_reference.py`` and ``bench_bare_keras.py`` so that both time
 and report epochs exactly as cifar_dist's ``EpochTimer`` does (training steps
 only; validation excluded from images/s, included in ``epoch_seconds``).
 """
+
 from __future__ import annotations
 
 import json

@@ -14,6 +14,7 @@ the backends' kernels from the engines' own costs:
 
 Prints one JSON line: backend, jit, images/s of each timed epoch and their median.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,8 @@ def main() -> None:
     os.environ["KERAS_BACKEND"] = args.backend  # before Keras loads
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import keras
-
     from bench_common import load_arrays  # the benchmarks' one loader of the sample
+
     from cifar_dist.models.seed_cnn import build
 
     (x, y), _ = load_arrays("sample")
@@ -43,8 +44,12 @@ def main() -> None:
     y = keras.utils.to_categorical(y, 10)
     keras.utils.set_random_seed(0)
     model = build(keras=keras)
-    model.compile(loss="categorical_crossentropy", optimizer=keras.optimizers.RMSprop(learning_rate=1e-4),
-                  metrics=["accuracy"], jit_compile=True if args.backend == "jax" else args.jit_compile)
+    model.compile(
+        loss="categorical_crossentropy",
+        optimizer=keras.optimizers.RMSprop(learning_rate=1e-4),
+        metrics=["accuracy"],
+        jit_compile=True if args.backend == "jax" else args.jit_compile,
+    )
     rates = []
 
     class Clock(keras.callbacks.Callback):
@@ -56,8 +61,16 @@ def main() -> None:
 
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=[Clock()], verbose=0)
     timed = rates[1:] or rates
-    print(json.dumps({"backend": args.backend, "jit_compile": args.backend == "jax" or args.jit_compile,
-                      "images_per_sec": [round(r, 1) for r in timed], "median": round(statistics.median(timed), 1)}))
+    print(
+        json.dumps(
+            {
+                "backend": args.backend,
+                "jit_compile": args.backend == "jax" or args.jit_compile,
+                "images_per_sec": [round(r, 1) for r in timed],
+                "median": round(statistics.median(timed), 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ strings: ``missing_functions()`` reads the package's source and names every
 one that no longer exists, so a rename fails the bench (and
 tests/test_bench_names.py) instead of silently merging its phase.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,10 +24,20 @@ from pathlib import Path
 from typing import Dict, List, Optional, Set, Tuple
 
 CATEGORIES = (
-    "interpreter and imports", "config compose and checks", "launcher start to ranks up (Horovod init)",
-    "data load and pipeline build", "model build and weights broadcast", "tracing/compilation (first epoch)",
-    "training steps", "validation (per epoch)", "checkpoints and logs", "Keras fit overhead",
-    "final test (plain and TTA)", "model save", "tracking", "exit",
+    "interpreter and imports",
+    "config compose and checks",
+    "launcher start to ranks up (Horovod init)",
+    "data load and pipeline build",
+    "model build and weights broadcast",
+    "tracing/compilation (first epoch)",
+    "training steps",
+    "validation (per epoch)",
+    "checkpoints and logs",
+    "Keras fit overhead",
+    "final test (plain and TTA)",
+    "model save",
+    "tracking",
+    "exit",
 )
 TRAINER = "cifar_dist.training.trainer."
 RECIPE = "cifar_dist.training.recipe.hooks."
@@ -41,7 +52,12 @@ START = [
 ]
 RANKS_UP = [
     ("mpirun start to rank processes", "launcher start to ranks up (Horovod init)", "W", "process_start"),
-    ("rank wrapper (rank_exec) to the rank's python", "launcher start to ranks up (Horovod init)", "R", "process_start"),
+    (
+        "rank wrapper (rank_exec) to the rank's python",
+        "launcher start to ranks up (Horovod init)",
+        "R",
+        "process_start",
+    ),
     ("rank interpreter start-up", "launcher start to ranks up (Horovod init)", "R", "interpreter_ready"),
     ("rank imports", "launcher start to ranks up (Horovod init)", "R", APP + "main:enter"),
     ("rank config compose and checks", "launcher start to ranks up (Horovod init)", "R", TRAINER + "train:enter"),
@@ -49,12 +65,21 @@ RANKS_UP = [
 LOCAL_UP = [("in-process launcher to trainer", "config compose and checks", "R", TRAINER + "train:enter")]
 TRAINER_START = [
     ("trainer config typing and checks", "config compose and checks", "R", TRAINER + "start_engine:enter"),
-    ("Horovod init + TensorFlow import", "launcher start to ranks up (Horovod init)", "R",
-     TRAINER + "start_engine:exit"),
+    (
+        "Horovod init + TensorFlow import",
+        "launcher start to ranks up (Horovod init)",
+        "R",
+        TRAINER + "start_engine:exit",
+    ),
     ("seeds, precision policy", "launcher start to ranks up (Horovod init)", "R", TRAINER + "start_run:exit"),
     ("data load", "data load and pipeline build", "R", TRAINER + "load_data:exit"),
     ("model build + compile", "model build and weights broadcast", "R", TRAINER + "build_model:exit"),
-    ("weights broadcast / resume decision", "model build and weights broadcast", "R", TRAINER + "restore_or_start:exit"),
+    (
+        "weights broadcast / resume decision",
+        "model build and weights broadcast",
+        "R",
+        TRAINER + "restore_or_start:exit",
+    ),
     ("input pipeline build", "data load and pipeline build", "R", TRAINER + "make_streams:exit"),
     ("metrics record + tracker open", "tracking", "R", TRAINER + "open_tracker:exit"),
     ("callbacks + Keras fit set-up", "Keras fit overhead", "R", "fit.train_begin.last"),
@@ -120,8 +145,11 @@ def missing_functions() -> List[str]:
     spans = probe_spans()
     wanted = function_markers() | {(m, f) for m, functions in spans.items() for f in functions}
     problems = [f"{m}.{f}: not in the package" for m, f in sorted(wanted) if f not in module_names(m)]
-    problems += [f"{m}.{f}: a marker, but scripts/phase_probe does not wrap it" for m, f in sorted(function_markers())
-                 if f not in spans.get(m, ())]
+    problems += [
+        f"{m}.{f}: a marker, but scripts/phase_probe does not wrap it"
+        for m, f in sorted(function_markers())
+        if f not in spans.get(m, ())
+    ]
     return problems
 
 
@@ -174,8 +202,14 @@ def breakdown(events: List[dict], cmd_start: float, cmd_end: float) -> Dict[str,
         t = fit_end["t"]
     t = walk(AFTER_FIT + (RANK_END if rank0 is not launching else []) + END, procs, t, phases)
     phases.append({"phase": "interpreter teardown", "category": "exit", "seconds": max(cmd_end - t, 0.0)})
-    return {"whole_s": cmd_end - cmd_start, "phases": phases, "categories": by_category(phases),
-            "epochs": fit["epochs"], "callbacks": callback_seconds(rank0), "fit_return_wait_s": fit_return_wait(events)}
+    return {
+        "whole_s": cmd_end - cmd_start,
+        "phases": phases,
+        "categories": by_category(phases),
+        "epochs": fit["epochs"],
+        "callbacks": callback_seconds(rank0),
+        "fit_return_wait_s": fit_return_wait(events),
+    }
 
 
 def fit_return_wait(events: List[dict]) -> float:
@@ -257,13 +291,24 @@ def fit_phases(events: List[dict], start: float, end: float) -> Dict[str, object
         ("tracing + first steps beyond a steady epoch (training)", "tracing/compilation (first epoch)", tracing_train),
         ("tracing beyond a steady validation", "tracing/compilation (first epoch)", tracing_val),
         ("training steps (steady)", "training steps", sum(train) - tracing_train),
-        (f"validation, BatchNorm sync before it ({sum(1 for v in vals if v > 0)} of {len(vals)} epochs)", "validation (per epoch)",
-         sum(vals) - tracing_val),
+        (
+            f"validation, BatchNorm sync before it ({sum(1 for v in vals if v > 0)} of {len(vals)} epochs)",
+            "validation (per epoch)",
+            sum(vals) - tracing_val,
+        ),
         ("epoch checkpoints", "checkpoints and logs", checkpoint),
-        ("other epoch callbacks (metric averaging, BatchNorm sync, CSV, TensorBoard, metrics.json)",
-         "checkpoints and logs", sum(e["callbacks_s"] for e in epochs) - checkpoint),
+        (
+            "other epoch callbacks (metric averaging, BatchNorm sync, CSV, TensorBoard, metrics.json)",
+            "checkpoints and logs",
+            sum(e["callbacks_s"] for e in epochs) - checkpoint,
+        ),
     ]
     phases = [{"phase": name, "category": cat, "seconds": s} for name, cat, s in parts]
-    phases.append({"phase": "Keras between epochs and validations", "category": "Keras fit overhead",
-                   "seconds": (end - start) - sum(p["seconds"] for p in phases)})
+    phases.append(
+        {
+            "phase": "Keras between epochs and validations",
+            "category": "Keras fit overhead",
+            "seconds": (end - start) - sum(p["seconds"] for p in phases),
+        }
+    )
     return {"phases": phases, "epochs": epochs}

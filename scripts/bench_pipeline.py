@@ -11,6 +11,7 @@ Each is warmed up for a few batches, then timed over ``--batches`` batches.
 
     python scripts/bench_pipeline.py --data sample --batches 300 --metrics out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,10 @@ def seed_datagen():
     import tensorflow as tf
 
     return tf.keras.preprocessing.image.ImageDataGenerator(
-        width_shift_range=0.1, height_shift_range=0.1, fill_mode="nearest", horizontal_flip=True,
+        width_shift_range=0.1,
+        height_shift_range=0.1,
+        fill_mode="nearest",
+        horizontal_flip=True,
     )
 
 
@@ -64,8 +68,16 @@ def cifar_dist_rate(x, y, batch_size: int, count: int) -> float:
     steps = len(x) // batch_size
     epochs = -(-(count + WARMUP_BATCHES) // steps)
     stream = train_stream(
-        x, y.reshape(-1), batch_size=batch_size, rank=0, size=1, shard=False, seed=42, initial_epoch=0,
-        epochs=epochs, augment=OmegaConf.structured(AugmentConfig()),
+        x,
+        y.reshape(-1),
+        batch_size=batch_size,
+        rank=0,
+        size=1,
+        shard=False,
+        seed=42,
+        initial_epoch=0,
+        epochs=epochs,
+        augment=OmegaConf.structured(AugmentConfig()),
     )
     return rate(iter(stream.dataset), count, batch_size)
 
@@ -79,8 +91,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import tensorflow as tf
-
     from bench_common import load_arrays, write_result
+
     from cifar_dist.training.process.threads import plan_threads
 
     # One rank's thread pools, as cifar_dist's trainer sets them.
@@ -94,8 +106,13 @@ def main() -> None:
         "seed_flow_4_workers": seed_flow_rate(x, y, args.batch_size, args.batches, workers=4),
         "cifar_dist": cifar_dist_rate(x, y, args.batch_size, args.batches),
     }
-    write_result(args.metrics, variant="pipeline", batch_size=args.batch_size, batches=args.batches,
-                 images_per_sec=images_per_sec)
+    write_result(
+        args.metrics,
+        variant="pipeline",
+        batch_size=args.batch_size,
+        batches=args.batches,
+        images_per_sec=images_per_sec,
+    )
 
 
 if __name__ == "__main__":

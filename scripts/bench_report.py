@@ -6,6 +6,7 @@ saved ``benchmark_results.json`` without training again:
 
     python scripts/bench_report.py docs/benchmark_results.json
 """
+
 from __future__ import annotations
 
 import json
@@ -100,23 +101,38 @@ def summarise(results: List[dict], pipelines: List[dict], info: dict) -> dict:
     speedrun = next((r for r in rows if r["variant"] == "speedrun_N"), {})
     targets = {
         "cifar_dist_1_vs_seed_images_per_sec": {"value": one.get("images_per_sec_vs_seed"), "goal": 1.5},
-        "cifar_dist_N_vs_1_images_per_sec": {"value": _ratio(many.get("images_per_sec"), one.get("images_per_sec")),
-                                             "goal": 0.9},
-        "pipeline_vs_training_consumption": {"value": _ratio(pipeline.get("cifar_dist"), one.get("images_per_sec")),
-                                             "goal": 10.0},
-        "fast_time_to_seed_accuracy_vs_seed_time": {"value": fast.get("time_to_target_vs_seed_total"), "goal": 0.25,
-                                                    "lower_is_better": True},
+        "cifar_dist_N_vs_1_images_per_sec": {
+            "value": _ratio(many.get("images_per_sec"), one.get("images_per_sec")),
+            "goal": 0.9,
+        },
+        "pipeline_vs_training_consumption": {
+            "value": _ratio(pipeline.get("cifar_dist"), one.get("images_per_sec")),
+            "goal": 10.0,
+        },
+        "fast_time_to_seed_accuracy_vs_seed_time": {
+            "value": fast.get("time_to_target_vs_seed_total"),
+            "goal": 0.25,
+            "lower_is_better": True,
+        },
         # Issue 15: experiment=speedrun on N ranks, whole command (start-up included) vs the seed's whole command.
         "speedrun_N_test_accuracy": {"value": speedrun.get("test_accuracy"), "goal": 0.80},
         "speedrun_N_command_wall_vs_seed_command_wall": {
-            "value": _ratio(speedrun.get("process_wall_s"), ref.get("process_wall_s")), "goal": 0.5,
-            "lower_is_better": True},
+            "value": _ratio(speedrun.get("process_wall_s"), ref.get("process_wall_s")),
+            "goal": 0.5,
+            "lower_is_better": True,
+        },
     }
     for t in targets.values():
         v = t["value"]
         t["met"] = None if v is None else (v <= t["goal"] if t.get("lower_is_better") else v >= t["goal"])
-    summary = {"info": info, "target_accuracy": target, "seed_train_time_s": seed_time, "rows": rows,
-               "pipeline_images_per_sec": pipeline, "targets": targets}
+    summary = {
+        "info": info,
+        "target_accuracy": target,
+        "seed_train_time_s": seed_time,
+        "rows": rows,
+        "pipeline_images_per_sec": pipeline,
+        "targets": targets,
+    }
     summary["markdown"] = markdown(summary)
     return summary
 
@@ -154,11 +170,22 @@ def markdown(s: dict) -> str:
     p = s["pipeline_images_per_sec"]
     if p:
         base = p.get("seed_flow")
-        lines += ["", "Input pipeline alone (no model), images/s:", "",
-                  "| pipeline | images/s | × seed flow |", "|---|---:|---:|"]
+        lines += [
+            "",
+            "Input pipeline alone (no model), images/s:",
+            "",
+            "| pipeline | images/s | × seed flow |",
+            "|---|---:|---:|",
+        ]
         for k, v in p.items():
             lines.append(f"| {k} | {v:.0f} | {_fmt(_ratio(v, base), '.1f', '×')} |")
-    lines += ["", "Targets of issues 5 and 15 (ratios measured in this run):", "", "| target | value | goal | met |", "|---|---:|---:|---|"]
+    lines += [
+        "",
+        "Targets of issues 5 and 15 (ratios measured in this run):",
+        "",
+        "| target | value | goal | met |",
+        "|---|---:|---:|---|",
+    ]
     for k, t in s["targets"].items():
         goal = ("≤ " if t.get("lower_is_better") else "≥ ") + f"{t['goal']}"
         met = {True: "yes", False: "no", None: "—"}[t["met"]]
@@ -176,10 +203,15 @@ def plot(s: dict, out: Path) -> List[Path]:
     paths = []
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    series = [("cifar_dist", ["cifar_dist_1", "cifar_dist_N"]), ("cifar_dist precision=mixed", ["mixed_1", "mixed_N"]),
-              ("cifar_dist compression=fp16", ["fp16_N"])]
+    series = [
+        ("cifar_dist", ["cifar_dist_1", "cifar_dist_N"]),
+        ("cifar_dist precision=mixed", ["mixed_1", "mixed_N"]),
+        ("cifar_dist compression=fp16", ["fp16_N"]),
+    ]
     for label, names in series:
-        pts = sorted((rows[n]["ranks"], rows[n]["images_per_sec"]) for n in names if n in rows and rows[n]["images_per_sec"])
+        pts = sorted(
+            (rows[n]["ranks"], rows[n]["images_per_sec"]) for n in names if n in rows and rows[n]["images_per_sec"]
+        )
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=label)
     if "cifar_dist_1" in rows and rows["cifar_dist_1"]["images_per_sec"]:
@@ -188,8 +220,12 @@ def plot(s: dict, out: Path) -> List[Path]:
         ax.plot([1, top], [base, base * top], ":", color="grey", label="linear scaling of 1 rank")
     for name, style in (("seed", "--"), ("bare", "-.")):
         if name in rows and rows[name]["images_per_sec"]:
-            ax.axhline(rows[name]["images_per_sec"], linestyle=style, color="black" if name == "seed" else "tab:brown",
-                       label=rows[name]["label"].split(" (")[0] + " (1 process)")
+            ax.axhline(
+                rows[name]["images_per_sec"],
+                linestyle=style,
+                color="black" if name == "seed" else "tab:brown",
+                label=rows[name]["label"].split(" (")[0] + " (1 process)",
+            )
     ax.set_xlabel("ranks (processes on this machine)")
     ax.set_ylabel("training images/s (whole job)")
     ax.set_title("Throughput vs ranks")
@@ -204,15 +240,19 @@ def plot(s: dict, out: Path) -> List[Path]:
     for name in ("seed", "bare", "cifar_dist_1", "cifar_dist_N", "fast_1", "fast", "speedrun_1", "speedrun_N"):
         if name in rows and rows[name]["timeline"]:
             t = rows[name]["timeline"]
-            line, = ax.plot([x for x, _ in t], [y for _, y in t], "-", marker=".", label=rows[name]["label"])
+            (line,) = ax.plot([x for x, _ in t], [y for _, y in t], "-", marker=".", label=rows[name]["label"])
             if name.startswith("speedrun") and rows[name]["test_accuracy"] is not None:
                 # The final test uses test-time augmentation; the per-epoch points do not.
                 ax.plot([t[-1][0]], [rows[name]["test_accuracy"]], "*", markersize=10, color=line.get_color())
     if s["target_accuracy"] is not None:
         ax.axhline(s["target_accuracy"], color="black", linestyle="--", linewidth=0.8, label="seed's final accuracy")
     if s["seed_train_time_s"]:
-        ax.axvline(s["seed_train_time_s"] / 4, color="grey", linestyle=":", linewidth=0.8, label="1/4 of the seed's time")
-        ax.axvline(s["seed_train_time_s"] / 2, color="grey", linestyle="-.", linewidth=0.8, label="1/2 of the seed's time")
+        ax.axvline(
+            s["seed_train_time_s"] / 4, color="grey", linestyle=":", linewidth=0.8, label="1/4 of the seed's time"
+        )
+        ax.axvline(
+            s["seed_train_time_s"] / 2, color="grey", linestyle="-.", linewidth=0.8, label="1/2 of the seed's time"
+        )
     ax.set_xlabel("training + validation time (s, start-up excluded); ★ final test with TTA")
     ax.set_ylabel("test-set accuracy after each epoch")
     ax.set_title("Test accuracy vs wall time")

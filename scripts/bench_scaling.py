@@ -23,6 +23,7 @@ Variants of the N-rank run:
   --try NAME="overrides ..."  any other variant, e.g.
          --try yield="launcher.extra_args=[--mca,mpi_yield_when_idle,1]"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,19 +33,29 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-COMMON = ["data=sample", "trainer.tensorboard=false", "trainer.plot=false", "trainer.save_model=false",
-          "trainer.verbose=0", "trainer.keep_checkpoints=1"]
+COMMON = [
+    "data=sample",
+    "trainer.tensorboard=false",
+    "trainer.plot=false",
+    "trainer.save_model=false",
+    "trainer.verbose=0",
+    "trainer.keep_checkpoints=1",
+]
 
 VARIANTS = {
     "bound": [],
     "busy": ["launcher.yield_when_idle=false", "launcher.cycle_time_ms=0"],
-    "naive": ["launcher.bind_to=none", "launcher.yield_when_idle=false", "launcher.cycle_time_ms=0",
-              "trainer.intra_op_threads={cores}", "trainer.inter_op_threads={cores}"],
+    "naive": [
+        "launcher.bind_to=none",
+        "launcher.yield_when_idle=false",
+        "launcher.cycle_time_ms=0",
+        "trainer.intra_op_threads={cores}",
+        "trainer.inter_op_threads={cores}",
+    ],
 }
 
 
@@ -59,9 +70,12 @@ def run(overrides, run_dir: Path, env) -> dict:
     if metrics is None:
         sys.exit(f"run left no readable metrics in {run_dir} ({' '.join(cmd)})")
     rates = [round(e["images_per_sec"], 1) for e in metrics["epochs"]]
-    return {"images_per_sec": metrics["images_per_sec"], "epoch_rates": rates,
-            "threads": [metrics["run"]["threads_intra_op"], metrics["run"]["threads_inter_op"]],
-            "command": "python -m cifar_dist " + " ".join(overrides)}
+    return {
+        "images_per_sec": metrics["images_per_sec"],
+        "epoch_rates": rates,
+        "threads": [metrics["run"]["threads_intra_op"], metrics["run"]["threads_inter_op"]],
+        "command": "python -m cifar_dist " + " ".join(overrides),
+    }
 
 
 def main() -> None:
@@ -72,8 +86,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="per-rank batch (the seed's 32)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: bound")
-    parser.add_argument("--try", dest="tries", action="append", default=[], metavar="NAME=OVERRIDES",
-                        help="an extra N-rank variant: a name, '=', then space-separated overrides")
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="NAME=OVERRIDES",
+        help="an extra N-rank variant: a name, '=', then space-separated overrides",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args()
     variants = args.variant or ([] if args.tries else ["bound"])
@@ -90,8 +110,14 @@ def main() -> None:
     # epochs * N to train `epochs` epochs each, on the same per-rank batch.
     single = [*COMMON, "launcher=local", f"trainer.epochs={args.epochs}", f"trainer.batch_size={args.batch}"]
     multi = {
-        v: [*COMMON, "launcher=mpirun", f"launcher.np={args.ranks}", f"trainer.epochs={args.epochs * args.ranks}",
-            f"trainer.batch_size={args.batch}", *[o.format(cores=cores) for o in VARIANTS[v]]]
+        v: [
+            *COMMON,
+            "launcher=mpirun",
+            f"launcher.np={args.ranks}",
+            f"trainer.epochs={args.epochs * args.ranks}",
+            f"trainer.batch_size={args.batch}",
+            *[o.format(cores=cores) for o in VARIANTS[v]],
+        ]
         for v in variants
     }
     results = {"cores": cores, "ranks": args.ranks, "rounds": []}
@@ -104,17 +130,23 @@ def main() -> None:
                 entry[f"{v} ratio"] = entry[v]["images_per_sec"] / entry["1 rank"]["images_per_sec"]
             entry["load_after"] = os.getloadavg()[0]
             results["rounds"].append(entry)
-            print(f"round {r + 1}: 1 rank {entry['1 rank']['images_per_sec']:.1f} img/s; "
-                  + "; ".join(f"{v} {entry[v]['images_per_sec']:.1f} img/s = {entry[f'{v} ratio']:.3f}x" for v in multi)
-                  + f" (load {entry['load_before']:.2f} -> {entry['load_after']:.2f})", flush=True)
+            print(
+                f"round {r + 1}: 1 rank {entry['1 rank']['images_per_sec']:.1f} img/s; "
+                + "; ".join(f"{v} {entry[v]['images_per_sec']:.1f} img/s = {entry[f'{v} ratio']:.3f}x" for v in multi)
+                + f" (load {entry['load_before']:.2f} -> {entry['load_after']:.2f})",
+                flush=True,
+            )
     for v in multi:
         ratios = [e[f"{v} ratio"] for e in results["rounds"]]
         results[f"{v} median ratio"] = statistics.median(ratios)
-        print(f"{v}: {args.ranks} ranks / 1 rank = {statistics.median(ratios):.3f}x "
-              f"(median of {ratios and len(ratios)} rounds: "
-              + ", ".join(f"{x:.3f}" for x in ratios) + ")")
-    print("commands:\n  " + "\n  ".join([results["rounds"][0]["1 rank"]["command"]]
-                                        + [results["rounds"][0][v]["command"] for v in multi]))
+        print(
+            f"{v}: {args.ranks} ranks / 1 rank = {statistics.median(ratios):.3f}x "
+            f"(median of {ratios and len(ratios)} rounds: " + ", ".join(f"{x:.3f}" for x in ratios) + ")"
+        )
+    print(
+        "commands:\n  "
+        + "\n  ".join([results["rounds"][0]["1 rank"]["command"]] + [results["rounds"][0][v]["command"] for v in multi])
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -22,6 +22,7 @@ keeps the maths identical could win.
 
     python scripts/bench_step_profile.py --steps 120 --out docs/step_profile.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -132,10 +133,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=120, help="traced steps (after one warm-up epoch)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps-per-execution", type=int, default=1,
-                        help="Keras compile(steps_per_execution): 1 = Keras' default, as bare Keras; cifar_dist uses 16")
-    parser.add_argument("--seed-images-per-sec", type=float, default=None,
-                        help="the seed reference's images/s from a benchmark run, to express the 1.5x target in GFLOP/s")
+    parser.add_argument(
+        "--steps-per-execution",
+        type=int,
+        default=1,
+        help="Keras compile(steps_per_execution): 1 = Keras' default, as bare Keras; cifar_dist uses 16",
+    )
+    parser.add_argument(
+        "--seed-images-per-sec",
+        type=float,
+        default=None,
+        help="the seed reference's images/s from a benchmark run, to express the 1.5x target in GFLOP/s",
+    )
     parser.add_argument("--out", default=None, help="JSON file to write (also printed)")
     args = parser.parse_args()
 
@@ -145,8 +154,12 @@ def main() -> None:
     from cifar_dist.models.seed_cnn import build
 
     model = build()
-    model.compile(loss="categorical_crossentropy", metrics=["accuracy"], steps_per_execution=args.steps_per_execution,
-                  optimizer=tf.keras.optimizers.legacy.RMSprop(learning_rate=1e-4, decay=1e-6))
+    model.compile(
+        loss="categorical_crossentropy",
+        metrics=["accuracy"],
+        steps_per_execution=args.steps_per_execution,
+        optimizer=tf.keras.optimizers.legacy.RMSprop(learning_rate=1e-4, decay=1e-6),
+    )
     flops = training_flops_per_image(model)
 
     rng = np.random.default_rng(0)
@@ -170,7 +183,8 @@ def main() -> None:
     ceiling = matmul_gflops()
     achieved = untraced_rate * flops["total"] / 1e9
     result = {
-        "what": "seed CNN, batch %d, legacy RMSprop, fit on in-memory data, TensorFlow default threads" % args.batch_size,
+        "what": "seed CNN, batch %d, legacy RMSprop, fit on in-memory data, TensorFlow default threads"
+        % args.batch_size,
         "steps_per_execution": args.steps_per_execution,
         "tensorflow": tf.__version__,
         "cpu_cores": os.cpu_count(),

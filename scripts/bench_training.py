@@ -31,6 +31,7 @@ be compiled on CPU), and the CPU-kernel probes seed_onednn and bare_onednn
 with trainer.onednn=false): how much of cifar_dist's lead is TensorFlow's
 kernel choice, on CPUs where TensorFlow leaves oneDNN off by default.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ from typing import Dict, List, Optional
 
 SCRIPTS = Path(__file__).resolve().parent
 REPO = SCRIPTS.parent
-DEFAULT_VARIANTS = ("seed,bare,cifar_dist_1,cifar_dist_N,fast,seed_onednn,bare_onednn,eigen_1,"
-                    "mixed_1,mixed_N,fp16_N,jit_1,bare_jit")
+DEFAULT_VARIANTS = (
+    "seed,bare,cifar_dist_1,cifar_dist_N,fast,seed_onednn,bare_onednn,eigen_1,mixed_1,mixed_N,fp16_N,jit_1,bare_jit"
+)
 ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 SEED, BARE = "seed_reference.py", "bench_bare_keras.py"
 # --variants time_to_accuracy: the seed reference and cifar_dist's default, fast and speedrun recipes on 1 and N ranks.
@@ -77,35 +79,83 @@ def variant_table(ranks: int) -> Dict[str, Variant]:
     return {
         "seed": Variant("seed", "seed reference (ImageDataGenerator, fit_generator)", 1, "script", script=SEED),
         "bare": Variant("bare", "bare Keras (fit on arrays, no augmentation)", 1, "script", script=BARE),
-        "bare_jit": Variant("bare_jit", "bare Keras, jit_compile=True (XLA)", 1, "script", script=BARE,
-                            args=["--jit-compile"], probe=True),
-        "seed_onednn": Variant("seed_onednn", "seed reference, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON,
-                               script=SEED, probe=True),
-        "bare_onednn": Variant("bare_onednn", "bare Keras, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON,
-                               script=BARE, probe=True),
-        "eigen_1": Variant("eigen_1", "cifar_dist trainer.onednn=false, 1 rank", 1, "cifar_dist", ["trainer.onednn=false"],
-                           probe=True),
+        "bare_jit": Variant(
+            "bare_jit",
+            "bare Keras, jit_compile=True (XLA)",
+            1,
+            "script",
+            script=BARE,
+            args=["--jit-compile"],
+            probe=True,
+        ),
+        "seed_onednn": Variant(
+            "seed_onednn",
+            "seed reference, TF_ENABLE_ONEDNN_OPTS=1",
+            1,
+            "script",
+            env=ONEDNN_ON,
+            script=SEED,
+            probe=True,
+        ),
+        "bare_onednn": Variant(
+            "bare_onednn", "bare Keras, TF_ENABLE_ONEDNN_OPTS=1", 1, "script", env=ONEDNN_ON, script=BARE, probe=True
+        ),
+        "eigen_1": Variant(
+            "eigen_1", "cifar_dist trainer.onednn=false, 1 rank", 1, "cifar_dist", ["trainer.onednn=false"], probe=True
+        ),
         "cifar_dist_1": Variant("cifar_dist_1", "cifar_dist, 1 rank", 1, "cifar_dist"),
         "cifar_dist_N": Variant("cifar_dist_N", f"cifar_dist, {n} ranks", n, "cifar_dist"),
         "fast": Variant("fast", f"cifar_dist experiment=fast, {n} ranks", n, "cifar_dist", ["experiment=fast"]),
         "fast_1": Variant("fast_1", "cifar_dist experiment=fast, 1 rank", 1, "cifar_dist", ["experiment=fast"]),
-        "speedrun_1": Variant("speedrun_1", "cifar_dist experiment=speedrun, 1 rank", 1, "cifar_dist",
-                              ["experiment=speedrun"]),
-        "speedrun_N": Variant("speedrun_N", f"cifar_dist experiment=speedrun, {n} ranks", n, "cifar_dist",
-                              ["experiment=speedrun"]),
-        "mixed_1": Variant("mixed_1", "cifar_dist precision=mixed, 1 rank", 1, "cifar_dist", ["trainer.precision=mixed"], probe=True),
-        "mixed_N": Variant("mixed_N", f"cifar_dist precision=mixed, {n} ranks", n, "cifar_dist", ["trainer.precision=mixed"], probe=True),
-        "fp16_N": Variant("fp16_N", f"cifar_dist compression=fp16, {n} ranks", n, "cifar_dist", ["trainer.compression=fp16"], probe=True),
-        "jit_1": Variant("jit_1", "cifar_dist jit_compile=true, 1 rank", 1, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
-        "jit_N": Variant("jit_N", f"cifar_dist jit_compile=true, {n} ranks", n, "cifar_dist", ["trainer.jit_compile=true"], probe=True),
+        "speedrun_1": Variant(
+            "speedrun_1", "cifar_dist experiment=speedrun, 1 rank", 1, "cifar_dist", ["experiment=speedrun"]
+        ),
+        "speedrun_N": Variant(
+            "speedrun_N", f"cifar_dist experiment=speedrun, {n} ranks", n, "cifar_dist", ["experiment=speedrun"]
+        ),
+        "mixed_1": Variant(
+            "mixed_1", "cifar_dist precision=mixed, 1 rank", 1, "cifar_dist", ["trainer.precision=mixed"], probe=True
+        ),
+        "mixed_N": Variant(
+            "mixed_N",
+            f"cifar_dist precision=mixed, {n} ranks",
+            n,
+            "cifar_dist",
+            ["trainer.precision=mixed"],
+            probe=True,
+        ),
+        "fp16_N": Variant(
+            "fp16_N",
+            f"cifar_dist compression=fp16, {n} ranks",
+            n,
+            "cifar_dist",
+            ["trainer.compression=fp16"],
+            probe=True,
+        ),
+        "jit_1": Variant(
+            "jit_1", "cifar_dist jit_compile=true, 1 rank", 1, "cifar_dist", ["trainer.jit_compile=true"], probe=True
+        ),
+        "jit_N": Variant(
+            "jit_N",
+            f"cifar_dist jit_compile=true, {n} ranks",
+            n,
+            "cifar_dist",
+            ["trainer.jit_compile=true"],
+            probe=True,
+        ),
         # The built-in seed CNN in Keras 3 on the Horovod engine (docs/engines.md), beside cifar_dist_1/_N (Keras 2).
         "keras3_1": Variant("keras3_1", "cifar_dist engine.keras=3, 1 rank", 1, "cifar_dist", ["engine.keras=3"]),
         "keras3_N": Variant("keras3_N", f"cifar_dist engine.keras=3, {n} ranks", n, "cifar_dist", ["engine.keras=3"]),
         # The same Keras 3 seed CNN on engine=jax (Keras' DataParallel, no Horovod), and the speedrun recipe on it.
         "jax_1": Variant("jax_1", "cifar_dist engine=jax, 1 process", 1, "cifar_dist", ["engine=jax"]),
         "jax_N": Variant("jax_N", f"cifar_dist engine=jax, {n} processes", n, "cifar_dist", ["engine=jax"]),
-        "speedrun_jax_N": Variant("speedrun_jax_N", f"cifar_dist experiment=speedrun engine=jax, {n} processes", n,
-                                  "cifar_dist", ["experiment=speedrun", "engine=jax"]),
+        "speedrun_jax_N": Variant(
+            "speedrun_jax_N",
+            f"cifar_dist experiment=speedrun engine=jax, {n} processes",
+            n,
+            "cifar_dist",
+            ["experiment=speedrun", "engine=jax"],
+        ),
     }
 
 
@@ -136,7 +186,9 @@ def prepare_data(train_images: int, test_images: int, work: Path) -> str:
 
     data = load_dataset(OmegaConf.create({"name": "sample"}))
     n, m = train_images or len(data.x_train), test_images or len(data.x_test)
-    folder = write_subset(data.x_train[:n], data.y_train[:n], data.x_test[:m], data.y_test[:m], work / "data" / "cifar-10-batches-py")
+    folder = write_subset(
+        data.x_train[:n], data.y_train[:n], data.x_test[:m], data.y_test[:m], work / "data" / "cifar-10-batches-py"
+    )
     return str(folder)
 
 
@@ -147,11 +199,31 @@ def data_overrides(data: str) -> List[str]:
 def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
     py = sys.executable
     if v.script == SEED:
-        return [py, str(SCRIPTS / SEED), "--dir", str(run_dir), "--data", data, "--epochs", str(epochs),
-                "--metrics", str(run_dir / "result.json"), "--verbose", "0"]
+        return [
+            py,
+            str(SCRIPTS / SEED),
+            "--dir",
+            str(run_dir),
+            "--data",
+            data,
+            "--epochs",
+            str(epochs),
+            "--metrics",
+            str(run_dir / "result.json"),
+            "--verbose",
+            "0",
+        ]
     if v.script == BARE:
-        return [py, str(SCRIPTS / BARE), "--data", data, "--epochs", str(epochs),
-                "--metrics", str(run_dir / "result.json")] + v.args
+        return [
+            py,
+            str(SCRIPTS / BARE),
+            "--data",
+            data,
+            "--epochs",
+            str(epochs),
+            "--metrics",
+            str(run_dir / "result.json"),
+        ] + v.args
     # cifar_dist: the seed's "divide" policy runs ceil(epochs / ranks) epochs per rank, each over all
     # the data, so trainer.epochs = epochs x ranks gives `epochs` epochs on every rank (unless the
     # variant's experiment sets its own schedule).
@@ -172,8 +244,14 @@ def read_result(v: Variant, run_dir: Path) -> Optional[dict]:
 
 def normalise(v: Variant, run_dir: Path, wall: float, proc: subprocess.CompletedProcess) -> dict:
     """The variant's result in one shape, whatever wrote it."""
-    out = {"variant": v.name, "label": v.label, "ranks": v.ranks, "ok": proc.returncode == 0,
-           "process_wall_s": wall, "returncode": proc.returncode}
+    out = {
+        "variant": v.name,
+        "label": v.label,
+        "ranks": v.ranks,
+        "ok": proc.returncode == 0,
+        "process_wall_s": wall,
+        "returncode": proc.returncode,
+    }
     raw = read_result(v, run_dir)
     if proc.returncode != 0 or raw is None:
         tail = (proc.stderr or proc.stdout or "").strip().splitlines()
@@ -181,8 +259,10 @@ def normalise(v: Variant, run_dir: Path, wall: float, proc: subprocess.Completed
         out["error"] = (errors or tail or ["no output"])[-1][:300]
         return out
     out.update(
-        epochs=[{k: e.get(k) for k in ("epoch", "images_per_sec", "epoch_seconds", "val_accuracy", "accuracy", "loss")}
-                for e in raw.get("epochs", [])],
+        epochs=[
+            {k: e.get(k) for k in ("epoch", "images_per_sec", "epoch_seconds", "val_accuracy", "accuracy", "loss")}
+            for e in raw.get("epochs", [])
+        ],
         test_accuracy=(raw.get("test") or {}).get("accuracy"),
         peak_rss_mb_per_rank=raw.get("peak_rss_mb_per_rank"),
         run_wall_s=raw.get("wall_time_s"),
@@ -205,7 +285,7 @@ def logged_runs(work: Path) -> Dict[str, dict]:
 
     found, current = {}, None
     log_path = work / "bench.log"
-    for line in (log_path.read_text().splitlines() if log_path.exists() else []):
+    for line in log_path.read_text().splitlines() if log_path.exists() else []:
         start = re.match(r"^\[[\d:]+\] (\S+) \(rep (\d+)\): (.*)$", line)
         if start:
             current = f"{start.group(1)}-rep{start.group(2)}"
@@ -213,8 +293,9 @@ def logged_runs(work: Path) -> Dict[str, dict]:
             continue
         end = re.match(r"^    -> .* in (\d+) s, load ([\d.]+) -> ([\d.]+)", line)
         if end and current:
-            found[current].update(process_wall_s=float(end.group(1)),
-                                  load_avg_1min=[float(end.group(2)), float(end.group(3))])
+            found[current].update(
+                process_wall_s=float(end.group(1)), load_avg_1min=[float(end.group(2)), float(end.group(3))]
+            )
     return found
 
 
@@ -232,7 +313,9 @@ def collect(work: Path, table: Dict[str, Variant]) -> tuple:
         stderr = (run_dir / "stderr.txt").read_text() if (run_dir / "stderr.txt").exists() else "did not finish"
         r = normalise(v, run_dir, None, _Finished(bool(done), stderr))
         results.append({**r, "rep": int(rep), "command": None, **logged.get(run_dir.name, {})})
-    pipelines = [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
+    pipelines = (
+        [dict(json.loads((work / "pipeline.json").read_text()), ok=True)] if (work / "pipeline.json").exists() else []
+    )
     return results, pipelines
 
 
@@ -248,24 +331,39 @@ def run_variant(v: Variant, data: str, epochs: int, work: Path, rep: int, log) -
     log(f"[{time.strftime('%H:%M:%S')}] {v.name} (rep {rep}): {shown}")
     load_before = os.getloadavg()[0]
     started_at, start = time.time(), time.perf_counter()
-    proc = subprocess.run(cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=v.timeout_s,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd, cwd=run_dir, env=env, capture_output=True, text=True, timeout=v.timeout_s, stdin=subprocess.DEVNULL
+    )
     wall = time.perf_counter() - start
     (run_dir / "stdout.txt").write_text(proc.stdout)
     (run_dir / "stderr.txt").write_text(proc.stderr)
     result = normalise(v, run_dir, wall, proc)
     result["command"] = shown
-    result["started_at"], result["ended_at"] = started_at, started_at + wall  # epoch seconds: for scripts/bench_breakdown.py
+    result["started_at"], result["ended_at"] = (
+        started_at,
+        started_at + wall,
+    )  # epoch seconds: for scripts/bench_breakdown.py
     # The 1-minute load average around the run: other users of the machine show up here.
     result["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    log(f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s, "
-        f"load {result['load_avg_1min'][0]:.1f} -> {result['load_avg_1min'][1]:.1f}")
+    log(
+        f"    -> {'ok' if result['ok'] else 'FAILED: ' + result.get('error', '')} in {wall:.0f} s, "
+        f"load {result['load_avg_1min'][0]:.1f} -> {result['load_avg_1min'][1]:.1f}"
+    )
     return result
 
 
 def run_pipeline(data: str, batches: int, work: Path, log) -> dict:
     out = work / "pipeline.json"
-    cmd = [sys.executable, str(SCRIPTS / "bench_pipeline.py"), "--data", data, "--batches", str(batches), "--metrics", str(out)]
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "bench_pipeline.py"),
+        "--data",
+        data,
+        "--batches",
+        str(batches),
+        "--metrics",
+        str(out),
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), str(REPO), env.get("PYTHONPATH", "")]))
     log(f"[{time.strftime('%H:%M:%S')}] pipeline: {shlex.join(cmd)}")
@@ -290,19 +388,34 @@ def machine() -> dict:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     flags = cpu_flags()
-    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(mem_gib, 1), "python": platform.python_version(),
-            "tensorflow": tf.__version__, "avx512_bf16": "avx512_bf16" in flags, "load_avg_at_start": os.getloadavg()}
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_gib, 1),
+        "python": platform.python_version(),
+        "tensorflow": tf.__version__,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "load_avg_at_start": os.getloadavg(),
+    }
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n", 2)[2])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
     p.add_argument("--quick", action="store_true", help="5 epochs per variant, fewer pipeline batches")
     p.add_argument("--smoke", action="store_true", help="2 epochs on 640/256 images, seed/bare/cifar_dist_1 only")
-    p.add_argument("--seed-epochs", type=int, help="epochs of the seed reference (default 25; sets the accuracy target)")
+    p.add_argument(
+        "--seed-epochs", type=int, help="epochs of the seed reference (default 25; sets the accuracy target)"
+    )
     p.add_argument("--epochs", type=int, help="epochs per rank of the throughput variants (default: --seed-epochs)")
-    p.add_argument("--probe-epochs", type=int,
-                   help="epochs per rank of the option and kernel probes mixed_*, fp16_*, jit_*, *_onednn, eigen_1 (default 4)")
+    p.add_argument(
+        "--probe-epochs",
+        type=int,
+        help="epochs per rank of the option and kernel probes mixed_*, fp16_*, jit_*, *_onednn, eigen_1 (default 4)",
+    )
     p.add_argument("--reps", type=int, default=1, help="rounds of all variants, interleaved; medians are over rounds")
     p.add_argument("--ranks", type=int, default=os.cpu_count() or 1, help="N of the N-rank variants (default: cores)")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"comma list (default {DEFAULT_VARIANTS})")
@@ -311,8 +424,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--test-images", type=int, default=0, help="use only the first N sample test images (0 = all)")
     p.add_argument("--out", default=str(REPO / "docs"), help="where the table, JSON and plots go (default docs/)")
     p.add_argument("--work", help="run dirs, kept (default outputs/bench/<timestamp>, git-ignored)")
-    p.add_argument("--collect", action="store_true",
-                   help="train nothing: rebuild the table and plots from the run dirs in --work (e.g. after an interruption)")
+    p.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: rebuild the table and plots from the run dirs in --work (e.g. after an interruption)",
+    )
     a = p.parse_args(argv)
     if a.smoke:
         a.seed_epochs = a.seed_epochs or 2
@@ -354,8 +470,9 @@ def sitting_log(work: Path):
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     sys.path.insert(0, str(REPO))
-    import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
     from bench_report import summarise, write_outputs
+
+    import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow)
 
     out = Path(a.out)
     work = work_dir(a.work)
@@ -366,20 +483,36 @@ def main(argv: Optional[List[str]] = None) -> int:
     names = [n.strip() for n in variants.split(",") if n.strip()]
     unknown = [n for n in names if n not in table]
     if unknown:
-        print(f"bench_training: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(table)}", file=sys.stderr)
+        print(
+            f"bench_training: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(table)}", file=sys.stderr
+        )
         return 2
     if a.collect:
         results, pipelines = collect(work, table)
-        info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(work.stat().st_mtime)), "argv": sys.argv[1:],
-                "machine": machine(), "seed_epochs": a.seed_epochs, "epochs": a.epochs, "reps": a.reps,
-                "data": "sample", "collected_from": str(work)}
+        info = {
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(work.stat().st_mtime)),
+            "argv": sys.argv[1:],
+            "machine": machine(),
+            "seed_epochs": a.seed_epochs,
+            "epochs": a.epochs,
+            "reps": a.reps,
+            "data": "sample",
+            "collected_from": str(work),
+        }
         summary = summarise(results, pipelines, info)
         log("\n" + summary["markdown"])
         log("wrote " + ", ".join(str(p) for p in write_outputs(summary, out)))
         return 0
     data = prepare_data(a.train_images, a.test_images, work)
-    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:], "machine": machine(),
-            "seed_epochs": a.seed_epochs, "epochs": a.epochs, "reps": a.reps, "data": data}
+    info = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "argv": sys.argv[1:],
+        "machine": machine(),
+        "seed_epochs": a.seed_epochs,
+        "epochs": a.epochs,
+        "reps": a.reps,
+        "data": data,
+    }
     log(f"benchmark: {json.dumps(info)}")
 
     results: List[dict] = []

@@ -18,6 +18,7 @@ so a broken source never becomes the sample.
 
     python scripts/make_sample.py [--source DIR] [--out FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,7 +83,9 @@ def build(source: Path, out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="a cifar-10-batches-py folder (default: %(default)s)")
+    parser.add_argument(
+        "--source", type=Path, default=DEFAULT_SOURCE, help="a cifar-10-batches-py folder (default: %(default)s)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the tarball to write (default: %(default)s)")
     args = parser.parse_args(argv)
     if not args.source.is_dir():

@@ -22,7 +22,6 @@ the ``callbacks`` list (Horovod broadcast, rank-0 checkpoints) is built but
 never passed to ``fit_generator``, so the seed writes no per-epoch checkpoints
 (which flatters its speed; cifar_dist does write them).
 """
-from __future__ import print_function
 
 import argparse
 import math
@@ -36,14 +35,13 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # PORT: tf.keras must be Kera
 import tensorflow as tf  # noqa: E402
 
 keras = tf.keras  # PORT: `import keras` (Keras 2 is tf-keras now)
+import horovod.tensorflow.keras as hvd  # noqa: E402  PORT: `import horovod.keras as hvd`
+from bench_common import EpochClock, load_arrays, peak_rss_mb, write_result  # noqa: E402  (benchmark additions)
 from tensorflow.keras.layers import Activation, Conv2D, Dense, Dropout, Flatten, MaxPooling2D  # noqa: E402
 from tensorflow.keras.models import Sequential  # noqa: E402
 from tensorflow.keras.preprocessing.image import ImageDataGenerator  # noqa: E402
 
-import horovod.tensorflow.keras as hvd  # noqa: E402  PORT: `import horovod.keras as hvd`
 from cifar_dist.training.process.horovod_env import bind_horovod_to_tf_keras  # noqa: E402
-
-from bench_common import EpochClock, load_arrays, peak_rss_mb, write_result  # noqa: E402  (benchmark additions)
 
 bind_horovod_to_tf_keras()  # PORT: Horovod's callbacks use Keras 3's backend otherwise
 
@@ -139,8 +137,15 @@ x_test /= 255
 clock = EpochClock(len(x_train), PROCESS_START)  # benchmark addition
 if not data_augmentation:
     print("Not using data augmentation.")
-    model.fit(x_train, y_train, batch_size=batch_size, epochs=epochs, validation_data=(x_test, y_test), shuffle=True,
-              callbacks=[clock])
+    model.fit(
+        x_train,
+        y_train,
+        batch_size=batch_size,
+        epochs=epochs,
+        validation_data=(x_test, y_test),
+        shuffle=True,
+        callbacks=[clock],
+    )
 else:
     print("Using real-time data augmentation.")
     # This will do preprocessing and realtime data augmentation:

@@ -19,6 +19,7 @@ The subclass also keeps what the plugin loses when trials fail:
   ``optimization_results.yaml`` still holds the best of the trials that
   completed (the plugin wrote nothing).
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,7 +32,6 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from cifar_dist.errors import StudyStopped
 from cifar_dist.config.plugin_names import OPTUNA_SWEEPER_CLASS
 
 log = logging.getLogger(__name__)
@@ -46,8 +46,11 @@ def store_config() -> None:
     registration (``hydra_plugins/cifar_dist_launcher/registration.py``)."""
     from hydra_plugins.hydra_optuna_sweeper.config import Direction, OptunaSweeperConf  # lazy: the optuna extra
 
-    conf = make_dataclass("CifarDistOptunaSweeperConf", [
-        ("_target_", str, OPTUNA_SWEEPER_CLASS), ("direction", Any, Direction.maximize)], bases=(OptunaSweeperConf,))
+    conf = make_dataclass(
+        "CifarDistOptunaSweeperConf",
+        [("_target_", str, OPTUNA_SWEEPER_CLASS), ("direction", Any, Direction.maximize)],
+        bases=(OptunaSweeperConf,),
+    )
     ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=conf, provider="cifar_dist")
 
 
@@ -58,8 +61,10 @@ def direction_names(direction: Any) -> List[str]:
 
 def warn_if_minimizing(direction: Any) -> None:
     if direction_names(direction) == ["minimize"]:
-        log.warning("hydra.sweeper.direction=minimize: every cifar_dist job returns its test accuracy, so this "
-                    "searches for the worst point; drop the override (the default is maximize)")
+        log.warning(
+            "hydra.sweeper.direction=minimize: every cifar_dist job returns its test accuracy, so this "
+            "searches for the worst point; drop the override (the default is maximize)"
+        )
 
 
 class QuietReturn(JobReturn):
@@ -103,7 +108,7 @@ class OneLinePerTrial(logging.Filter):
         if message.startswith("Storage: <optuna.storages._in_memory"):  # the in-memory storage the subclass made
             record.msg, record.args = "Storage: None (in memory)", ()
         if message.startswith("Failed experiment: "):
-            record.msg, record.args = "trial failed: " + message[len("Failed experiment: "):], ()
+            record.msg, record.args = "trial failed: " + message[len("Failed experiment: ") :], ()
         return not (record.levelno >= logging.ERROR and "with max_failure_rate=" in message)
 
 
@@ -115,8 +120,11 @@ def save_results(study: Any, sweep_dir: Path) -> Optional[Path]:
     if not complete:
         return None
     if len(study.directions) < 2:
-        results: Dict[str, Any] = {"name": "optuna", "best_params": study.best_trial.params,
-                                   "best_value": study.best_trial.value}
+        results: Dict[str, Any] = {
+            "name": "optuna",
+            "best_params": study.best_trial.params,
+            "best_value": study.best_trial.value,
+        }
     else:
         results = {"name": "optuna", "solutions": [{"params": t.params, "values": t.values} for t in study.best_trials]}
     failed = [t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
@@ -128,9 +136,11 @@ def save_results(study: Any, sweep_dir: Path) -> Optional[Path]:
 
 def stopped_message(failed: int, total: int, max_failure_rate: float, saved: Optional[Path]) -> str:
     kept = f"the best so far is in {saved}" if saved else "no trial completed"
-    return (f"the Optuna study stopped: {failed} of {total} trials failed, more in a batch than "
-            f"hydra.sweeper.max_failure_rate={max_failure_rate} allows ({kept}); raise "
-            "hydra.sweeper.max_failure_rate (0..1) to let the study go on past failed trials")
+    return (
+        f"the Optuna study stopped: {failed} of {total} trials failed, more in a batch than "
+        f"hydra.sweeper.max_failure_rate={max_failure_rate} allows ({kept}); raise "
+        "hydra.sweeper.max_failure_rate (0..1) to let the study go on past failed trials"
+    )
 
 
 def study_name(configured: Optional[str]) -> str:

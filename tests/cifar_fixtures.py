@@ -6,6 +6,7 @@ dicts with bytes keys pickled with protocol 2), so the real loading code reads
 them exactly as it reads the real archive. Import with
 ``from cifar_fixtures import ...`` (pytest puts ``tests/`` on sys.path).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,10 +37,14 @@ def batch_bytes(images: np.ndarray, labels: Sequence[int], batch_label: bytes = 
 
 
 def meta_bytes(class_names: Sequence[str] = CLASS_NAMES) -> bytes:
-    return pickle.dumps({b"num_cases_per_batch": 10000, b"label_names": [n.encode() for n in class_names], b"num_vis": 3072}, protocol=2)
+    return pickle.dumps(
+        {b"num_cases_per_batch": 10000, b"label_names": [n.encode() for n in class_names], b"num_vis": 3072}, protocol=2
+    )
 
 
-def random_batches(n_train_batches: int = 2, per_batch: int = 16, n_test: int = 16, seed: int = 0) -> tuple[list[Batch], Batch]:
+def random_batches(
+    n_train_batches: int = 2, per_batch: int = 16, n_test: int = 16, seed: int = 0
+) -> tuple[list[Batch], Batch]:
     """Random pixels and labels; every class appears in each batch of >= 10 images."""
     rng = np.random.default_rng(seed)
 
@@ -60,7 +65,7 @@ def sample_batches(per_batch: int | None = None) -> tuple[list[Batch], Batch]:
     data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
     size = len(data.x_train) // 4
     n = per_batch or size
-    train = [(data.x_train[i * size:i * size + n], data.y_train[i * size:i * size + n]) for i in range(4)]
+    train = [(data.x_train[i * size : i * size + n], data.y_train[i * size : i * size + n]) for i in range(4)]
     return train, (data.x_test[:n], data.y_test[:n])
 
 
@@ -128,7 +133,14 @@ def download_cfg(cache_dir: Path, url: str, archive: bytes, **overrides):
 
     from cifar_dist.config.schema import DataConfig
 
-    cfg = DataConfig(name="cifar10", cache_dir=str(cache_dir), url=url, md5=md5_of(archive), size_bytes=len(archive), download_timeout_s=5.0)
+    cfg = DataConfig(
+        name="cifar10",
+        cache_dir=str(cache_dir),
+        url=url,
+        md5=md5_of(archive),
+        size_bytes=len(archive),
+        download_timeout_s=5.0,
+    )
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return OmegaConf.structured(cfg)
@@ -137,6 +149,7 @@ def download_cfg(cache_dir: Path, url: str, archive: bytes, **overrides):
 @dataclass
 class Route:
     """What the loopback server answers for one path."""
+
     body: bytes = b""
     status: int = 200
     send_bytes: int | None = None  # send only this many body bytes, then close (Content-Length stays full)
@@ -171,7 +184,7 @@ def serve(routes: dict[str, Route]):
             self.send_response(route.status)
             self.send_header("Content-Length", str(len(route.body)))
             self.end_headers()
-            body = route.body if route.send_bytes is None else route.body[:route.send_bytes]
+            body = route.body if route.send_bytes is None else route.body[: route.send_bytes]
             try:
                 self.wfile.write(body)
                 self.wfile.flush()
@@ -244,13 +257,26 @@ def cifar100_files(per_batch: int | None = None) -> dict[str, bytes]:
     def split(images: np.ndarray, labels: np.ndarray, name: bytes) -> bytes:
         fine, coarse = cifar100_labels(labels)
         rows = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), -1)
-        return pickle.dumps({b"batch_label": name, b"fine_labels": fine.tolist(), b"coarse_labels": coarse.tolist(),
-                             b"data": rows, b"filenames": [f"{i}.png".encode() for i in range(len(images))]}, protocol=2)
+        return pickle.dumps(
+            {
+                b"batch_label": name,
+                b"fine_labels": fine.tolist(),
+                b"coarse_labels": coarse.tolist(),
+                b"data": rows,
+                b"filenames": [f"{i}.png".encode() for i in range(len(images))],
+            },
+            protocol=2,
+        )
 
-    meta = {b"fine_label_names": [f"{CLASS_NAMES[i // 10]}_{i % 10}".encode() for i in range(100)],
-            b"coarse_label_names": [f"{CLASS_NAMES[i // 2]}_{i % 2}".encode() for i in range(20)]}
-    return {"train": split(x_train, y_train, b"training batch 1 of 1"), "test": split(*test, b"testing batch 1 of 1"),
-            "meta": pickle.dumps(meta, protocol=2)}
+    meta = {
+        b"fine_label_names": [f"{CLASS_NAMES[i // 10]}_{i % 10}".encode() for i in range(100)],
+        b"coarse_label_names": [f"{CLASS_NAMES[i // 2]}_{i % 2}".encode() for i in range(20)],
+    }
+    return {
+        "train": split(x_train, y_train, b"training batch 1 of 1"),
+        "test": split(*test, b"testing batch 1 of 1"),
+        "meta": pickle.dumps(meta, protocol=2),
+    }
 
 
 def cifar100_tarball(path: Path, per_batch: int | None = None) -> Path:

@@ -5,6 +5,7 @@ test files reuse.
 
 Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,10 @@ def shared_path(*parts: str, folder: bool = False) -> Path:
     """A file (or folder) of the shared reference data; the test is skipped, saying what is missing, if absent."""
     path = SHARED.joinpath(*parts)
     if not (path.is_dir() if folder else path.is_file()):
-        pytest.skip(f"shared reference data missing: {path} is not there (the shared/ folder beside the repo, "
-                    "or set CIFAR_DIST_SHARED to where it is)")
+        pytest.skip(
+            f"shared reference data missing: {path} is not there (the shared/ folder beside the repo, "
+            "or set CIFAR_DIST_SHARED to where it is)"
+        )
     return path
 
 
@@ -42,7 +45,9 @@ def cli_env(**extra: str) -> dict:
     return env
 
 
-def run_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600, python: str | None = None):
+def run_cli(
+    *overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600, python: str | None = None
+):
     """``python -m cifar_dist <overrides>`` in a subprocess; output captured as text."""
     return subprocess.run(
         [python or sys.executable, "-m", "cifar_dist", *overrides],
@@ -60,9 +65,16 @@ def start_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None,
 
     stdout is a text pipe; stderr goes into it unless ``stderr=subprocess.PIPE``.
     """
-    return subprocess.Popen([sys.executable, "-m", "cifar_dist", *overrides], cwd=cwd or REPO, env=env or cli_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                            preexec_fn=sigint_as_in_a_terminal)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cifar_dist", *overrides],
+        cwd=cwd or REPO,
+        env=env or cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        preexec_fn=sigint_as_in_a_terminal,
+    )
 
 
 def wait_for(condition, timeout: float, proc=None, what: str = "", interval: float = 0.2) -> None:
@@ -90,8 +102,9 @@ def compose_cfg(*overrides: str, **kwargs):
 def output_of(proc) -> str:
     """A finished ``subprocess.run``'s captured stdout then stderr as text (a stream not captured counts as empty)."""
     streams = (proc.stdout, proc.stderr)
-    return "".join(s.decode(errors="replace") if isinstance(s, bytes) else s for s in streams
-                   if isinstance(s, (str, bytes)))
+    return "".join(
+        s.decode(errors="replace") if isinstance(s, bytes) else s for s in streams if isinstance(s, (str, bytes))
+    )
 
 
 def assert_ok(proc, output: str | None = None, tail: int = 4000):
@@ -122,8 +135,9 @@ def can_mount_tmpfs() -> bool:
     """Whether a small tmpfs can be mounted in a private user+mount namespace (``unshare -rm``)."""
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
-                           capture_output=True, timeout=30)
+    probe = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30
+    )
     return probe.returncode == 0
 
 
@@ -151,6 +165,28 @@ def cluster(slurm):
     slurm.cancel_all()
 
 
+def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float = 900):
+    """``python -m cifar_dist <overrides>`` as a job of 2 tasks on the tests' real Slurm (``slurm``); skipped where
+    Slurm is not installed; the finished CLI run, checked to have exited 0."""
+    from slurm_cluster import missing_packages
+
+    if missing_packages():
+        pytest.skip(f"Slurm not installed ({', '.join(missing_packages())})")
+    try:
+        proc = run_cli(
+            *overrides,
+            "launcher=slurm",
+            "launcher.ntasks_per_node=2",
+            "launcher.poll_interval_s=1",
+            cwd=cwd,
+            env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]),
+            timeout=timeout,
+        )
+    finally:
+        slurm.cancel_all()
+    return assert_ok(proc)
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One short real training run on the packaged sample, shared by the end-to-end tests."""
@@ -166,8 +202,13 @@ QUIET_SAMPLE_RUN = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "t
 def half_run(tmp_path_factory):
     """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it)."""
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
-    proc = run_cli(*QUIET_SAMPLE_RUN, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1",
-                   f"hydra.run.dir={run_dir}")
+    proc = run_cli(
+        *QUIET_SAMPLE_RUN,
+        "trainer.batch_size=64",
+        "trainer.epochs=2",
+        "trainer.max_epochs_per_run=1",
+        f"hydra.run.dir={run_dir}",
+    )
     assert_ok(proc)
     assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
     return run_dir

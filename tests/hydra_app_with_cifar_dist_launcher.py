@@ -1,5 +1,6 @@
 """Run a Hydra app file (argv[1]) with hydra/launcher=cifar_dist known to Hydra, as the
 cifar_dist app makes it known: for Hydra's IntegrationTestSuite (tests/test_sweep_launcher.py)."""
+
 import runpy
 import sys
 

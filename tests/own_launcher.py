@@ -2,13 +2,14 @@
 "Write your own launcher"): a dataclass marked ``@config_option("launcher", ...)``
 and its class, nothing else. tests/test_config_options.py checks that importing
 this module makes ``launcher=echo`` compose, typed, appear in ``--help`` and run."""
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
 
 @config_option("launcher", "echo")

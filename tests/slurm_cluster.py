@@ -7,6 +7,7 @@ without accounting (finished jobs are seen through ``scontrol``/``squeue``
 while MinJobAge keeps them), and with fast scheduling so that a requeued job
 comes back in seconds. Clients find it through ``SLURM_CONF``.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,11 @@ MUNGE_KEY = Path("/etc/munge/munge.key")
 
 def missing_packages() -> List[str]:
     """What is not installed (empty: a cluster can be started)."""
-    missing = [name for name in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
-               if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
+    missing = [
+        name
+        for name in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel")
+        if shutil.which(name) is None and not Path("/usr/sbin", name).exists()
+    ]
     if not MUNGE_KEY.is_file():
         missing.append(str(MUNGE_KEY))
     return missing
@@ -183,10 +187,20 @@ def start_cluster(root: Path, cpus: Optional[int] = None) -> SlurmCluster:
     cluster = SlurmCluster(root=root, env=env)
     try:
         subprocess.run(
-            ["munged", "--force", f"--socket={root}/munge/munge.socket", f"--key-file={MUNGE_KEY}",
-             f"--pid-file={root}/munge/munged.pid", f"--log-file={root}/munge/munged.log",
-             f"--seed-file={root}/munge/munged.seed"],
-            env=env, check=True, capture_output=True, text=True, timeout=30,
+            [
+                "munged",
+                "--force",
+                f"--socket={root}/munge/munge.socket",
+                f"--key-file={MUNGE_KEY}",
+                f"--pid-file={root}/munge/munged.pid",
+                f"--log-file={root}/munge/munged.log",
+                f"--seed-file={root}/munge/munged.seed",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         cluster.pids["munged"] = _read_pid(root / "munge" / "munged.pid")
         subprocess.run(["slurmctld", "-i"], env=env, check=True, capture_output=True, text=True, timeout=30)

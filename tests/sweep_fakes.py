@@ -1,10 +1,11 @@
 """A launcher for sweep-launcher tests: records each launch_all call and fakes results from the config."""
+
 from __future__ import annotations
 
 import json
 from typing import List, Sequence
 
-from cifar_dist.launchers.base import JobSpec, LaunchResult, Launcher
+from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 from cifar_dist.results import METRICS_FILE
 
 
@@ -21,8 +22,15 @@ class RecordingLauncher(Launcher):
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         sweep_dir = jobs[0].output_dir.parent
         with open(sweep_dir / "launch_all.jsonl", "a") as f:
-            f.write(json.dumps({"jobs": [j.job_num for j in jobs], "prepared": [
-                (j.output_dir / ".hydra" / "config.yaml").is_file() for j in jobs]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "jobs": [j.job_num for j in jobs],
+                        "prepared": [(j.output_dir / ".hydra" / "config.yaml").is_file() for j in jobs],
+                    }
+                )
+                + "\n"
+            )
         return [self._one(job) for job in jobs]
 
     @staticmethod
@@ -30,6 +38,7 @@ class RecordingLauncher(Launcher):
         lr = float(job.cfg.optimizer.lr)
         if lr >= 0.5:
             return LaunchResult(exit_code=3, message=f"lr {lr} too high")
-        (job.output_dir / METRICS_FILE).write_text(json.dumps({"test": {"accuracy": lr * 10, "loss": 1.0},
-                                                               "complete": True, "epochs": []}))
+        (job.output_dir / METRICS_FILE).write_text(
+            json.dumps({"test": {"accuracy": lr * 10, "loss": 1.0}, "complete": True, "epochs": []})
+        )
         return LaunchResult(exit_code=0)

@@ -6,6 +6,7 @@ KeyboardInterrupt, so a test's Ctrl-C would reach a process that cannot see
 it. A user's Ctrl-C reaches a foreground process with the default action:
 pass ``preexec_fn=sigint_as_in_a_terminal`` to ``subprocess.Popen``.
 """
+
 from __future__ import annotations
 
 import signal

@@ -13,6 +13,7 @@ belong; (launcher=batchai) a service that never recovers (bounded total retry ti
 that never comes (read timeout, retried), and the planted key with debug
 logging on, on a failure path, and in the arguments of every process.
 """
+
 import subprocess
 import threading
 import time
@@ -32,7 +33,9 @@ def _error_lines(proc) -> list:
     return [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("cifar_dist: error:")]
 
 
-def test_a_service_that_never_recovers_gives_up_within_the_retry_timeout(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_a_service_that_never_recovers_gives_up_within_the_retry_timeout(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     fake_azure.faults.append(Fault(lambda m, p: m == "PUT" and _arm_job(p), 503, times=10**6, retry_after="1"))
     args = launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **{"launcher.retry_timeout_s": "3"})
     started = time.monotonic()
@@ -105,13 +108,15 @@ def _communicate_sampling_ps(proc, timeout: float):
 
 
 def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_failure(
-        fake_azure, storage_key, wheel_cache, tmp_path):
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     run_dir = tmp_path / "run"
     # Debug logging of every logger (azure-core's HTTP logging included), a job that fails,
     # and a 503 on the way (retry messages).
     fake_azure.faults.append(Fault(lambda m, p: m == "GET" and _arm_job(p), 503, times=1, retry_after="0"))
-    args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
-        "hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail"})
+    args = launcher_overrides(
+        fake_azure, run_dir, wheel_cache, **{"hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail"}
+    )
     proc = start_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, stderr=subprocess.PIPE)
     out, err, seen = _communicate_sampling_ps(proc, timeout=120)
     assert proc.returncode == 3, err[-3000:]
@@ -128,7 +133,8 @@ def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_
 
 
 def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_and_a_failure(
-        fake_aml, snapshot_cache, tmp_path):
+    fake_aml, snapshot_cache, tmp_path
+):
     """launcher=azureml: a planted bearer token and the service's SAS signatures appear
     in no run-dir file (job.yml, logs, outputs), no console line (debug logging on, a 503
     retried, the job failing), no process's arguments, and on the wire only where they
@@ -140,9 +146,20 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     fake_aml.token = "planted-" + secrets.token_urlsafe(24)
     fake_aml.faults.append(Fault(lambda m, p: m == "GET" and "/computes/" in p, 503, times=1, retry_after="0"))
     run_dir = tmp_path / "run"
-    args = aml_overrides(fake_aml, run_dir, snapshot_cache, **{
-        "hydra.verbose": "true", "data": "cifar10", "data.path": str(tmp_path / "missing"), "data.download": "false"})
-    proc = start_cli(*args, env=aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), cwd=tmp_path, stderr=subprocess.PIPE)
+    args = aml_overrides(
+        fake_aml,
+        run_dir,
+        snapshot_cache,
+        **{
+            "hydra.verbose": "true",
+            "data": "cifar10",
+            "data.path": str(tmp_path / "missing"),
+            "data.download": "false",
+        },
+    )
+    proc = start_cli(
+        *args, env=aml_env(fake_aml, FAKE_AZURE_TOKEN=fake_aml.token), cwd=tmp_path, stderr=subprocess.PIPE
+    )
     out, err, seen = _communicate_sampling_ps(proc, timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)

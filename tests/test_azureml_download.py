@@ -1,6 +1,7 @@
 """A job's files and outputs reach the local run dir only through the one atomic writer (issue 32): a copy that
 fails half-way (a full disk, a kill) leaves no half file under the output's name and no temp file
 that remove_partials would not clean."""
+
 import ast
 import shutil
 from pathlib import Path
@@ -24,8 +25,14 @@ class _Workspace:
 
 
 def _job(run_dir: Path) -> AzureMLJob:
-    return AzureMLJob(workspace=_Workspace(), name="job", output_dir=run_dir, on_interrupt="cancel",
-                      stream_output=False, log_tail_lines=0)
+    return AzureMLJob(
+        workspace=_Workspace(),
+        name="job",
+        output_dir=run_dir,
+        on_interrupt="cancel",
+        stream_output=False,
+        log_tail_lines=0,
+    )
 
 
 def test_the_outputs_are_copied_into_the_run_dir(tmp_path):
@@ -78,8 +85,9 @@ def test_the_launchers_write_whole_files_only_through_the_atomic_writer():
 
 def test_the_check_sees_a_plain_write(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n"
-                      "    open(tmp, 'wb')\n    open(p, 'ab')\n")
+    module.write_text(
+        "def f(p, tmp):\n    p.write_text('x')\n    open(p, 'w')\n    open(tmp, 'wb')\n    open(p, 'ab')\n"
+    )
     assert whole_file_writes(module) == ["line 2: .write_text", "line 3: open(..., 'w')"]
 
 

@@ -2,6 +2,7 @@
 YAML that ``az ml job create --file`` accepts (checked with the SDK's own
 load_job), the environment's Dockerfile and the compute YAML, prints the
 equivalent az ml commands, and sends no request."""
+
 from __future__ import annotations
 
 import shlex
@@ -10,19 +11,26 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import assert_ok, error_lines, run_cli
-from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
-
 from cifar_dist.launchers.azureml.config import AzureMLLauncherConf, resolve_settings
 from cifar_dist.launchers.azureml.job import dockerfile, pinned_requirements
 from cifar_dist.launchers.base import LaunchError
+from conftest import assert_ok, error_lines, run_cli
+from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 
 
 def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
-    extra = {"launcher.dry_run": "true", "launcher.instance_count": "4", "launcher.process_count_per_instance": "2",
-             "launcher.vm_priority": "low_priority", "optimizer.lr": "0.002", "+launcher.env.FOO": "bar"}
-    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
+    extra = {
+        "launcher.dry_run": "true",
+        "launcher.instance_count": "4",
+        "launcher.process_count_per_instance": "2",
+        "launcher.vm_priority": "low_priority",
+        "optimizer.lr": "0.002",
+        "+launcher.env.FOO": "bar",
+    }
+    proc = run_cli(
+        *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
+    )
     assert_ok(proc)
     assert fake_aml.requests == [] and fake_aml.proxy.tunnelled == []
 
@@ -38,7 +46,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
 
     # Every rank runs the job's own overrides in-process, pinned to the mounted output.
     argv = shlex.split(doc["command"])
-    app = argv[argv.index("--") + 1:]
+    app = argv[argv.index("--") + 1 :]
     assert argv[:3] == ["python", "-m", "cifar_dist.launchers.ranks.rank_exec"]
     assert app[:3] == ["python", "-m", "cifar_dist"]
     assert "optimizer.lr=0.002" in app and "launcher=local" in app
@@ -76,8 +84,14 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
 
 def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
-    extra = {"launcher.dry_run": "true", "launcher.environment": "cifar-tf218-hvd:3", "launcher.create_compute": "false"}
-    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
+    extra = {
+        "launcher.dry_run": "true",
+        "launcher.environment": "cifar-tf218-hvd:3",
+        "launcher.create_compute": "false",
+    }
+    proc = run_cli(
+        *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
+    )
     assert_ok(proc)
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
     assert doc["environment"] == "azureml:cifar-tf218-hvd:3"
@@ -86,8 +100,12 @@ def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_c
 
 
 def test_missing_settings_are_named_in_one_line(tmp_path):
-    proc = run_cli(*["launcher=azureml", "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"], env=aml_env_without_fake(),
-                   cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *["launcher=azureml", "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
+        env=aml_env_without_fake(),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     for name in ("launcher.subscription_id", "launcher.resource_group", "launcher.workspace", "launcher.compute"):
@@ -104,15 +122,24 @@ def test_pins_come_from_the_installed_package():
     others, horovod = pinned_requirements()
     assert horovod == "horovod==0.28.1"
     assert "tensorflow==2.18.1" in others and not any(r.startswith("horovod") for r in others)
-    settings = resolve_settings(AzureMLLauncherConf(subscription_id="s", resource_group="g", workspace="w", compute="c"), {})
+    settings = resolve_settings(
+        AzureMLLauncherConf(subscription_id="s", resource_group="g", workspace="w", compute="c"), {}
+    )
     text = dockerfile(settings)
     assert text.index("tensorflow==2.18.1") < text.index("horovod==0.28.1")  # Horovod is built against it
     assert "'jax[cpu]==0.10.2'" in text  # engine=jax runs in the same environment
 
 
 def test_bad_sizes_and_custom_clouds_are_refused():
-    conf = AzureMLLauncherConf(subscription_id="s", resource_group="g", workspace="w", compute="c",
-                               instance_count=2, max_nodes=1, cloud="Elsewhere")
+    conf = AzureMLLauncherConf(
+        subscription_id="s",
+        resource_group="g",
+        workspace="w",
+        compute="c",
+        instance_count=2,
+        max_nodes=1,
+        cloud="Elsewhere",
+    )
     with pytest.raises(LaunchError) as err:
         resolve_settings(conf, {})
     assert "max_nodes=1 is below launcher.instance_count=2" in str(err.value)
@@ -121,7 +148,12 @@ def test_bad_sizes_and_custom_clouds_are_refused():
 
 def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cache, tmp_path):
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "low_priority", "trainer.resume": "false"}
-    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra),
+        env=aml_env(fake_aml),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert_ok(proc)
     assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr
 
@@ -131,7 +163,9 @@ def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snap
     run_dir = tmp_path / "run"
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?token=Tok3n-in-query"
     extra = {"launcher.dry_run": "true", "tracking": "mlflow", "tracking.uri": f"'{uri}'"}
-    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
+    )
     assert_ok(proc)
     text = (run_dir / "azureml" / "job.yml").read_text()
     doc = yaml.safe_load(text)

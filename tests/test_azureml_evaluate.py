@@ -2,6 +2,7 @@
 .h5 file (the SDK uploads it) or an earlier Azure ML job's outputs
 (``azureml://jobs/<name>/outputs/run_dir``); the scores come home as
 evaluation.json and the accuracy is the launch's result."""
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,12 @@ def test_evaluate_an_earlier_azureml_runs_outputs(fake_aml, snapshot_cache, tmp_
 
 def test_a_missing_local_model_is_one_line_before_anything_is_sent(fake_aml, snapshot_cache, tmp_path):
     extra = {"task": "evaluate", "evaluate.model": str(tmp_path / "nope.h5")}
-    proc = run_cli(*aml_overrides(fake_aml, tmp_path / "scores", snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *aml_overrides(fake_aml, tmp_path / "scores", snapshot_cache, **extra),
+        env=aml_env(fake_aml),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 2
     (line,) = error_lines(proc)
     assert "nope.h5: no such file or directory" in line and "azureml://jobs/<name>/outputs/run_dir" in line

@@ -2,6 +2,7 @@
 queue, it runs again with the same (read-write mounted) outputs, and training
 resumes from its last checkpoint there (trainer.resume=auto): no lost epochs.
 The launcher says when the job was requeued."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ def test_a_preempted_job_resumes_from_its_checkpoint_in_its_outputs(fake_aml, sn
     fake_aml.state.preemptions = 1
     run_dir = tmp_path / "run"
     extra = {**small_data(tmp_path), "trainer.epochs": "2", "launcher.vm_priority": "low_priority"}
-    proc = run_cli(*aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=600
+    )
     assert_ok(proc)
 
     (compute,) = fake_aml.calls("PUT", "/computes/")

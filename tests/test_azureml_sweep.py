@@ -1,16 +1,16 @@
 """A sweep on Azure ML: ``launch_all`` submits every point before following
 any, then watches all of them in one loop; each point's accuracy comes back
 in its own result, in the points' order."""
+
 from __future__ import annotations
 
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
-from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
-
 from cifar_dist.all_options import register_configs
 from cifar_dist.launchers.azureml.launcher import AzureMLLauncher
 from cifar_dist.launchers.base import JobSpec
+from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 
 
 def test_two_points_are_both_submitted_before_either_ends(fake_aml, snapshot_cache, tmp_path, monkeypatch):

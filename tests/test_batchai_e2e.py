@@ -1,5 +1,6 @@
 """``python -m cifar_dist launcher=batchai ...`` end to end, in a subprocess,
 against the local fake ARM + File service (real azure SDKs over HTTPS)."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cifar_dist.launchers.batchai.schema import schema_errors
 from conftest import assert_ok, run_cli, start_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
-
-from cifar_dist.launchers.batchai.schema import schema_errors
 
 
 def _job_file_of(record) -> dict:
@@ -38,7 +38,9 @@ def assert_key_only_in_the_mount_credentials(fake, run_dir, outputs, key):
         assert key not in json.dumps(props)  # not in the node's command line, environment or jobPreparation
 
 
-def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     run_dir = tmp_path / "run"
     args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{"launcher.scale_down": "true"})
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
@@ -79,7 +81,9 @@ def test_happy_path_submits_a_valid_job_streams_output_and_downloads_results(fak
 
 def test_failed_job_exits_non_zero_and_prints_the_stderr_tail(fake_azure, storage_key, wheel_cache, tmp_path):
     args = launcher_overrides(
-        fake_azure, tmp_path / "run", wheel_cache,
+        fake_azure,
+        tmp_path / "run",
+        wheel_cache,
         **{"+launcher.env.FAKE_OUTCOME": "fail", "launcher.stream_output": "false"},
     )
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
@@ -105,8 +109,16 @@ def test_throttling_and_unavailable_are_retried_by_azure_core(fake_azure, storag
     arm_job = lambda path: path.startswith("/subscriptions/") and "/jobs/" in path  # noqa: E731
     is_job_create = lambda method, path: method == "PUT" and arm_job(path)  # noqa: E731
     is_job_get = lambda method, path: method == "GET" and arm_job(path)  # noqa: E731
-    fake_azure.faults += [Fault(is_job_create, 429, times=2, retry_after="1"), Fault(is_job_get, 503, times=2, retry_after="0")]
-    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
+    fake_azure.faults += [
+        Fault(is_job_create, 429, times=2, retry_after="1"),
+        Fault(is_job_get, 503, times=2, retry_after="0"),
+    ]
+    proc = run_cli(
+        *launcher_overrides(fake_azure, tmp_path / "run", wheel_cache),
+        env=cli_env(fake_azure, storage_key),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert_ok(proc)
     creates = fake_azure.job_creates()
     assert [r.status for r in creates] == [429, 429, 202]

@@ -1,5 +1,6 @@
 """The Batch AI launcher without any Azure call: dry run, missing settings,
 the secret never leaving the job body, and the pure job builder."""
+
 from __future__ import annotations
 
 import datetime
@@ -9,9 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import assert_ok, run_cli, shared_path
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.base import LaunchError
@@ -24,7 +22,8 @@ from cifar_dist.launchers.batchai.job import (
     iso8601_duration,
 )
 from cifar_dist.launchers.batchai.schema import schema_errors
-
+from conftest import assert_ok, run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
 def _settings(**conf):
@@ -65,13 +64,21 @@ def test_dry_run_uses_the_key_vault_reference_when_configured(fake_azure, wheel_
         "launcher.key_vault_id": vault,
         "launcher.key_vault_secret_url": "https://kv.vault.azure.net/secrets/storage-key",
     }
-    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(None, None), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra),
+        env=cli_env(None, None),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert_ok(proc)
     doc = json.loads((tmp_path / "run" / "job.json").read_text())
     assert schema_errors(doc) == []
     credentials = doc["properties"]["mountVolumes"]["azureFileShares"][0]["credentials"]
     assert credentials == {
-        "accountKeySecretReference": {"sourceVault": {"id": vault}, "secretUrl": "https://kv.vault.azure.net/secrets/storage-key"}
+        "accountKeySecretReference": {
+            "sourceVault": {"id": vault},
+            "secretUrl": "https://kv.vault.azure.net/secrets/storage-key",
+        }
     }
     assert "--storage-account-key" not in proc.stdout
 
@@ -81,7 +88,15 @@ def test_missing_settings_are_listed_in_one_error(tmp_path):
     proc = run_cli(*["launcher=batchai", f"hydra.run.dir={tmp_path / 'run'}"], env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     (line,) = [x for x in proc.stderr.splitlines() if "missing settings" in x]
-    for needed in ("subscription_id", "resource_group", "location", "workspace", "cluster", "storage_account", "AZURE_BATCHAI_STORAGE_KEY"):
+    for needed in (
+        "subscription_id",
+        "resource_group",
+        "location",
+        "workspace",
+        "cluster",
+        "storage_account",
+        "AZURE_BATCHAI_STORAGE_KEY",
+    ):
         assert needed in line
     assert "Traceback" not in proc.stderr
 
@@ -126,9 +141,7 @@ def test_schema_violations_are_reported():
     assert "'pythonScriptFilePath' is a required property" in errors
 
 
-@pytest.mark.parametrize(
-    "hours, wire", [(168, "P7D"), (1.5, "PT1H30M"), (24.5, "P1DT30M"), (1 / 3600, "PT1S")]
-)
+@pytest.mark.parametrize("hours, wire", [(168, "P7D"), (1.5, "PT1H30M"), (24.5, "P1DT30M"), (1 / 3600, "PT1S")])
 def test_wall_clock_is_iso8601(hours, wire):
     assert iso8601_duration(datetime.timedelta(hours=hours)) == wire
 
@@ -165,8 +178,20 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
     (tmp_path / "job_config.yaml").write_text(node_job_config(cfg, choices))
     # Compose exactly as the node does: `python -m cifar_dist --config-dir D --config-name job_config`.
     proc = subprocess.run(
-        [sys.executable, "-m", "cifar_dist", "--config-dir", str(tmp_path), "--config-name", "job_config", "--cfg", "job"],
-        capture_output=True, text=True, env={**os.environ, "CIFAR_DIST_CHILD": "1"},
+        [
+            sys.executable,
+            "-m",
+            "cifar_dist",
+            "--config-dir",
+            str(tmp_path),
+            "--config-name",
+            "job_config",
+            "--cfg",
+            "job",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CIFAR_DIST_CHILD": "1"},
     )
     assert_ok(proc)
     node = OmegaConf.to_container(OmegaConf.create(proc.stdout))
@@ -195,13 +220,18 @@ def test_node_entry_quotes_the_run_dir_with_the_one_rule_and_reads_every_rank_va
     assert node_entry._rank() == 3
 
 
-def test_a_password_in_the_tracking_uri_reaches_the_nodes_only_as_a_secret(fake_azure, storage_key, wheel_cache,
-                                                                           tmp_path):
+def test_a_password_in_the_tracking_uri_reaches_the_nodes_only_as_a_secret(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     """The node config and job.json hold the URI without user:password; remote=nodes sends them as secret variables."""
     run_dir = tmp_path / "run"
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x"
-    args = launcher_overrides(fake_azure, run_dir, wheel_cache, **{
-        "launcher.dry_run": "true", "tracking": "mlflow", "tracking.remote": "nodes", "tracking.uri": f"'{uri}'"})
+    args = launcher_overrides(
+        fake_azure,
+        run_dir,
+        wheel_cache,
+        **{"launcher.dry_run": "true", "tracking": "mlflow", "tracking.remote": "nodes", "tracking.uri": f"'{uri}'"},
+    )
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
     assert_ok(proc)
     doc = json.loads((run_dir / "job.json").read_text())

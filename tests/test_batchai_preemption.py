@@ -2,6 +2,7 @@
 runs again on a new node in the same run dir on the share, and training
 resumes from its last checkpoint (trainer.resume=auto): no lost epochs. The
 launcher says when and why a job was requeued, and why a job failed."""
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ def test_a_requeue_and_a_failure_are_reported_with_the_service_reasons(fake_azur
 
 
 @pytest.mark.slow  # 1.3 min; cloud preemption stays in the default suite (test_azureml_preemption)
-def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     """The node entry really runs (a local process, a local folder as the mounted share):
     killed once its first checkpoint is on the share, requeued, run again; the second run
     resumes after epoch 1 and the job ends with both epochs."""
@@ -63,8 +66,12 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint_on_the_share(fake_
         "launcher.poll_interval_s": "0.1",
     }
     start = time.monotonic()
-    proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key),
-                   cwd=tmp_path, timeout=240)
+    proc = run_cli(
+        *launcher_overrides(fake_azure, run_dir, wheel_cache, **extra),
+        env=cli_env(fake_azure, storage_key),
+        cwd=tmp_path,
+        timeout=240,
+    )
     elapsed = time.monotonic() - start
     assert_ok(proc)
 

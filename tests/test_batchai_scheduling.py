@@ -2,15 +2,13 @@
 in the job, ``launcher.vm_priority`` in the cluster-create request, both checked
 against the service's published schemas (the originals in ../shared/batchai and
 the copies shipped in the package)."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
-from conftest import assert_ok, run_cli, shared_path
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf, conf_from_kwargs, resolve_settings
@@ -28,6 +26,8 @@ from cifar_dist.launchers.batchai.schema import (
     schema_errors,
     validate_cluster_file,
 )
+from conftest import assert_ok, run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 LAYOUT = ShareLayout(share="cifardist", base="cifar", job="cifar_dist-abc-0", wheel="cifar/packages/h/w.whl")
 PUBLIC_KEY = (Path(__file__).parent / "fake_azure" / "id_test.pub").read_text().strip()
@@ -64,7 +64,10 @@ def test_an_unknown_scheduling_priority_is_refused_by_the_config_schema():
     # ... and the published schema would refuse it too, had it got through.
     body = build_job_body(_settings(), LAYOUT, reveal_key=False)
     body["schedulingPriority"] = "urgent"
-    assert any("'urgent' is not one of ['low', 'normal', 'high']" in e for e in errors_against(shared_schema("job.json"), az_job_file(body)))
+    assert any(
+        "'urgent' is not one of ['low', 'normal', 'high']" in e
+        for e in errors_against(shared_schema("job.json"), az_job_file(body))
+    )
 
 
 @pytest.mark.parametrize("priority", ["dedicated", "lowpriority"])
@@ -110,10 +113,17 @@ def test_a_cluster_needs_a_node_and_the_admin_key():
     assert BatchAILauncherConf().vm_priority.value == "dedicated"
 
 
-def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     run_dir = tmp_path / "run"
     extra = {"launcher.dry_run": "true", "launcher.vm_priority": "lowpriority", "launcher.scheduling_priority": "high"}
-    proc = run_cli(*launcher_overrides(fake_azure, run_dir, wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *launcher_overrides(fake_azure, run_dir, wheel_cache, **extra),
+        env=cli_env(fake_azure, storage_key),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert_ok(proc)
     assert fake_azure.requests == []
     cluster = json.loads((run_dir / "cluster.json").read_text())
@@ -129,7 +139,10 @@ def test_dry_run_writes_a_valid_low_priority_cluster_json_and_the_az_command(fak
     assert create[0] < submit[0]
 
 
-@pytest.mark.parametrize("resume, warned", [("auto", None), ("false", "refuse to touch its checkpoints"), ("true", "fail on its first start")])
+@pytest.mark.parametrize(
+    "resume, warned",
+    [("auto", None), ("false", "refuse to touch its checkpoints"), ("true", "fail on its first start")],
+)
 def test_low_priority_vms_warn_when_a_requeued_job_could_not_resume(caplog, resume, warned):
     from omegaconf import OmegaConf
 

@@ -2,6 +2,7 @@
 taken from an earlier Batch AI training run's outputs on the share, from a path
 on the share, or uploaded from here; the scoring job's request validates against
 the published schemas, and the results come back into the local run dir."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,14 +15,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import assert_ok, run_cli, shared_path
-from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
-
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.schema import errors_against
 from cifar_dist.launchers.batchai.scoring import plan_scoring
-
+from conftest import assert_ok, run_cli, shared_path
+from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 
 def shared_schema(name: str) -> dict:
@@ -91,7 +90,9 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
     assert all(r in fake_azure.job_creates() for r in fake_azure.requests if storage_key in r.raw)
 
 
-def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     """(b) and (c), as two scoring jobs submitted at once ("parallel execution"):
     a local .h5 uploaded with its job, and a model already on the share named
     by its node-side path; both score a local folder of images, uploaded once."""
@@ -106,10 +107,17 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
     (images / "b.png").write_bytes(b"png b")
 
     sweep_dir = tmp_path / "sweep"
-    args = ["-m", f"evaluate.model={local_model},$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/models/manual/model.h5",
-            f"hydra.sweep.dir={sweep_dir}"]
+    args = [
+        "-m",
+        f"evaluate.model={local_model},$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/models/manual/model.h5",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     extra = {"task": "evaluate", "evaluate.input": str(images), "launcher.node_count": "1"}
-    args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache, **extra) if not a.startswith("hydra.run.dir")]
+    args += [
+        a
+        for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache, **extra)
+        if not a.startswith("hydra.run.dir")
+    ]
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
     assert_ok(proc)
 
@@ -133,9 +141,16 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
             assert errors_against(shared_schema(schema), json.loads((point / "job.json").read_text())) == []
 
 
-def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(fake_azure, storage_key, wheel_cache, tmp_path):
+def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(
+    fake_azure, storage_key, wheel_cache, tmp_path
+):
     extra = {"task": "evaluate", "evaluate.model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs"}
-    proc = run_cli(*launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra), env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        *launcher_overrides(fake_azure, tmp_path / "run", wheel_cache, **extra),
+        env=cli_env(fake_azure, storage_key),
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 2
     (line,) = [x for x in proc.stderr.splitlines() if "cifar_dist: error" in x]
     assert "evaluate.model: $AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/nope/outputs" in line
@@ -147,8 +162,9 @@ def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(fake_az
 
 
 def _plan(tmp_path, share="cifardist", account="acct", **evaluate):
-    conf = conf_from_kwargs(dict(subscription_id="s", resource_group="r", workspace="w", cluster="c",
-                                 storage_account=account, share=share))
+    conf = conf_from_kwargs(
+        dict(subscription_id="s", resource_group="r", workspace="w", cluster="c", storage_account=account, share=share)
+    )
     settings = resolve_settings(conf, {}, submit=False)
     cfg = OmegaConf.create({"task": {"name": "evaluate"}, "evaluate": {"input": "test", **evaluate}})
     return plan_scoring(cfg, settings, tmp_path)
@@ -157,12 +173,27 @@ def _plan(tmp_path, share="cifardist", account="acct", **evaluate):
 def _batchai_run_dir(tmp_path, share="cifardist", account="acct"):
     run = tmp_path / "trained"
     (run / "batchai").mkdir(parents=True)
-    (run / "job.json").write_text(json.dumps({"properties": {
-        "horovodSettings": {"commandLineArgs": "--config-dir x --config-name job_config "
-                                               "--run-dir $AZ_BATCHAI_JOB_MOUNT_ROOT/mnt/cifar/jobs/j-0/outputs"},
-        "mountVolumes": {"azureFileShares": [{"accountName": account, "relativeMountPath": "mnt",
-                                              "azureFileUrl": f"https://{account}.file.core.windows.net/{share}"}]},
-    }}))
+    (run / "job.json").write_text(
+        json.dumps(
+            {
+                "properties": {
+                    "horovodSettings": {
+                        "commandLineArgs": "--config-dir x --config-name job_config "
+                        "--run-dir $AZ_BATCHAI_JOB_MOUNT_ROOT/mnt/cifar/jobs/j-0/outputs"
+                    },
+                    "mountVolumes": {
+                        "azureFileShares": [
+                            {
+                                "accountName": account,
+                                "relativeMountPath": "mnt",
+                                "azureFileUrl": f"https://{account}.file.core.windows.net/{share}",
+                            }
+                        ]
+                    },
+                }
+            }
+        )
+    )
     return run
 
 
@@ -171,7 +202,10 @@ def test_the_three_kinds_of_model_map_to_share_paths(tmp_path):
     assert plan.model.path == "cifar/jobs/j-0/outputs" and plan.model.is_dir and plan.model.uploads == {}
     assert plan.node_values() == {"model": "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}/cifardist/cifar/jobs/j-0/outputs"}
 
-    for written in ("$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist//cifar/m.h5", "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}/cifardist/cifar/m.h5"):
+    for written in (
+        "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist//cifar/m.h5",
+        "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}/cifardist/cifar/m.h5",
+    ):
         plan = _plan(tmp_path, model=written)
         assert (plan.model.path, plan.model.is_dir, plan.model.uploads) == ("cifar/m.h5", False, {})
 
@@ -180,7 +214,7 @@ def test_the_three_kinds_of_model_map_to_share_paths(tmp_path):
     local.write_bytes(b"model")
     for given in ("run", str(local)):  # a local (non-Batch AI) run dir, relative to the cwd, or the file
         plan = _plan(tmp_path, model=given, input=str(local))
-        (remote, source), = plan.model.uploads.items()
+        ((remote, source),) = plan.model.uploads.items()
         assert source == local and remote == plan.model.path and remote.startswith("cifar/models/")
         assert plan.input.uploads == {plan.input.path: local}
 
@@ -194,7 +228,10 @@ def test_the_three_kinds_of_model_map_to_share_paths(tmp_path):
         ({"model": "nowhere.h5"}, "no such local file or run dir"),
         ({"model": "???"}, "task=evaluate needs evaluate.model"),
         ({"model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/m.h5", "input": "batches/*"}, "globs are not expanded"),
-        ({"model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/m.h5", "input": "missing_dir"}, "no such local file or folder"),
+        (
+            {"model": "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/m.h5", "input": "missing_dir"},
+            "no such local file or folder",
+        ),
     ],
 )
 def test_bad_scoring_paths_are_one_line_errors(tmp_path, evaluate, message):
@@ -225,20 +262,44 @@ def test_the_node_resolves_the_share_path_from_its_own_environment(tmp_path):
     register_configs()
     model = "$AZ_BATCHAI_JOB_MOUNT_ROOT/cifardist/cifar/jobs/j-0/outputs"
     with initialize_config_module("cifar_dist.conf", version_base="1.3"):
-        cfg = compose("config", overrides=["launcher=batchai", "task=evaluate", f"evaluate.model={model}"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            overrides=["launcher=batchai", "task=evaluate", f"evaluate.model={model}"],
+            return_hydra_config=True,
+        )
         choices = dict(cfg.hydra.runtime.choices)
         with open_dict(cfg):
             del cfg["hydra"]
-    settings = resolve_settings(conf_from_kwargs(dict(subscription_id="s", resource_group="r", workspace="w",
-                                                      cluster="c", storage_account="a")), {}, submit=False)
+    settings = resolve_settings(
+        conf_from_kwargs(
+            dict(subscription_id="s", resource_group="r", workspace="w", cluster="c", storage_account="a")
+        ),
+        {},
+        submit=False,
+    )
     plan = plan_scoring(cfg, settings, tmp_path)
     (tmp_path / "job_config.yaml").write_text(node_job_config(apply_to_node_config(cfg, plan), choices))
-    node_env = {**os.environ, "CIFAR_DIST_CHILD": "1", "AZ_BATCHAI_JOB_MOUNT_ROOT": "/mnt/batch/tasks/shared/LS_root/mounts"}
+    node_env = {
+        **os.environ,
+        "CIFAR_DIST_CHILD": "1",
+        "AZ_BATCHAI_JOB_MOUNT_ROOT": "/mnt/batch/tasks/shared/LS_root/mounts",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "cifar_dist", "--config-dir", str(tmp_path), "--config-name", "job_config",
-         "--cfg", "job", "--resolve"],
-        capture_output=True, text=True, env=node_env,
+        [
+            sys.executable,
+            "-m",
+            "cifar_dist",
+            "--config-dir",
+            str(tmp_path),
+            "--config-name",
+            "job_config",
+            "--cfg",
+            "job",
+            "--resolve",
+        ],
+        capture_output=True,
+        text=True,
+        env=node_env,
     )
     assert_ok(proc)
     node = OmegaConf.create(proc.stdout)

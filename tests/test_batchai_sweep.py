@@ -1,6 +1,7 @@
 """A sweep with launcher=batchai: the sweep launcher hands the Batch AI launcher
 every point at once; it submits each as its own job, then follows all of them
 in one loop (their waits overlap). No Hydra callback is involved."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, whee
     sweep_dir = tmp_path / "sweep"
     # No Hydra callback at all: nothing depends on one to run the points or write the summary.
     args = ["-m", "optimizer.lr=0.1,0.01,0.001", f"hydra.sweep.dir={sweep_dir}", "~hydra.callbacks.run_dir_check"]
-    args += [a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")]
+    args += [
+        a for a in launcher_overrides(fake_azure, tmp_path / "unused", wheel_cache) if not a.startswith("hydra.run.dir")
+    ]
     proc = run_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, timeout=90)
     assert_ok(proc)
 
@@ -27,8 +30,14 @@ def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, whee
     assert all(r.at < first_done for r in creates), "a point was submitted only after another had finished"
     assert all(j.state == "succeeded" for j in jobs)
     # Watched together: every job was polled again after every other job's first poll.
-    polls = {j.name: [r.at for r in fake_azure.arm_requests("GET", f"/jobs/{j.name}")
-                      if r.path.rstrip("/").endswith(f"/jobs/{j.name}")] for j in jobs}
+    polls = {
+        j.name: [
+            r.at
+            for r in fake_azure.arm_requests("GET", f"/jobs/{j.name}")
+            if r.path.rstrip("/").endswith(f"/jobs/{j.name}")
+        ]
+        for j in jobs
+    }
     assert all(len(times) >= 2 for times in polls.values()), polls
     assert max(min(t) for t in polls.values()) < min(max(t) for t in polls.values()), "the waits did not overlap"
 

@@ -1,4 +1,5 @@
 """scripts/bench_training.py in its quickest mode produces its table, JSON and plots."""
+
 import json
 import os
 import subprocess
@@ -14,8 +15,21 @@ def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
     # Only this test runs the seed reference, whose ImageDataGenerator needs scipy; the others run anywhere.
     pytest.importorskip("scipy", reason="the seed reference's ImageDataGenerator needs scipy (pip install -e .[bench])")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_training.py"), "--smoke", "--out", str(tmp_path), "--work", str(tmp_path / "runs")],
-        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_training.py"),
+            "--smoke",
+            "--out",
+            str(tmp_path),
+            "--work",
+            str(tmp_path / "runs"),
+        ],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     assert_ok(proc)
     summary = json.loads((tmp_path / "benchmark_results.json").read_text())
@@ -52,9 +66,15 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
     from bench_report import summarise
 
     def run(name, ranks, rates, accs, seconds=10.0):
-        return {"variant": name, "label": name, "ranks": ranks, "ok": True, "test_accuracy": accs[-1],
-                "peak_rss_mb_per_rank": [500.0] * ranks,
-                "epochs": [{"images_per_sec": r, "epoch_seconds": seconds, "val_accuracy": a} for r, a in zip(rates, accs)]}
+        return {
+            "variant": name,
+            "label": name,
+            "ranks": ranks,
+            "ok": True,
+            "test_accuracy": accs[-1],
+            "peak_rss_mb_per_rank": [500.0] * ranks,
+            "epochs": [{"images_per_sec": r, "epoch_seconds": seconds, "val_accuracy": a} for r, a in zip(rates, accs)],
+        }
 
     results = [
         run("seed", 1, [100, 400, 500, 600], [0.2, 0.3, 0.4, 0.5]),
@@ -62,9 +82,18 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
         run("cifar_dist_N", 2, [50, 1700, 1700, 1700], [0.3, 0.4, 0.5, 0.6]),
         run("fast", 2, [50, 2000], [0.55, 0.7], seconds=5.0),
     ]
-    s = summarise(results, [{"ok": True, "images_per_sec": {"seed_flow": 2000.0, "cifar_dist": 20000.0}}], {
-        "date": "d", "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"}, "data": "sample", "seed_epochs": 4,
-        "epochs": 4, "reps": 1})
+    s = summarise(
+        results,
+        [{"ok": True, "images_per_sec": {"seed_flow": 2000.0, "cifar_dist": 20000.0}}],
+        {
+            "date": "d",
+            "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"},
+            "data": "sample",
+            "seed_epochs": 4,
+            "epochs": 4,
+            "reps": 1,
+        },
+    )
     rows = {r["variant"]: r for r in s["rows"]}
     assert rows["seed"]["images_per_sec"] == 500  # the first epoch (tracing) is left out
     assert rows["cifar_dist_1"]["images_per_sec_vs_seed"] == pytest.approx(1.8)
@@ -73,7 +102,10 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
     assert rows["fast"]["time_to_target_vs_seed_total"] == pytest.approx(5.0 / 40.0)
     t = s["targets"]
     assert t["cifar_dist_1_vs_seed_images_per_sec"]["met"] is True
-    assert t["cifar_dist_N_vs_1_images_per_sec"]["value"] == pytest.approx(1700 / 900) and t["cifar_dist_N_vs_1_images_per_sec"]["met"]
+    assert (
+        t["cifar_dist_N_vs_1_images_per_sec"]["value"] == pytest.approx(1700 / 900)
+        and t["cifar_dist_N_vs_1_images_per_sec"]["met"]
+    )
     assert t["pipeline_vs_training_consumption"]["value"] == pytest.approx(20000 / 900)
     assert t["fast_time_to_seed_accuracy_vs_seed_time"]["met"] is True
     assert "| seed | 1 |" in s["markdown"]
@@ -85,12 +117,28 @@ def test_report_compares_speedrun_whole_command_with_the_seeds():
     from bench_report import summarise
 
     def run(name, ranks, acc, wall):
-        return {"variant": name, "label": name, "ranks": ranks, "ok": True, "test_accuracy": acc, "process_wall_s": wall,
-                "epochs": [{"images_per_sec": 100.0, "epoch_seconds": 10.0, "val_accuracy": acc}]}
+        return {
+            "variant": name,
+            "label": name,
+            "ranks": ranks,
+            "ok": True,
+            "test_accuracy": acc,
+            "process_wall_s": wall,
+            "epochs": [{"images_per_sec": 100.0, "epoch_seconds": 10.0, "val_accuracy": acc}],
+        }
 
-    s = summarise([run("seed", 1, 0.5, 300.0), run("speedrun_N", 2, 0.78, 120.0)], [], {
-        "date": "d", "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"}, "data": "sample", "seed_epochs": 1,
-        "epochs": 1, "reps": 1})
+    s = summarise(
+        [run("seed", 1, 0.5, 300.0), run("speedrun_N", 2, 0.78, 120.0)],
+        [],
+        {
+            "date": "d",
+            "machine": {"cpu": "c", "cores": 2, "tensorflow": "t"},
+            "data": "sample",
+            "seed_epochs": 1,
+            "epochs": 1,
+            "reps": 1,
+        },
+    )
     t = s["targets"]
     assert t["speedrun_N_command_wall_vs_seed_command_wall"]["value"] == pytest.approx(0.4)
     assert t["speedrun_N_command_wall_vs_seed_command_wall"]["met"] is True
@@ -109,7 +157,8 @@ def test_collect_takes_whole_command_times_from_the_benchmark_log(tmp_path):
         "    -> ok in 412 s, load 20.9 -> 21.6\n"
         "[18:52:06] speedrun_N (rep 0): python -m cifar_dist experiment=speedrun\n"
         "    -> ok in 180 s, load 14.0 -> 12.5\n"
-        "[18:55:06] fast (rep 0): python -m cifar_dist experiment=fast\n")
+        "[18:55:06] fast (rep 0): python -m cifar_dist experiment=fast\n"
+    )
     runs = logged_runs(tmp_path)
     assert runs["seed-rep0"]["process_wall_s"] == 412.0 and runs["speedrun_N-rep0"]["load_avg_1min"] == [14.0, 12.5]
     assert runs["speedrun_N-rep0"]["command"] == "python -m cifar_dist experiment=speedrun"
@@ -136,22 +185,53 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
     from bench_phases import breakdown
 
     t0, T, A = 1000.0, "cifar_dist.training.trainer.", "cifar_dist.app."
-    launching = _events(1, None, t0, [("process_start", 0.0), ("interpreter_ready", 0.1), (A + "main:enter", 1.0),
-                                      (A + "select_launcher:enter", 1.5), ("launcher.launch:enter", 1.6),
-                                      ("launcher.launch:exit", 40.0), (A + "record_end:exit", 40.5), (A + "main:exit", 41.0),
-                                      ("process_exit", 41.2)])
-    marks = [("process_start", 3.0), ("interpreter_ready", 3.1), (A + "main:enter", 4.0), (T + "train:enter", 4.5),
-             (T + "start_engine:enter", 4.6), (T + "start_engine:exit", 8.6), (T + "start_run:exit", 8.7),
-             (T + "load_data:exit", 9.0), (T + "build_model:exit", 10.0), (T + "restore_or_start:exit", 10.2),
-             (T + "make_streams:exit", 11.0), (T + "open_tracker:exit", 11.0), ("fit.train_begin.last", 11.2)]
+    launching = _events(
+        1,
+        None,
+        t0,
+        [
+            ("process_start", 0.0),
+            ("interpreter_ready", 0.1),
+            (A + "main:enter", 1.0),
+            (A + "select_launcher:enter", 1.5),
+            ("launcher.launch:enter", 1.6),
+            ("launcher.launch:exit", 40.0),
+            (A + "record_end:exit", 40.5),
+            (A + "main:exit", 41.0),
+            ("process_exit", 41.2),
+        ],
+    )
+    marks = [
+        ("process_start", 3.0),
+        ("interpreter_ready", 3.1),
+        (A + "main:enter", 4.0),
+        (T + "train:enter", 4.5),
+        (T + "start_engine:enter", 4.6),
+        (T + "start_engine:exit", 8.6),
+        (T + "start_run:exit", 8.7),
+        (T + "load_data:exit", 9.0),
+        (T + "build_model:exit", 10.0),
+        (T + "restore_or_start:exit", 10.2),
+        (T + "make_streams:exit", 11.0),
+        (T + "open_tracker:exit", 11.0),
+        ("fit.train_begin.last", 11.2),
+    ]
     t = 11.2
     for train, val in ((8.0, 0.0), (3.0, 0.0), (3.0, 1.0)):  # validation at the end only; the first epoch traces
         epoch, t = _epoch(t, train, val)
         marks += epoch
-    marks += [("fit.train_end.first", t + 0.2), ("fit.train_end.last", t + 0.2), (T + "finish:enter", t + 1.0),
-              ("cifar_dist.training.recipe.hooks.final_test:enter", t + 1.2), (T + "_evaluate_exact:exit", t + 2.2),
-              ("cifar_dist.training.recipe.hooks.final_test:exit", t + 4.2), (T + "_write_record:exit", t + 4.5),
-              (T + "finish:exit", t + 4.6), (T + "train:exit", t + 4.7), ("process_exit", t + 5.0)]
+    marks += [
+        ("fit.train_end.first", t + 0.2),
+        ("fit.train_end.last", t + 0.2),
+        (T + "finish:enter", t + 1.0),
+        ("cifar_dist.training.recipe.hooks.final_test:enter", t + 1.2),
+        (T + "_evaluate_exact:exit", t + 2.2),
+        ("cifar_dist.training.recipe.hooks.final_test:exit", t + 4.2),
+        (T + "_write_record:exit", t + 4.5),
+        (T + "finish:exit", t + 4.6),
+        (T + "train:exit", t + 4.7),
+        ("process_exit", t + 5.0),
+    ]
     wrapper = _events(4, 0, t0, [("process_start", 2.5), ("process_exit", 39.0)])  # the launcher's rank_exec
     rank0 = wrapper + _events(2, 0, t0, marks) + _events(3, 1, t0, [("process_start", 3.0)])
     result = breakdown(launching + rank0, t0 - 0.05, t0 + 42.0)
@@ -191,7 +271,11 @@ def test_phase_probe_times_the_app_only_when_asked(tmp_path):
     code = "import cifar_dist.app as a; print(hasattr(a.end_of_job, '__wrapped__'))"
     env = cli_env(PYTHONPATH=os.pathsep.join([str(REPO / "scripts" / "phase_probe"), str(REPO)]))
     for on in (True, False):
-        run_env = dict(env, CIFAR_DIST_PHASE_LOG=str(log)) if on else {k: v for k, v in env.items() if k != "CIFAR_DIST_PHASE_LOG"}
+        run_env = (
+            dict(env, CIFAR_DIST_PHASE_LOG=str(log))
+            if on
+            else {k: v for k, v in env.items() if k != "CIFAR_DIST_PHASE_LOG"}
+        )
         proc = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=120)
         assert_ok(proc)
         assert proc.stdout.strip() == str(on)
@@ -203,9 +287,21 @@ def test_phase_probe_times_the_app_only_when_asked(tmp_path):
 @pytest.mark.slow
 def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_breakdown.py"), "--smoke", "--out", str(tmp_path / "bd"),
-         "--work", str(tmp_path / "runs")],
-        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_breakdown.py"),
+            "--smoke",
+            "--out",
+            str(tmp_path / "bd"),
+            "--work",
+            str(tmp_path / "runs"),
+        ],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
     )
     assert_ok(proc)
     result = json.loads((tmp_path / "bd.json").read_text())
@@ -215,8 +311,9 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
     assert sum(p["seconds"] for p in b["phases"]) == pytest.approx(runs["seed_1_1ep"]["process_wall_s"], abs=0.05)
     assert b["categories"]["training steps"] > 0 and b["categories"]["launcher start to ranks up (Horovod init)"] > 0
     fixed = result["ratios"]["seed_1_fixed"]  # None where a wait as fit returned made T(2N) <= T(N)
-    assert len(fixed["fit_return_wait_s"]) == 2 and all(f is None or f["epochs"] == 1 for f in (
-        fixed["measured"], fixed["without_fit_return_wait"]))
+    assert len(fixed["fit_return_wait_s"]) == 2 and all(
+        f is None or f["epochs"] == 1 for f in (fixed["measured"], fixed["without_fit_return_wait"])
+    )
     table = (tmp_path / "bd.md").read_text()
     assert "| training steps |" in table and "whole / N epochs' cost" in table and str(REPO) not in table
 

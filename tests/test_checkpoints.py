@@ -1,9 +1,10 @@
 """Checkpoints are written atomically and a resume skips one that does not load."""
-import cifar_dist  # noqa: F401
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import cifar_dist  # noqa: F401
 from cifar_dist.models.seed_cnn import build
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.optimizers import rmsprop

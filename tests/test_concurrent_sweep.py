@@ -9,6 +9,7 @@ MPI; real runs check that each group is its own Horovod world of np ranks
 training its own point, that a batch with fewer points than k still runs, and
 that a failing point is reported on its own while the other one completes.
 """
+
 import csv
 import json
 import shlex
@@ -21,22 +22,35 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
+from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
-from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from conftest import assert_ok, read_metrics, run_cli
 
 register_configs()
 
-QUICK = ("data=sample", "debug=fast", "trainer.epoch_policy=shard", "trainer.batch_size=128", "trainer.plot=false",
-         "trainer.verbose=2", "trainer.epochs=1")
+QUICK = (
+    "data=sample",
+    "debug=fast",
+    "trainer.epoch_policy=shard",
+    "trainer.batch_size=128",
+    "trainer.plot=false",
+    "trainer.verbose=2",
+    "trainer.epochs=1",
+)
 
 
 def compose_job(output_dir, *overrides, num=0):
     with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
         cfg = compose("config", overrides=list(overrides))
-    job = JobSpec(cfg=cfg, output_dir=Path(output_dir), task_overrides=list(overrides), original_cwd=Path("/somewhere"),
-                  multirun=True, job_num=num)
+    job = JobSpec(
+        cfg=cfg,
+        output_dir=Path(output_dir),
+        task_overrides=list(overrides),
+        original_cwd=Path("/somewhere"),
+        multirun=True,
+        job_num=num,
+    )
     return job, instantiate(cfg.launcher, _convert_="all")
 
 
@@ -54,7 +68,7 @@ def contexts(argv):
 
 
 def child_overrides(program):
-    child = program[program.index("--") + 1:]
+    child = program[program.index("--") + 1 :]
     assert child[1:3] == ["-m", "cifar_dist"]
     return {o.key_or_group: o.value() for o in parse_overrides(child[3:])}
 
@@ -63,8 +77,14 @@ def test_one_mpirun_runs_each_point_as_its_own_group(tmp_path, monkeypatch):
     monkeypatch.setattr(hosts_mod, "local_cores", lambda: 4)
     jobs = []
     for num, lr in enumerate((1e-4, 2e-4)):
-        job, launcher = compose_job(tmp_path / str(num), "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2",
-                                    f"optimizer.lr={lr}", num=num)
+        job, launcher = compose_job(
+            tmp_path / str(num),
+            "launcher=mpirun",
+            "launcher.np=2",
+            "launcher.concurrent=2",
+            f"optimizer.lr={lr}",
+            num=num,
+        )
         jobs.append(job)
     argv = concurrent_points.Batch(launcher, jobs).command(env={})
     options, programs = contexts(argv)
@@ -75,7 +95,7 @@ def test_one_mpirun_runs_each_point_as_its_own_group(tmp_path, monkeypatch):
     for group, (program, lr) in enumerate(zip(programs, (1e-4, 2e-4))):
         assert program[:2] == ["-np", "2"]
         assert "-x" in program and program[program.index("-x") + 1] == "TF_USE_LEGACY_KERAS"  # -x is per program
-        wrapper = program[program.index("cifar_dist.launchers.ranks.rank_exec"):program.index("--")]
+        wrapper = program[program.index("cifar_dist.launchers.ranks.rank_exec") : program.index("--")]
         assert wrapper[wrapper.index("--mpi-group") + 1] == str(group)
         assert wrapper[wrapper.index("--group-size") + 1] == "2"
         assert wrapper[wrapper.index("--log-dir") + 1] == str(tmp_path / str(group) / "logs")
@@ -98,7 +118,9 @@ def test_gloo_and_bad_values_are_refused_in_one_line(tmp_path):
 
 def _record(log_dir: Path, rank: int, code: int, age: float, joined: bool = True, left: bool = False):
     log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / f"rank.{rank}.exit.json").write_text(json.dumps({"rank": rank, "exit_code": code, "time": time.time() - age}))
+    (log_dir / f"rank.{rank}.exit.json").write_text(
+        json.dumps({"rank": rank, "exit_code": code, "time": time.time() - age})
+    )
     if joined:
         (log_dir / f"rank.{rank}.joined").write_text("1")
     if left:
@@ -106,8 +128,14 @@ def _record(log_dir: Path, rank: int, code: int, age: float, joined: bool = True
 
 
 def test_ranks_that_would_wait_forever_stop_the_mpirun(tmp_path):
-    job0, launcher = compose_job(tmp_path / "0", "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2",
-                                 "launcher.rank_failure_grace_s=5", num=0)
+    job0, launcher = compose_job(
+        tmp_path / "0",
+        "launcher=mpirun",
+        "launcher.np=2",
+        "launcher.concurrent=2",
+        "launcher.rank_failure_grace_s=5",
+        num=0,
+    )
     job1, _ = compose_job(tmp_path / "1", "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2", num=1)
     batch = concurrent_points.Batch(launcher, [job0, job1])
     started = time.time() - 100
@@ -137,8 +165,17 @@ def test_ranks_that_would_wait_forever_stop_the_mpirun(tmp_path):
 
 def test_dry_run_prints_one_mpirun_per_batch_of_k_points(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,4e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
-                   "launcher.dry_run=true", "data=sample", f"hydra.sweep.dir={sweep}", timeout=180)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4,4e-4",
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        "launcher.dry_run=true",
+        "data=sample",
+        f"hydra.sweep.dir={sweep}",
+        timeout=180,
+    )
     assert_ok(proc)
     lines = [shlex.split(line) for line in proc.stdout.splitlines() if line.startswith("mpirun ")]
     assert [len(contexts(argv)[1]) for argv in lines] == [2, 1]  # 3 points, k=2: a batch of 2, then of 1
@@ -160,8 +197,17 @@ def _summary(sweep: Path):
 def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
     sweep = tmp_path / "sweep"
     # No Hydra callback at all: nothing depends on one to run the points or write the summary.
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
-                   *QUICK, f"hydra.sweep.dir={sweep}", "~hydra.callbacks.run_dir_check", timeout=600)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+        "~hydra.callbacks.run_dir_check",
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     assert "points #0, #1 in one mpirun, 2 group(s) of 1 rank(s)" in out
@@ -184,8 +230,16 @@ def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_three_points_with_k2_all_complete(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,4e-4", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
-                   *QUICK, f"hydra.sweep.dir={sweep}", timeout=900)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4,4e-4",
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     assert "points #2 in one mpirun, 1 group(s) of 1 rank(s)" in out  # the remainder: a smaller mpirun
@@ -199,10 +253,21 @@ def test_three_points_with_k2_all_complete(tmp_path):
 def test_a_failing_point_is_reported_and_the_other_completes(tmp_path):
     sweep = tmp_path / "sweep"
     # trainer.resume=true without a checkpoint fails on the rank, after it joined its group.
-    proc = run_cli("-m", "trainer.resume=auto,true", "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2",
-                   *QUICK, f"hydra.sweep.dir={sweep}", timeout=600)
+    proc = run_cli(
+        "-m",
+        "trainer.resume=auto,true",
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        *QUICK,
+        f"hydra.sweep.dir={sweep}",
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]  # the sweep's exit status says a point failed
-    assert [(v, s) for v, s, _ in _summary(sweep)] == [("trainer.resume=auto", "ok"), ("trainer.resume=True", "failed")]  # as Hydra normalises it
+    assert [(v, s) for v, s, _ in _summary(sweep)] == [
+        ("trainer.resume=auto", "ok"),
+        ("trainer.resume=True", "failed"),
+    ]  # as Hydra normalises it
     assert "point #1 failed (exit 1): point #1: rank 0 on" in proc.stderr and "holds no checkpoint" in out
     assert json.loads((sweep / "1" / "logs" / "rank.0.exit.json").read_text())["exit_code"] != 0

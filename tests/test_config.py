@@ -1,12 +1,13 @@
 """Config composition: the defaults are the seed's run; typos and bad values fail early."""
+
 import pytest
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_object
 from omegaconf import OmegaConf, open_dict
 
-from conftest import compose_cfg
-from cifar_dist.launchers.base import JobSpec, parse_overrides
 from cifar_dist.config.validation import ConfigError, validate
+from cifar_dist.launchers.base import JobSpec, parse_overrides
+from conftest import compose_cfg
 
 
 def test_defaults_reproduce_the_seed_run():
@@ -107,7 +108,9 @@ def missing_keys(cfg, prefix="") -> list:
 
 
 def test_the_options_are_listed_from_hydra_not_by_hand():
-    assert {"optimizer", "model", "data", "launcher", "task", "tracking", "trainer", "experiment", "debug"} <= set(OPTIONS)
+    assert {"optimizer", "model", "data", "launcher", "task", "tracking", "trainer", "experiment", "debug"} <= set(
+        OPTIONS
+    )
     assert sum(map(len, OPTIONS.values())) >= 23 and {"sgdw", "adam"} <= set(OPTIONS["optimizer"])
 
 
@@ -139,12 +142,20 @@ def test_child_overrides_recreate_the_job_pinned_to_its_dir(tmp_path):
         cfg=OmegaConf.create(),
         output_dir=out,
         task_overrides=["optimizer.lr=0.0002", "launcher=mpirun", "launcher.np=2", "+launcher.extra=1", "data=sample"],
-        hydra_overrides=["hydra.run.dir=somewhere", "hydra.sweep.dir=x", "hydra.mode=MULTIRUN", "hydra.verbose=true", "hydra/launcher=basic"],
+        hydra_overrides=[
+            "hydra.run.dir=somewhere",
+            "hydra.sweep.dir=x",
+            "hydra.mode=MULTIRUN",
+            "hydra.verbose=true",
+            "hydra/launcher=basic",
+        ],
     )
     overrides = job.child_overrides()
     assert overrides[:2] == ["optimizer.lr=0.0002", "data=sample"]
     assert "launcher=local" in overrides
-    assert not any(o.startswith(("launcher.", "+launcher", "hydra.sweep", "hydra.mode", "hydra/launcher")) for o in overrides)
+    assert not any(
+        o.startswith(("launcher.", "+launcher", "hydra.sweep", "hydra.mode", "hydra/launcher")) for o in overrides
+    )
     assert "hydra.verbose=true" in overrides
     assert "hydra.output_subdir=null" in overrides
     parsed = {o.key_or_group: o.value() for o in parse_overrides(overrides)}

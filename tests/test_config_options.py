@@ -7,6 +7,7 @@ launcher defined in a test module (tests/own_launcher.py) appears under
 ``launcher=`` with no other edit. ``python -m cifar_dist --help`` is the app's
 own page with the real choices.
 """
+
 import importlib
 import importlib.resources
 import os
@@ -22,8 +23,8 @@ from omegaconf import OmegaConf
 
 import cifar_dist.config.schema
 from cifar_dist.all_options import register_configs
-from cifar_dist.launchers import option_modules
 from cifar_dist.config.options import OPTION_ATTR
+from cifar_dist.launchers import option_modules
 from conftest import assert_ok, cli_env, run_cli
 
 TESTS = Path(__file__).resolve().parent
@@ -68,8 +69,12 @@ def test_the_record_covers_every_built_in_option_and_no_schema_entry_is_an_optio
 
 def _option_classes():
     modules = [cifar_dist.config.schema] + [importlib.import_module(name) for name in option_modules()]
-    found = [v for m in modules for v in vars(m).values()
-             if isinstance(v, type) and OPTION_ATTR in v.__dict__ and v.__module__ == m.__name__]
+    found = [
+        v
+        for m in modules
+        for v in vars(m).values()
+        if isinstance(v, type) and OPTION_ATTR in v.__dict__ and v.__module__ == m.__name__
+    ]
     return [cls for cls in found if not cls.__dict__[OPTION_ATTR][0].startswith("hydra/")]  # the job's own groups
 
 
@@ -110,6 +115,7 @@ def test_no_yaml_file_repeats_an_option():
 
 # --- a launcher from a test module: the one documented way, no other edit ---
 
+
 @pytest.fixture
 def echo_launcher():
     """tests/own_launcher.py imported (which registers launcher=echo), and forgotten afterwards,
@@ -136,8 +142,15 @@ def _own_launcher_cli(*args, cwd):
     env = cli_env(PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     import subprocess
 
-    return subprocess.run([sys.executable, "-c", RUN_WITH_OWN_LAUNCHER, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_WITH_OWN_LAUNCHER, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
@@ -152,14 +165,20 @@ def test_a_launcher_defined_in_a_test_module_is_listed_and_runs(tmp_path):
 
 # --- --help ---
 
+
 def test_help_is_the_apps_own_page_with_the_real_choices(tmp_path):
     proc = run_cli("--help", cwd=tmp_path)
     assert_ok(proc)
     text = proc.stdout
     assert text.startswith("cifar_dist: data-parallel CIFAR-10 training")
     assert "powered by Hydra" not in text
-    for line in ("launcher: azureml, batchai, gloo, local, mpirun, slurm", "model: airbench, resnet9, seed_cnn",
-                 "optimizer: adam, rmsprop, sgd, sgdw", "data: cifar10, cifar100, custom, folder, sample", "task: evaluate, train"):
+    for line in (
+        "launcher: azureml, batchai, gloo, local, mpirun, slurm",
+        "model: airbench, resnet9, seed_cnn",
+        "optimizer: adam, rmsprop, sgd, sgdw",
+        "data: cifar10, cifar100, custom, folder, sample",
+        "task: evaluate, train",
+    ):
         assert line in text.splitlines()
     assert "schema" not in text
     examples = [line for line in text.splitlines() if line.startswith("python -m cifar_dist ") and "#" in line]

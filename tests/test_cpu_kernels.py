@@ -3,6 +3,7 @@
 TensorFlow reads TF_ENABLE_ONEDNN_OPTS once, at import, so every case runs in
 a fresh interpreter.
 """
+
 import json
 import subprocess
 import sys
@@ -29,8 +30,15 @@ print(json.dumps({"error": None, "onednn": onednn_enabled()}))
 
 
 def probe(*args, **env):
-    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=REPO, env=cli_env(**env),
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=REPO,
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert_ok(proc)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

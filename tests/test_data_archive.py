@@ -1,4 +1,5 @@
 """data.path in its three forms, and archives that try to write outside the cache or smuggle links."""
+
 import tarfile
 
 import numpy as np
@@ -64,7 +65,9 @@ def test_train_is_whatever_data_batches_exist_but_at_least_one(tmp_path):
 def test_a_missing_test_batch_or_meta_names_the_file(tmp_path, missing):
     archive = tmp_path / "copy.tar.gz"
     archive.write_bytes(tar_bytes({k: v for k, v in FILES.items() if k != missing}))
-    with pytest.raises(DataError, match=f"copy.tar.gz:cifar-10-batches-py/{missing} is missing; point data.path at a good copy"):
+    with pytest.raises(
+        DataError, match=f"copy.tar.gz:cifar-10-batches-py/{missing} is missing; point data.path at a good copy"
+    ):
         _from_path(archive)
 
 
@@ -87,7 +90,11 @@ def test_a_truncated_or_non_tar_archive_is_a_one_line_error(tmp_path):
 
 
 def test_archive_members_outside_the_batches_folder_are_skipped_and_dot_slash_names_accepted(tmp_path):
-    extra = [(member("./", tarfile.DIRTYPE), None), (member("./cifar-10-batches-py/readme.html"), b"<html/>"), (member("NOTES.txt"), b"hi")]
+    extra = [
+        (member("./", tarfile.DIRTYPE), None),
+        (member("./cifar-10-batches-py/readme.html"), b"<html/>"),
+        (member("NOTES.txt"), b"hi"),
+    ]
     archive = tmp_path / "copy.tar.gz"
     archive.write_bytes(tar_bytes(FILES, extra))
     _assert_is_the_fixture(_from_path(archive))
@@ -96,7 +103,9 @@ def test_archive_members_outside_the_batches_folder_are_skipped_and_dot_slash_na
 HOSTILE = {
     "dotdot": lambda outside: [(member("cifar-10-batches-py/../../evil"), b"x"), (member("../evil"), b"x")],
     "absolute": lambda outside: [(member(str(outside / "abs_evil")), b"x")],
-    "symlink": lambda outside: [(member("cifar-10-batches-py/data_batch_5", tarfile.SYMTYPE, str(outside / "link_target")), None)],
+    "symlink": lambda outside: [
+        (member("cifar-10-batches-py/data_batch_5", tarfile.SYMTYPE, str(outside / "link_target")), None)
+    ],
     "hardlink": lambda outside: [(member("cifar-10-batches-py/data_batch_5", tarfile.LNKTYPE, "../../evil"), None)],
     "device": lambda outside: [(member("cifar-10-batches-py/data_batch_5", tarfile.CHRTYPE), None)],
 }
@@ -114,7 +123,9 @@ def test_hostile_archives_are_refused_and_nothing_is_written_outside_the_cache(t
         load_dataset(download_cfg(cache, "http://127.0.0.1:9/unused", archive, download=False))
     assert "\n" not in str(err.value)
     assert list(outside.iterdir()) == []
-    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["outside", "deep", "er", "cache", "cifar-10-python.tar.gz", ".cifar-10.lock"])
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
+        ["outside", "deep", "er", "cache", "cifar-10-python.tar.gz", ".cifar-10.lock"]
+    )
     # Reading the same archive in place through data.path refuses it too.
     (tmp_path / "copy.tar.gz").write_bytes(archive)
     with pytest.raises(DataError, match="unsafe path|link or special file"):

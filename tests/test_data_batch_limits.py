@@ -6,6 +6,7 @@ a huge file in a data folder must be refused without being read. And valid
 batches that numpy pickles with protocols 3-5 load (they used to be refused
 with a message about a numpy function, not about the protocol).
 """
+
 import pickle
 
 import numpy as np
@@ -32,11 +33,15 @@ class _Calls:
 _reconstruct = np.empty(0).__reduce__()[0]
 
 
-@pytest.mark.parametrize("declared", [
-    _Calls(np.ndarray, (1 << 20, 1 << 20), np.dtype("u1")),  # a terabyte, uninitialized
-    _Calls(_reconstruct, np.ndarray, (1 << 40,), b"b"),
-    _Calls(np.ndarray, (1 << 16,), np.dtype(("u1", (1 << 16,)))),  # small shape, huge sub-array dtype
-], ids=["ndarray", "_reconstruct", "subarray-dtype"])
+@pytest.mark.parametrize(
+    "declared",
+    [
+        _Calls(np.ndarray, (1 << 20, 1 << 20), np.dtype("u1")),  # a terabyte, uninitialized
+        _Calls(_reconstruct, np.ndarray, (1 << 40,), b"b"),
+        _Calls(np.ndarray, (1 << 16,), np.dtype(("u1", (1 << 16,)))),  # small shape, huge sub-array dtype
+    ],
+    ids=["ndarray", "_reconstruct", "subarray-dtype"],
+)
 def test_a_small_pickle_declaring_a_huge_array_is_refused_before_allocating(declared):
     raw = pickle.dumps({b"data": declared, b"labels": [0]}, protocol=2)
     assert len(raw) < 1000
@@ -49,9 +54,16 @@ def test_a_small_pickle_declaring_a_huge_array_is_refused_before_allocating(decl
 def test_one_string_encoded_over_and_over_is_refused():
     """Memo references let a pickle call _codecs.encode on one large string again and again, ~17 bytes a call."""
     big = b"x" * (8 << 20)
-    raw = (b"\x80\x02X" + len(big).to_bytes(4, "little") + big + b"q\x000"  # the string, memo 0
-           + b"c_codecs\nencode\nq\x010"  # the function, memo 1
-           + b"(" + b"h\x01h\x00X\x06\x00\x00\x00latin1\x86R" * 20 + b"l.")  # [encode(memo 0, "latin1")] * 20
+    raw = (
+        b"\x80\x02X"
+        + len(big).to_bytes(4, "little")
+        + big
+        + b"q\x000"  # the string, memo 0
+        + b"c_codecs\nencode\nq\x010"  # the function, memo 1
+        + b"("
+        + b"h\x01h\x00X\x06\x00\x00\x00latin1\x86R" * 20
+        + b"l."
+    )  # [encode(memo 0, "latin1")] * 20
     assert len(raw) < (9 << 20)  # 160 MiB of bytes from a file of 8 MiB
     with pytest.raises(DataError, match="more than a CIFAR-10 batch"):
         unpickle(raw, "repeated", FIX)
@@ -71,7 +83,7 @@ def test_a_huge_file_in_a_data_folder_is_refused_unread(tmp_path):
 
 @pytest.mark.parametrize("protocol", [2, 3, 4, 5])
 def test_valid_batches_of_every_protocol_numpy_writes_load(protocol):
-    (x, y), = random_batches(1, 10, n_test=10)[0]
+    ((x, y),) = random_batches(1, 10, n_test=10)[0]
     rows = np.ascontiguousarray(x.transpose(0, 3, 1, 2)).reshape(len(x), -1)
     raw = pickle.dumps({b"batch_label": b"b", b"labels": [int(v) for v in y], b"data": rows}, protocol=protocol)
     images, labels = read_images(raw, "batch", FIX)

@@ -1,4 +1,5 @@
 """The batch reader: refuses code in pickles, validates every field, fails only with one-line DataErrors."""
+
 import builtins
 import os
 import pickle
@@ -50,7 +51,9 @@ def test_a_pickle_that_runs_code_is_refused_without_running_it(tmp_path, payload
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("module, name", [("numpy", "load"), ("numpy.core.multiarray", "scalar"), ("builtins", "eval"), ("posix", "system")])
+@pytest.mark.parametrize(
+    "module, name", [("numpy", "load"), ("numpy.core.multiarray", "scalar"), ("builtins", "eval"), ("posix", "system")]
+)
 def test_only_the_globals_an_array_needs_are_resolved(module, name):
     raw = b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"."
     with pytest.raises(DataError, match=f"refusing to load {module}.{name}"):
@@ -77,29 +80,53 @@ def test_a_huge_memo_index_is_refused_before_unpickling():
 
 def _batch(protocol=2, **fields):
     x, y = random_batches(1, 12, n_test=12)[1]
-    batch = {b"batch_label": b"t", b"labels": [int(v) for v in y], b"data": x.transpose(0, 3, 1, 2).reshape(12, -1).copy()}
+    batch = {
+        b"batch_label": b"t",
+        b"labels": [int(v) for v in y],
+        b"data": x.transpose(0, 3, 1, 2).reshape(12, -1).copy(),
+    }
     batch.update({key.encode(): value for key, value in fields.items()})
     return pickle.dumps({k: v for k, v in batch.items() if v is not None}, protocol=protocol)
 
 
-@pytest.mark.parametrize("raw, message", [
-    (_batch(data=np.zeros((12, 3071), np.uint8)), r"'data' is uint8 \(12, 3071\), expected uint8 \(N, 3072\)"),
-    (_batch(data=np.zeros((12, 3072), np.float32)), r"'data' is float32"),
-    (_batch(data=np.zeros((12, 32, 32, 3), np.uint8)), r"'data' is uint8 \(12, 32, 32, 3\)"),
-    (_batch(data=[1, 2, 3]), r"'data' is list"),
-    # protocol 3: protocol 2 pickles b"" as builtins.bytes(), which the reader (rightly) refuses
-    (_batch(3, data=np.zeros((0, 3072), np.uint8), labels=[]), "holds no images"),
-    (_batch(labels=[0] * 11), "12 images but 11 labels"),
-    (_batch(labels=[0] * 11 + [10]), "label 10 outside"),
-    (_batch(labels=[-1] + [0] * 11), "label -1 outside"),
-    (_batch(labels=[0.5] * 12), "not a list of ints"),
-    (_batch(labels=[True] * 12), "not a list of ints"),
-    (_batch(labels=None), "no 'labels' entry"),
-    (_batch(data=None), "no 'data' entry"),
-    (pickle.dumps([1, 2], protocol=2), "holds a list"),
-    (_batch()[:5000], "not a readable CIFAR-10 batch"),
-    (b"", "not a readable CIFAR-10 batch"),
-], ids=["short-rows", "float", "nhwc", "not-array", "empty", "label-count", "label-10", "label-neg", "float-labels", "bool-labels", "no-labels", "no-data", "not-dict", "truncated", "empty-file"])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (_batch(data=np.zeros((12, 3071), np.uint8)), r"'data' is uint8 \(12, 3071\), expected uint8 \(N, 3072\)"),
+        (_batch(data=np.zeros((12, 3072), np.float32)), r"'data' is float32"),
+        (_batch(data=np.zeros((12, 32, 32, 3), np.uint8)), r"'data' is uint8 \(12, 32, 32, 3\)"),
+        (_batch(data=[1, 2, 3]), r"'data' is list"),
+        # protocol 3: protocol 2 pickles b"" as builtins.bytes(), which the reader (rightly) refuses
+        (_batch(3, data=np.zeros((0, 3072), np.uint8), labels=[]), "holds no images"),
+        (_batch(labels=[0] * 11), "12 images but 11 labels"),
+        (_batch(labels=[0] * 11 + [10]), "label 10 outside"),
+        (_batch(labels=[-1] + [0] * 11), "label -1 outside"),
+        (_batch(labels=[0.5] * 12), "not a list of ints"),
+        (_batch(labels=[True] * 12), "not a list of ints"),
+        (_batch(labels=None), "no 'labels' entry"),
+        (_batch(data=None), "no 'data' entry"),
+        (pickle.dumps([1, 2], protocol=2), "holds a list"),
+        (_batch()[:5000], "not a readable CIFAR-10 batch"),
+        (b"", "not a readable CIFAR-10 batch"),
+    ],
+    ids=[
+        "short-rows",
+        "float",
+        "nhwc",
+        "not-array",
+        "empty",
+        "label-count",
+        "label-10",
+        "label-neg",
+        "float-labels",
+        "bool-labels",
+        "no-labels",
+        "no-data",
+        "not-dict",
+        "truncated",
+        "empty-file",
+    ],
+)
 def test_bad_batches_are_one_line_errors_naming_the_file(raw, message):
     with pytest.raises(DataError, match=message) as err:
         read_images(raw, "/data/cifar-10-batches-py/data_batch_3", FIX)
@@ -171,7 +198,10 @@ _VALID = batch_bytes(np.zeros((2, 32, 32, 3), np.uint8), [3, 7])
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=4), st.integers(1, len(_VALID)))
+@given(
+    st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=4),
+    st.integers(1, len(_VALID)),
+)
 def test_mutated_valid_batches_raise_nothing_but_data_error(edits, keep):
     raw = bytearray(_VALID)
     for position, value in edits:

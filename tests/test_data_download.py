@@ -1,4 +1,5 @@
 """Download into the cache from a loopback HTTP server: checked, atomic, once per host."""
+
 import multiprocessing
 from pathlib import Path
 
@@ -6,11 +7,21 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_dist.data import DataError, load_dataset
-from cifar_dist.config.data_options import Cifar100Config
-from cifar_dist.data.download import download
 from cifar_dist.atomic_files import TEMP_SUFFIX
-from cifar_fixtures import Route, batch_files, download_cfg, load_in_child, md5_of, random_batches, serve, tar_bytes, unused_port
+from cifar_dist.config.data_options import Cifar100Config
+from cifar_dist.data import DataError, load_dataset
+from cifar_dist.data.download import download
+from cifar_fixtures import (
+    Route,
+    batch_files,
+    download_cfg,
+    load_in_child,
+    md5_of,
+    random_batches,
+    serve,
+    tar_bytes,
+    unused_port,
+)
 
 TRAIN, TEST = random_batches(n_train_batches=2, per_batch=16, n_test=12, seed=2)
 ARCHIVE = tar_bytes(batch_files(TRAIN, TEST))
@@ -20,8 +31,11 @@ HINT = "point data.path at a copy of cifar-10-python.tar.gz or use data=sample"
 
 
 def _leftovers(cache: Path) -> list[str]:
-    return sorted(p.name for p in cache.iterdir()
-                  if p.name.startswith((".download-", ".extract-")) or p.name.endswith(TEMP_SUFFIX))
+    return sorted(
+        p.name
+        for p in cache.iterdir()
+        if p.name.startswith((".download-", ".extract-")) or p.name.endswith(TEMP_SUFFIX)
+    )
 
 
 def test_good_download_is_cached_extracted_and_not_fetched_again(tmp_path):
@@ -80,12 +94,16 @@ def test_a_bad_download_never_replaces_a_good_copy(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-python.tar.gz"]
 
 
-@pytest.mark.parametrize("route, message", [
-    (Route(ARCHIVE, send_bytes=len(ARCHIVE) // 2), "cut short"),  # the connection closes mid-body
-    (Route(ARCHIVE[: len(ARCHIVE) // 2]), "cut short"),  # the server has a shorter file
-    (Route(ARCHIVE + b"junk"), "larger than data.size_bytes"),
-    (Route(b"oops", status=500), "HTTP 500"),
-], ids=["closed-early", "short-file", "too-long", "http-500"])
+@pytest.mark.parametrize(
+    "route, message",
+    [
+        (Route(ARCHIVE, send_bytes=len(ARCHIVE) // 2), "cut short"),  # the connection closes mid-body
+        (Route(ARCHIVE[: len(ARCHIVE) // 2]), "cut short"),  # the server has a shorter file
+        (Route(ARCHIVE + b"junk"), "larger than data.size_bytes"),
+        (Route(b"oops", status=500), "HTTP 500"),
+    ],
+    ids=["closed-early", "short-file", "too-long", "http-500"],
+)
 def test_broken_downloads_are_one_line_errors_and_leave_nothing(tmp_path, route, message):
     cache = tmp_path / "cache"
     with serve({URL_PATH: route}) as server:
@@ -120,8 +138,13 @@ def test_offline_and_not_cached_says_what_to_do_and_touches_nothing(tmp_path):
 @pytest.mark.parametrize("download_on", [False, True], ids=["download-false", "offline"])
 def test_cifar100_without_its_archive_names_cifar100s_archive_not_cifar10s(tmp_path, download_on):
     """issue 31 (new user 4): the hint named cifar-10-python.tar.gz and data=sample (CIFAR-10) for CIFAR-100."""
-    cfg = OmegaConf.structured(Cifar100Config(cache_dir=str(tmp_path / "cache"), download=download_on,
-                                              url=f"http://127.0.0.1:{unused_port()}/cifar-100-python.tar.gz"))
+    cfg = OmegaConf.structured(
+        Cifar100Config(
+            cache_dir=str(tmp_path / "cache"),
+            download=download_on,
+            url=f"http://127.0.0.1:{unused_port()}/cifar-100-python.tar.gz",
+        )
+    )
     with pytest.raises(DataError) as err:
         load_dataset(cfg)
     text = str(err.value)

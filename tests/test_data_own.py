@@ -2,6 +2,7 @@
 
 The end-to-end runs (training, mpirun, task=evaluate) are in test_data_own_e2e.py.
 """
+
 from __future__ import annotations
 
 import sys
@@ -11,11 +12,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
+from cifar_dist.config.data_options import Cifar100Config, CustomDataConfig, FolderDataConfig
 from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data import CifarArrays, DataError, load_dataset
-from cifar_dist.config.data_options import Cifar100Config, CustomDataConfig, FolderDataConfig
-
+from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
 
 _cfg = data_cfg
 
@@ -33,6 +33,7 @@ def tree(sample, tmp_path_factory):
 
 # --- CIFAR-100 -------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode, classes, pick", [("fine", 100, 0), ("coarse", 20, 1)])
 def test_cifar100_reads_fine_or_coarse_labels_through_the_cifar_reader(tmp_path, sample, mode, classes, pick):
     archive = cifar100_tarball(tmp_path / "cifar-100-python.tar.gz", per_batch=60)
@@ -42,7 +43,10 @@ def test_cifar100_reads_fine_or_coarse_labels_through_the_cifar_reader(tmp_path,
     np.testing.assert_array_equal(data.x_train, x)
     np.testing.assert_array_equal(data.y_train, cifar100_labels(y)[pick])
     np.testing.assert_array_equal(data.y_test, cifar100_labels(y_test)[pick])
-    assert data.class_names[:2] == ("airplane_0", "airplane_1") and data.class_names[-1] == f"truck_{9 if mode == 'fine' else 1}"
+    assert (
+        data.class_names[:2] == ("airplane_0", "airplane_1")
+        and data.class_names[-1] == f"truck_{9 if mode == 'fine' else 1}"
+    )
     # data.path as a folder holding the archive reads the same
     folder = load_dataset(_cfg(Cifar100Config, path=str(tmp_path), label_mode=mode))
     np.testing.assert_array_equal(folder.y_train, data.y_train)
@@ -68,11 +72,17 @@ def test_a_cifar10_archive_given_as_cifar100_is_refused_in_one_line(tmp_path):
     assert "\n" not in str(err.value) and "cifar-100-python/meta is missing" in str(err.value)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data=cifar100", "model.num_classes=10"], r"model.num_classes=10 must be 100 \(data=cifar100 has 100 classes"),
-    (["data=cifar100", "data.label_mode=coarse", "model.num_classes=100"], "model.num_classes=100 must be 20"),
-    (["data=folder", "data.path=x", "model.num_classes=1"], "model.num_classes=1 must be >= 2"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["data=cifar100", "model.num_classes=10"],
+            r"model.num_classes=10 must be 100 \(data=cifar100 has 100 classes",
+        ),
+        (["data=cifar100", "data.label_mode=coarse", "model.num_classes=100"], "model.num_classes=100 must be 20"),
+        (["data=folder", "data.path=x", "model.num_classes=1"], "model.num_classes=1 must be >= 2"),
+    ],
+)
 def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, message):
     from hydra import compose, initialize_config_module
 
@@ -87,8 +97,8 @@ def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, 
 
 
 def test_the_trainer_builds_models_with_the_datas_class_count():
-    from cifar_dist.training.trainer import model_kwargs
     from cifar_dist.config.validation import ConfigError
+    from cifar_dist.training.trainer import model_kwargs
 
     data = type("D", (), {"num_classes": 7, "source": "image folder x"})()
     assert model_kwargs(OmegaConf.create({"num_classes": None}), data) == {"num_classes": 7}
@@ -98,6 +108,7 @@ def test_the_trainer_builds_models_with_the_datas_class_count():
 
 
 # --- image folders -----------------------------------------------------------------------------------------------
+
 
 def test_folder_images_decode_to_the_pickles_pixels(tree, sample):
     x, y, (x_test, y_test) = sample
@@ -125,13 +136,18 @@ def test_a_single_tree_is_split_by_val_fraction_the_same_way_every_time(tmp_path
     np.testing.assert_array_equal(a.arrays("test")[0], b.arrays("test")[0])
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda root: None, r"^data.path=.*/tree is not a folder; point it at DIR"),
-    (lambda root: root.mkdir(), r"^.*/tree has no class folders; put each class's images in"),
-    (lambda root: ((root / "train" / "cat").mkdir(parents=True), (root / "test" / "cat").mkdir(parents=True)),
-     r"^class folder .*/train/cat holds no images"),
-    (lambda root: (root / "train").mkdir(parents=True), r"has only one of train/ and test/"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: None, r"^data.path=.*/tree is not a folder; point it at DIR"),
+        (lambda root: root.mkdir(), r"^.*/tree has no class folders; put each class's images in"),
+        (
+            lambda root: ((root / "train" / "cat").mkdir(parents=True), (root / "test" / "cat").mkdir(parents=True)),
+            r"^class folder .*/train/cat holds no images",
+        ),
+        (lambda root: (root / "train").mkdir(parents=True), r"has only one of train/ and test/"),
+    ],
+)
 def test_unusable_folders_give_one_line(tmp_path, make, message):
     root = tmp_path / "tree"
     make(root)
@@ -160,8 +176,9 @@ def test_streamed_shards_are_disjoint_cover_the_set_and_repeat_per_seed(tree):
     off = OmegaConf.structured(AugmentConfig(enabled=False))
 
     def epoch(rank, seed=3):
-        s = streamed_train(data, batch_size=8, rank=rank, size=2, shard=True, seed=seed, initial_epoch=0, epochs=1,
-                           augment=off)
+        s = streamed_train(
+            data, batch_size=8, rank=rank, size=2, shard=True, seed=seed, initial_epoch=0, epochs=1, augment=off
+        )
         return np.concatenate([x.numpy() for x, _ in s.dataset]).reshape(-1, 32 * 32 * 3), s.steps_per_epoch
 
     (r0, steps0), (r1, steps1) = epoch(0), epoch(1)
@@ -174,7 +191,7 @@ def test_streamed_shards_are_disjoint_cover_the_set_and_repeat_per_seed(tree):
 
 # --- tf.data factories -------------------------------------------------------------------------------------------
 
-FACTORY = textwrap.dedent('''
+FACTORY = textwrap.dedent("""
     import numpy as np
     import tensorflow as tf
     from cifar_dist.data.streams import DataStreams
@@ -189,7 +206,7 @@ FACTORY = textwrap.dedent('''
 
     def wrong(seed):
         return {"train": None}
-''')
+""")
 
 
 @pytest.fixture
@@ -208,10 +225,16 @@ def test_a_factory_is_called_with_the_seed_and_its_kwargs(factory_module):
     np.testing.assert_array_equal(data.arrays("test")[0], again.arrays("test")[0])
 
 
-@pytest.mark.parametrize("target, message", [
-    ("nosuchmodule.make", r"^data._target_=nosuchmodule.make cannot be imported \(.*\); put its module on PYTHONPATH"),
-    ("myfactory.wrong", r"^data._target_=myfactory.wrong returned dict, not cifar_dist.data.streams.DataStreams"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        (
+            "nosuchmodule.make",
+            r"^data._target_=nosuchmodule.make cannot be imported \(.*\); put its module on PYTHONPATH",
+        ),
+        ("myfactory.wrong", r"^data._target_=myfactory.wrong returned dict, not cifar_dist.data.streams.DataStreams"),
+    ],
+)
 def test_a_bad_factory_gives_one_line(factory_module, target, message):
     with pytest.raises(DataError, match=message):
         load_dataset(_cfg(CustomDataConfig, _target_=target))
@@ -230,13 +253,16 @@ def test_streamed_eval_covers_every_test_image_once_over_the_ranks(factory_modul
 
 
 def test_a_model_that_does_not_take_the_datas_images_is_refused_in_one_line(tree):
-    from cifar_dist.models.checks import check_input
     from cifar_dist.config.validation import ConfigError
+    from cifar_dist.models.checks import check_input
 
     data = load_dataset(_cfg(FolderDataConfig, path=str(tree), image_size=48))
     assert data.image_shape == (48, 48, 3)
     model = type("M", (), {"input_shape": (None, 32, 32, 3)})()
-    with pytest.raises(ConfigError, match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set "
-                                          r"data.image_size=32 \(data=folder\), or use a model built for \(48, 48, 3\) images"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^the model takes \(32, 32, 3\) images but image folder .* gives \(48, 48, 3\); set "
+        r"data.image_size=32 \(data=folder\), or use a model built for \(48, 48, 3\) images",
+    ):
         check_input(model, data)
     check_input(model, load_dataset(_cfg(FolderDataConfig, path=str(tree))))

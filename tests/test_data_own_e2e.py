@@ -4,6 +4,7 @@ All data is built by the tests (nothing is downloaded): a CIFAR-100-format
 archive and a PNG tree from the packaged sample's real pixels, and a factory
 module written into a temporary directory outside the checkout.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,14 +33,20 @@ def test_cifar100_trains_with_100_classes_and_evaluates(tmp_path):
     run = tmp_path / "run"
     assert_ok(run_cli(*data, "trainer.epochs=1", "trainer.batch_size=32", *QUIET, f"hydra.run.dir={run}"))
     m = read_metrics(run)
-    assert m["complete"] and len(m["run"]["class_names"]) == 100 and m["run"]["class_names"][:2] == ["airplane_0", "airplane_1"]
+    assert (
+        m["complete"]
+        and len(m["run"]["class_names"]) == 100
+        and m["run"]["class_names"][:2] == ["airplane_0", "airplane_1"]
+    )
     out = tmp_path / "eval"
     assert_ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}"))
     ev = _evaluation(out)
     assert len(ev["confusion_matrix"]["classes"]) == 100 and ev["labelled"] == 128
     assert ev["correct"] == m["test"]["correct"]  # the saved model scores as training reported
     # coarse labels: a 100-class model is refused in one line before anything is scored
-    bad = run_cli("task=evaluate", *data, "data.label_mode=coarse", f"evaluate.model={run}", f"hydra.run.dir={tmp_path / 'e2'}")
+    bad = run_cli(
+        "task=evaluate", *data, "data.label_mode=coarse", f"evaluate.model={run}", f"hydra.run.dir={tmp_path / 'e2'}"
+    )
     assert bad.returncode != 0 and "to 100 classes, not 32x32x3 images to 20 classes" in bad.stderr
 
 
@@ -74,8 +81,15 @@ def test_folder_on_two_ranks_matches_the_pickles_and_evaluates(png_tree, tmp_pat
     print(f"test accuracy: folder {a:.4f}, pickle {b:.4f}")
     assert a > 0.2 and b > 0.2 and abs(a - b) <= 0.06, (a, b)
     out = tmp_path / "eval"
-    assert_ok(run_cli("task=evaluate", "data=folder", f"data.path={png_tree}", f"evaluate.model={folder_run}",
-                f"hydra.run.dir={out}"))
+    assert_ok(
+        run_cli(
+            "task=evaluate",
+            "data=folder",
+            f"data.path={png_tree}",
+            f"evaluate.model={folder_run}",
+            f"hydra.run.dir={out}",
+        )
+    )
     ev = _evaluation(out)
     assert ev["correct"] == folder["test"]["correct"] and ev["confusion_matrix"]["classes"][0] == "airplane"
     first = (out / "predictions.csv").read_text().splitlines()[1]
@@ -122,14 +136,39 @@ def test_a_users_factory_trains_sharded_and_evaluates(user_dir, tmp_path, ranks)
     data = ("data=custom", "data._target_=mydata.make")
     run = tmp_path / "run"
     launch = TWO_RANKS if ranks == 2 else ()
-    assert_ok(run_cli(*data, *launch, "trainer.epochs=1", "trainer.batch_size=32", "optimizer.lr=1e-3", *QUIET,
-                f"hydra.run.dir={run}", env=_user_env(user_dir), cwd=user_dir, timeout=900))
+    assert_ok(
+        run_cli(
+            *data,
+            *launch,
+            "trainer.epochs=1",
+            "trainer.batch_size=32",
+            "optimizer.lr=1e-3",
+            *QUIET,
+            f"hydra.run.dir={run}",
+            env=_user_env(user_dir),
+            cwd=user_dir,
+            timeout=900,
+        )
+    )
     m = read_metrics(run)
     assert m["complete"] and m["ranks"] == ranks and m["run"]["class_names"] == ["red", "green", "blue", "yellow"]
     assert m["run"]["steps_per_epoch"] == 512 // ranks // 32 and m["test"]["samples"] == 128
     assert m["test"]["accuracy"] > 0.5  # the colours are easy: learnt in one epoch, far above chance (0.25)
     out = tmp_path / "eval"
-    assert_ok(run_cli("task=evaluate", *data, f"evaluate.model={run}", f"hydra.run.dir={out}", env=_user_env(user_dir),
-                cwd=user_dir))
+    assert_ok(
+        run_cli(
+            "task=evaluate",
+            *data,
+            f"evaluate.model={run}",
+            f"hydra.run.dir={out}",
+            env=_user_env(user_dir),
+            cwd=user_dir,
+        )
+    )
     ev = _evaluation(out)
-    assert ev["correct"] == m["test"]["correct"] and ev["confusion_matrix"]["classes"] == ["red", "green", "blue", "yellow"]
+    assert ev["correct"] == m["test"]["correct"] and ev["confusion_matrix"]["classes"] == [
+        "red",
+        "green",
+        "blue",
+        "yellow",
+    ]

@@ -1,4 +1,5 @@
 """The packaged real-image sample: what ``data=sample`` trains on."""
+
 import pickle
 from pathlib import Path
 
@@ -6,9 +7,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO, shared_path
 from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
+from conftest import REPO, shared_path
 
 SAMPLE = REPO / "cifar_dist" / "data" / "sample" / "cifar-10-sample.tar.gz"
 
@@ -32,7 +33,18 @@ def test_sample_has_the_documented_shapes_dtypes_labels_and_classes(sample):
     for y in (sample.y_train, sample.y_test):
         assert y.min() >= 0 and y.max() < 10
         assert set(np.unique(y)) == set(range(10))
-    assert sample.class_names == ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+    assert sample.class_names == (
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    )
     assert "cifar-10-sample.tar.gz" in sample.source
 
 

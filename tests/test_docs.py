@@ -8,6 +8,7 @@
   how every launcher is tracked, and ``python -m cifar_dist.tracking --help``
   shows no RST markup.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,18 @@ import cifar_dist.app  # noqa: F401  (registers the config schema)
 from conftest import REPO, assert_ok, cli_env
 
 README = (REPO / "README.md").read_text("utf-8")
-FLAGS_WITH_A_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                      "--config-dir", "-cd")
+FLAGS_WITH_A_VALUE = (
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+)
 FLAGS = ("-m", "--multirun", "--resolve", "--info", "-i")
 
 
@@ -45,8 +56,11 @@ def options(loader, group: str) -> List[str]:
     """The group's built-in options: YAML files of conf/ and cifar_dist's own ConfigStore entries
     (not an option another test module stored in the process-wide ConfigStore)."""
     repo = ConfigStore.instance().repo.get(group, {})
-    return [o for o in loader.get_group_options(group) if not o.endswith("_schema")
-            and (f"{o}.yaml" not in repo or repo[f"{o}.yaml"].provider == "cifar_dist")]
+    return [
+        o
+        for o in loader.get_group_options(group)
+        if not o.endswith("_schema") and (f"{o}.yaml" not in repo or repo[f"{o}.yaml"].provider == "cifar_dist")
+    ]
 
 
 def readme_commands() -> List[List[str]]:
@@ -101,7 +115,9 @@ def composable_here(argv: List[str]) -> bool:
     return "--config-dir" not in argv and "-cd" not in argv
 
 
-@pytest.mark.parametrize("argv", [a for a in readme_commands() if composable_here(a)], ids=lambda argv: " ".join(argv)[:80])
+@pytest.mark.parametrize(
+    "argv", [a for a in readme_commands() if composable_here(a)], ids=lambda argv: " ".join(argv)[:80]
+)
 def test_every_readme_command_composes(hydra_conf, argv):
     cfg = compose("config", overrides=concrete(overrides_of(argv)), return_hydra_config=True)
     assert isinstance(cfg.trainer, DictConfig)
@@ -135,7 +151,8 @@ def table_keys(section: str) -> Dict[str, List[str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`"):
             found.setdefault(cells[0].strip("`"), []).extend(
-                k for cell in cells[2:] for t in re.findall(KEYS, cell) for k in expand(t))
+                k for cell in cells[2:] for t in re.findall(KEYS, cell) for k in expand(t)
+            )
     for line in trainer.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 2 and cells[0].startswith("`"):
@@ -170,15 +187,24 @@ def test_docs_launchers_has_a_row_for_every_launcher(hydra_conf):
 def test_docs_tracking_says_how_every_launcher_is_tracked(hydra_conf):
     text = (REPO / "docs" / "tracking.md").read_text("utf-8")
     table = text.split("## Where metrics are logged from, per launcher", 1)[1].split("\n## ", 1)[0]
-    named = {name for row in table.splitlines() if row.startswith("| `")
-             for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    named = {
+        name
+        for row in table.splitlines()
+        if row.startswith("| `")
+        for name in re.findall(r"`(\w+)`", row.split("|")[1])
+    }
     assert set(options(hydra_conf, "launcher")) <= named
     assert "coming" not in table
 
 
 def test_the_tracking_cli_help_has_no_rst_markup():
-    proc = subprocess.run([sys.executable, "-m", "cifar_dist.tracking", "--help"], capture_output=True, text=True,
-                          env=cli_env(), timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cifar_dist.tracking", "--help"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
     assert_ok(proc)
     assert "import" in proc.stdout
     assert "``" not in proc.stdout and ":func:" not in proc.stdout

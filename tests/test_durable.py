@@ -7,6 +7,7 @@
   mounts a small tmpfs in a private mount namespace (``unshare -rm``: no real
   root needed where user namespaces are allowed; the mount vanishes with the process).
 """
+
 import json
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.atomic_files import TEMP_SUFFIX, atomic_path, atomic_write_text, disk_full, remove_partials, save_figure, write_json
+from cifar_dist.atomic_files import (
+    TEMP_SUFFIX,
+    atomic_path,
+    atomic_write_text,
+    disk_full,
+    remove_partials,
+    save_figure,
+    write_json,
+)
 from conftest import REPO, assert_ok, cli_env, needs_tmpfs, one_error_line
 from test_preflight import QUICK
 
@@ -79,7 +88,11 @@ def test_only_this_programs_temp_files_are_removed(tmp_path):
 def test_metrics_json_is_strict_json(tmp_path):
     path = tmp_path / "metrics.json"
     write_json(path, {"loss": float("nan"), "epochs": [{"val_loss": float("inf")}], "ok": 1.5})
-    assert json.loads(path.read_text(), parse_constant=pytest.fail) == {"loss": None, "epochs": [{"val_loss": None}], "ok": 1.5}
+    assert json.loads(path.read_text(), parse_constant=pytest.fail) == {
+        "loss": None,
+        "epochs": [{"val_loss": None}],
+        "ok": 1.5,
+    }
 
 
 def test_the_disk_full_message_gives_advice_that_helps(tmp_path):
@@ -90,7 +103,7 @@ def test_the_disk_full_message_gives_advice_that_helps(tmp_path):
 
 # Inside the namespace: a 16 MiB tmpfs holds the first checkpoint (~10 MB) but
 # not the second; after the failed run the tmpfs is grown and the run resumed.
-DISK_FULL = textwrap.dedent(r'''
+DISK_FULL = textwrap.dedent(r"""
     set -u
     mount -t tmpfs -o size=16m tmpfs "$MNT" || exit 99
     "$PY" -m cifar_dist $QUICK hydra.run.dir="$MNT/run" > "$OUT/first.out" 2> "$OUT/first.err"
@@ -111,7 +124,7 @@ DISK_FULL = textwrap.dedent(r'''
     echo $? > "$OUT/second.rc"
     cp "$MNT/run/metrics.json" "$OUT/metrics.json"
     ls -a "$MNT/run/checkpoints" "$MNT/run/saved_models" > "$OUT/final.ls"
-''')
+""")
 
 
 @pytest.mark.slow  # 1.2 min; the run-dir guards' other tests stay in the default suite
@@ -122,8 +135,15 @@ def test_disk_full_while_saving_keeps_earlier_checkpoints_and_the_rerun_resumes(
     mnt.mkdir()
     out.mkdir()
     env = cli_env(MNT=str(mnt), OUT=str(out), PY=sys.executable, QUICK=" ".join(QUICK))
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", DISK_FULL], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=850, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", DISK_FULL],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=850,
+        stdin=subprocess.DEVNULL,
+    )
     assert_ok(proc)
 
     class First:

@@ -10,6 +10,7 @@ epoch with the same batches (every process loads the checkpoint rank 0
 read); the same run is a 2-task job on the tests' real Slurm; and what does
 not apply to JAX is refused in one line before anything starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, one_error_line, read_metrics, run_cli, wait_for
+from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_as_two_task_slurm_job, run_cli, wait_for
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_keras3 import MODEL
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
-KERAS2_MODEL = textwrap.dedent('''
+KERAS2_MODEL = textwrap.dedent("""
     import tensorflow as tf
 
 
@@ -37,10 +38,19 @@ KERAS2_MODEL = textwrap.dedent('''
         inputs = tf.keras.Input(shape=(32, 32, 3))
         x = tf.keras.layers.Flatten()(inputs)
         return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
-''')
+""")
 
-RUN = ("--config-dir", "myconf", "model=k3", "engine=jax", "data=sample", "trainer.batch_size=64",
-       "trainer.plot=false", "trainer.tensorboard=false", "trainer.verbose=0")
+RUN = (
+    "--config-dir",
+    "myconf",
+    "model=k3",
+    "engine=jax",
+    "data=sample",
+    "trainer.batch_size=64",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=0",
+)
 TWO = ("launcher=mpirun", "launcher.np=2")
 
 
@@ -58,9 +68,16 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def two_process_run(project, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("jax-two") / "run"
-    proc = run_cli(*RUN, *TWO, "trainer.epochs=2", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}",
-                   cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    proc = run_cli(
+        *RUN,
+        *TWO,
+        "trainer.epochs=2",
+        "trainer.epoch_policy=shard",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
     return run_dir
 
 
@@ -73,8 +90,10 @@ def test_two_processes_on_different_data_end_with_identical_weights(two_process_
     # batch (Keras' DataParallel) can make the two end alike.
     assert m["run"]["steps_per_epoch"] == 4068 // 2 // 64
     assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
-    assert sorted(p.name for p in (two_process_run / "checkpoints").iterdir()) == ["checkpoint-001.keras",
-                                                                                   "checkpoint-002.keras"]
+    assert sorted(p.name for p in (two_process_run / "checkpoints").iterdir()) == [
+        "checkpoint-001.keras",
+        "checkpoint-002.keras",
+    ]
     # The exact test counts each image once, though every process scored all of them.
     assert m["test"]["samples"] == 1017 and m["test"]["correct"] == round(m["test"]["accuracy"] * 1017)
 
@@ -82,9 +101,18 @@ def test_two_processes_on_different_data_end_with_identical_weights(two_process_
 def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_process_run, project, tmp_path):
     m = read_metrics(two_process_run)
     scored = tmp_path / "eval"
-    proc = run_cli(*RUN[:3], "data=sample", "trainer.verbose=0", "task=evaluate",
-                   f"evaluate.model={two_process_run}", *TWO, f"hydra.run.dir={scored}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    proc = run_cli(
+        *RUN[:3],
+        "data=sample",
+        "trainer.verbose=0",
+        "task=evaluate",
+        f"evaluate.model={two_process_run}",
+        *TWO,
+        f"hydra.run.dir={scored}",
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
     evaluation = json.loads((scored / "evaluation.json").read_text())
     assert evaluation["model"].endswith("keras_cifar10_trained_model.keras") and evaluation["ranks"] == 2
     assert evaluation["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-9)
@@ -97,11 +125,17 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(proje
     common = (*RUN, *TWO, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     proc = run_cli(*common, f"hydra.run.dir={straight}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
 
-    run = subprocess.Popen([sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"], cwd=project,
-                           env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"],
+        cwd=project,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: (killed / "checkpoints" / "checkpoint-001.keras").is_file(), 400, what="epoch 1's checkpoint")
     finally:
@@ -109,7 +143,7 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(proje
         run.wait()
     assert not (killed / "checkpoints" / "checkpoint-003.keras").exists()
     proc = run_cli(*common, f"hydra.run.dir={killed}", cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert_ok(proc)
 
     a, b = read_metrics(straight), read_metrics(killed)
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"] and b["ranks_in_sync"]
@@ -121,18 +155,10 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(proje
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
-    from slurm_cluster import missing_packages
-
-    if missing_packages():
-        pytest.skip(f"Slurm not installed ({', '.join(missing_packages())})")
     run_dir = tmp_path / "run"
-    try:
-        proc = run_cli(*RUN, "trainer.epochs=1", "trainer.epoch_policy=shard", "launcher=slurm",
-                       "launcher.ntasks_per_node=2", "launcher.poll_interval_s=1", f"hydra.run.dir={run_dir}",
-                       cwd=project, env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]), timeout=900)
-    finally:
-        slurm.cancel_all()
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    run_as_two_task_slurm_job(
+        slurm, *RUN, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+    )
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
     assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
@@ -141,20 +167,29 @@ def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
 def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tmp_path):
     """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
     run_dir = tmp_path / "run"
-    proc = run_cli(*RUN, "trainer.epochs=1", *aml_overrides(fake_aml, run_dir, snapshot_cache), env=aml_env(fake_aml),
-                   cwd=project, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    proc = run_cli(
+        *RUN,
+        "trainer.epochs=1",
+        *aml_overrides(fake_aml, run_dir, snapshot_cache),
+        env=aml_env(fake_aml),
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["engine"] == "jax" and "jax" in m["run"]
     assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
 
 
-@pytest.mark.parametrize("overrides, words", [
-    (("launcher=gloo", "launcher.np=2"), ["launcher=gloo", "engine=jax", "launcher=mpirun"]),
-    (("launcher=mpirun", "launcher.np=2", "launcher.concurrent=2"), ["launcher.concurrent=2", "engine=jax"]),
-    (("trainer.compression=fp16",), ["trainer.compression=fp16", "Horovod's", "trainer.compression=none"]),
-    (("engine.keras=2",), ["engine=jax trains Keras 3", "engine.keras=2", "engine=horovod"]),
-])
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (("launcher=gloo", "launcher.np=2"), ["launcher=gloo", "engine=jax", "launcher=mpirun"]),
+        (("launcher=mpirun", "launcher.np=2", "launcher.concurrent=2"), ["launcher.concurrent=2", "engine=jax"]),
+        (("trainer.compression=fp16",), ["trainer.compression=fp16", "Horovod's", "trainer.compression=none"]),
+        (("engine.keras=2",), ["engine=jax trains Keras 3", "engine.keras=2", "engine=horovod"]),
+    ],
+)
 def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, tmp_path, overrides, words):
     run_dir = tmp_path / "run"
     proc = run_cli(*RUN, *overrides, f"hydra.run.dir={run_dir}", cwd=project, timeout=120)
@@ -166,8 +201,9 @@ def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, 
 
 def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(project, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(*RUN, "model=k2", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}",
-                   cwd=project, timeout=300)
+    proc = run_cli(
+        *RUN, "model=k2", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}", cwd=project, timeout=300
+    )
     line = one_error_line(proc)
     for word in ("model._target_=mymodels2.build", "Keras 2 (tf.keras)", "engine=jax", "import keras"):
         assert word in line, line
@@ -177,10 +213,20 @@ def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(proj
 def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
     from cifar_dist.training.engines.jax import local_processes_from_env, local_rank_from_env, processes_from_env
 
-    ompi = {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000", "OMPI_COMM_WORLD_SIZE": "4",
-            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
-    srun = {"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
-            "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_ID": "7"}
+    ompi = {
+        "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    }
+    srun = {
+        "SLURM_STEP_NODELIST": "n[1-2]",
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_JOB_ID": "7",
+    }
     assert [f(ompi) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
     assert [f(srun) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
     # mpirun inside a Slurm allocation: Open MPI's world, as JAX itself detects it first.
@@ -191,10 +237,12 @@ def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
 
 
 def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
-    code = ("import os; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras\n"
-            "from cifar_dist.training.engines.jax import select_keras_backend\n"
-            "try:\n    select_keras_backend()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n")
+    code = (
+        "import os; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras\n"
+        "from cifar_dist.training.engines.jax import select_keras_backend\n"
+        "try:\n    select_keras_backend()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert_ok(proc)
     line = proc.stdout.strip()
     assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line

@@ -4,11 +4,12 @@ training_log.csv, metrics.json's records and the plot's whole-epoch axis
 agree; a run dir of an earlier version, whose CSV log is 0-based, is
 renumbered when it resumes so the rows it appends continue it.
 """
+
 import csv
 
-import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 import matplotlib.pyplot as plt
 
+import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.training.artifacts import plot_learning_curves, trim_csv_log
 from cifar_dist.training.callbacks import EpochCSVLogger
 
@@ -49,8 +50,10 @@ def test_the_learning_curves_have_whole_epoch_ticks(tmp_path, monkeypatch):
     figures = []
     close = plt.close
     monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
-    plot_learning_curves([{"epoch": 1, "loss": 2.0, "accuracy": 0.2}, {"epoch": 2, "loss": 1.5, "accuracy": 0.3}],
-                         tmp_path / "curves.png")
+    plot_learning_curves(
+        [{"epoch": 1, "loss": 2.0, "accuracy": 0.2}, {"epoch": 2, "loss": 1.5, "accuracy": 0.3}],
+        tmp_path / "curves.png",
+    )
     (fig,) = figures
     fig.canvas.draw()
     for ax in fig.axes:

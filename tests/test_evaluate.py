@@ -1,4 +1,5 @@
 """task=evaluate: scoring a trained model, sharded over ranks, with exact single-rank counts."""
+
 import csv
 import json
 import os
@@ -60,8 +61,16 @@ def test_two_ranks_give_the_same_counts(trained_run, one_rank_eval, tmp_path):
     out = tmp_path / "two"
     cmd = ["mpirun", "-np", "2", "--bind-to", "core"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     cmd += ["-x", "CIFAR_DIST_CHILD", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PATH"]
-    cmd += [sys.executable, "-m", "cifar_dist", "task=evaluate", f"evaluate.model={train_dir}", "data=sample",
-            f"hydra.run.dir={out}", "hydra.output_subdir=null"]
+    cmd += [
+        sys.executable,
+        "-m",
+        "cifar_dist",
+        "task=evaluate",
+        f"evaluate.model={train_dir}",
+        "data=sample",
+        f"hydra.run.dir={out}",
+        "hydra.output_subdir=null",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=cli_env(CIFAR_DIST_CHILD="1"), capture_output=True, text=True, timeout=600)
     assert_ok(proc)
     a, b = evaluation(one), evaluation(out)
@@ -73,10 +82,10 @@ def test_two_ranks_give_the_same_counts(trained_run, one_rank_eval, tmp_path):
 
 def test_scores_a_checkpoint_and_a_folder_of_images(trained_run, tmp_path):
     train_dir, _ = trained_run
-    import cifar_dist  # noqa: F401
     from omegaconf import OmegaConf
     from PIL import Image
 
+    import cifar_dist  # noqa: F401
     from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
 

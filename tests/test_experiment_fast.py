@@ -1,6 +1,7 @@
 """experiment=fast: a documented recipe on top of the seed's defaults, not a replacement of them."""
-from conftest import compose_cfg
+
 from cifar_dist.config.validation import validate
+from conftest import compose_cfg
 
 
 def test_fast_changes_the_schedule_but_not_the_model_data_or_augmentation():
@@ -13,7 +14,11 @@ def test_fast_changes_the_schedule_but_not_the_model_data_or_augmentation():
     assert t.warmup_epochs == 1 and list(t.lr_decay_epochs) == [9]
     # Whatever is not part of the recipe stays the seed's.
     assert (t.lr_scaling, t.compression, t.jit_compile, t.seed) == (
-        seed.trainer.lr_scaling, seed.trainer.compression, seed.trainer.jit_compile, seed.trainer.seed)
+        seed.trainer.lr_scaling,
+        seed.trainer.compression,
+        seed.trainer.jit_compile,
+        seed.trainer.seed,
+    )
 
 
 def test_fast_leaves_room_for_the_users_overrides():

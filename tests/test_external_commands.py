@@ -1,6 +1,7 @@
 """Short external commands have one timeout policy (cifar_dist/external_commands.py, issue 32): a
 command past its timeout is killed and reported in one line that says what to do, and no other
 module starts a process except the two supervisors of long-lived children."""
+
 import ast
 import time
 from pathlib import Path

@@ -6,17 +6,18 @@ for the plain score, then a TTA model calling the trained model once per view
 again. The package now scores all views stacked in one call and reads the plain
 score off the unchanged view; the same weights must give the same numbers.
 """
-import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from omegaconf import OmegaConf
 
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
-from cifar_dist.models.tta import views, with_tta
 from cifar_dist.models.airbench import build as build_airbench
+from cifar_dist.models.tta import views, with_tta
 from cifar_dist.training.recipe import hooks as recipe
 from cifar_dist.training.trainer import _evaluate_exact
 
@@ -36,16 +37,22 @@ class OneRank:
 def reference_tta_model(model, mode):
     """The TTA model as the package built it before issue 24: one call of ``model`` per view."""
     inputs = tf.keras.Input(shape=model.input_shape[1:])
-    scored = [tf.keras.layers.Lambda(lambda p, w=weight: p * w, dtype="float32")(model(view))
-              for weight, view in views(inputs, mode)]
+    scored = [
+        tf.keras.layers.Lambda(lambda p, w=weight: p * w, dtype="float32")(model(view))
+        for weight, view in views(inputs, mode)
+    ]
     return tf.keras.Model(inputs, tf.keras.layers.Add(dtype="float32")(scored))
 
 
 def reference_score(model, stream):
     """The earlier _evaluate_exact's numbers for one rank."""
     loss, acc = model.evaluate(stream.dataset, steps=stream.steps, verbose=0)
-    return {"loss": float(loss), "accuracy": round(float(acc) * stream.samples) / stream.samples,
-            "correct": round(float(acc) * stream.samples), "samples": stream.samples}
+    return {
+        "loss": float(loss),
+        "accuracy": round(float(acc) * stream.samples) / stream.samples,
+        "correct": round(float(acc) * stream.samples),
+        "samples": stream.samples,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +78,9 @@ def test_one_pass_final_test_equals_the_two_pass_one(trained_looking_model, mode
     old_tta.compile(**compile_kwargs)
     tta_before = reference_score(old_tta, stream)
 
-    got = recipe.final_test(model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs),
-                            mode, compile_kwargs)
+    got = recipe.final_test(
+        model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs), mode, compile_kwargs
+    )
 
     assert got["test"]["tta"] == mode
     for before, after in ((plain_before, got["test_plain"]), (tta_before, got["test"])):
@@ -85,8 +93,9 @@ def test_one_pass_final_test_equals_the_two_pass_one(trained_looking_model, mode
 
 def test_without_tta_the_final_test_is_the_models_own_evaluate(trained_looking_model):
     model, compile_kwargs, stream = trained_looking_model
-    got = recipe.final_test(model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs),
-                            "none", compile_kwargs)
+    got = recipe.final_test(
+        model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs), "none", compile_kwargs
+    )
     assert got == {"test": reference_score(model, stream)}
 
 
@@ -94,5 +103,9 @@ def test_with_tta_predicts_as_one_call_per_view_did(trained_looking_model):
     model, _, stream = trained_looking_model
     x = next(iter(stream.dataset))[0]
     for mode in ("flip", "flip_translate"):
-        np.testing.assert_allclose(with_tta(model, mode).predict(x, verbose=0),
-                                   reference_tta_model(model, mode).predict(x, verbose=0), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(
+            with_tta(model, mode).predict(x, verbose=0),
+            reference_tta_model(model, mode).predict(x, verbose=0),
+            rtol=1e-6,
+            atol=1e-7,
+        )

@@ -7,6 +7,7 @@ that is alive but late to a collective is Horovod's stall check
 A rank that does not run at all blocks Horovod's own coordination, so only
 the launcher's heartbeat watch ends that job (launchers/ranks/heartbeat.py).
 """
+
 import os
 import shutil
 import signal
@@ -66,8 +67,15 @@ def test_a_rank_beats_on_the_file_its_wrapper_named(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_stopped_rank_ends_the_job_within_the_stall_timeout(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_cli("launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=20", "launcher.stall_shutdown_s=10",
-                     "launcher.kill_grace_s=5", f"hydra.run.dir={run_dir}")
+    proc = start_cli(
+        "launcher=mpirun",
+        "launcher.np=2",
+        *QUICK,
+        "trainer.epochs=20",
+        "launcher.stall_shutdown_s=10",
+        "launcher.kill_grace_s=5",
+        f"hydra.run.dir={run_dir}",
+    )
     try:
         wait_for((run_dir / "checkpoints" / "checkpoint-001.h5").exists, 400, proc, "the first checkpoint")
         victim = rank_pid(run_dir, 1)

@@ -5,14 +5,15 @@ Python printed "Exception ignored in ... KeyboardInterrupt" and the 50-epoch
 run trained to its end. Here the interrupt is lost on purpose, the same way:
 SIGINT raised inside a ``__del__``.
 """
+
 import signal
 import sys
 
-import cifar_dist  # noqa: F401  (tf.keras is Keras 2)
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import cifar_dist  # noqa: F401  (tf.keras is Keras 2)
 from cifar_dist.training.process.interrupts import interrupts_kept
 
 

@@ -9,6 +9,7 @@ bit with trainer.deterministic; evaluate and batch-score read the run; the same
 model runs as a 2-task job on the tests' real Slurm; and what cannot train says
 so in one line before any data is read.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_cli, wait_for
+from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_as_two_task_slurm_job, run_cli, wait_for
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -76,8 +77,16 @@ MODEL = textwrap.dedent('''
         return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
 ''')
 
-RUN = ("--config-dir", "myconf", "model=k3", "data=sample", "trainer.batch_size=64", "trainer.plot=false",
-       "trainer.tensorboard=false", "trainer.verbose=0")
+RUN = (
+    "--config-dir",
+    "myconf",
+    "model=k3",
+    "data=sample",
+    "trainer.batch_size=64",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=0",
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +102,16 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def two_rank_run(project, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("k3-two") / "run"
-    proc = run_cli(*RUN, "trainer.epochs=2", "trainer.epoch_policy=shard", "launcher=mpirun", "launcher.np=2",
-                   f"hydra.run.dir={run_dir}", cwd=project, timeout=600)
+    proc = run_cli(
+        *RUN,
+        "trainer.epochs=2",
+        "trainer.epoch_policy=shard",
+        "launcher=mpirun",
+        "launcher.np=2",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        timeout=600,
+    )
     assert_ok(proc)
     return run_dir
 
@@ -107,8 +124,10 @@ def test_two_ranks_on_different_data_end_with_identical_weights(two_rank_run):
     # (and rank 0's initial weights) can make the two end alike.
     assert m["run"]["steps_per_epoch"] == 4068 // 2 // 64
     assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
-    assert sorted(p.name for p in (two_rank_run / "checkpoints").iterdir()) == ["checkpoint-001.keras",
-                                                                                "checkpoint-002.keras"]
+    assert sorted(p.name for p in (two_rank_run / "checkpoints").iterdir()) == [
+        "checkpoint-001.keras",
+        "checkpoint-002.keras",
+    ]
 
 
 def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_run, project):
@@ -120,14 +139,15 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
         from omegaconf import OmegaConf
         from cifar_dist.config.schema import DataConfig
         from cifar_dist.data import load_dataset
-        model = keras.saving.load_model({str(two_rank_run / 'saved_models' / 'keras_cifar10_trained_model.keras')!r},
+        model = keras.saving.load_model({str(two_rank_run / "saved_models" / "keras_cifar10_trained_model.keras")!r},
                                         compile=False)
         data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
         probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
         print(json.dumps(float((probs.argmax(axis=1) == data.y_test).mean())))
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True, timeout=300
+    )
     assert_ok(proc)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
 
@@ -135,8 +155,16 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
 def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp_path):
     m = read_metrics(two_rank_run)
     scored = tmp_path / "eval"
-    proc = run_cli(*RUN, "task=evaluate", f"evaluate.model={two_rank_run}", "launcher=mpirun", "launcher.np=2",
-                   f"hydra.run.dir={scored}", cwd=project, timeout=600)
+    proc = run_cli(
+        *RUN,
+        "task=evaluate",
+        f"evaluate.model={two_rank_run}",
+        "launcher=mpirun",
+        "launcher.np=2",
+        f"hydra.run.dir={scored}",
+        cwd=project,
+        timeout=600,
+    )
     assert_ok(proc)
     evaluation = json.loads((scored / "evaluation.json").read_text())
     assert evaluation["model"].endswith("keras_cifar10_trained_model.keras")
@@ -144,11 +172,11 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     assert evaluation["loss"] == pytest.approx(m["test"]["loss"], rel=1e-4)
 
     # Batch-score the first test images as files: the same classes as the evaluation predicted for them.
+    from omegaconf import OmegaConf
     from PIL import Image
 
     from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
-    from omegaconf import OmegaConf
 
     images = tmp_path / "images"
     images.mkdir()
@@ -156,8 +184,15 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     for i in range(20):
         Image.fromarray(data.x_test[i]).save(images / f"{i:03d}.png")
     batch = tmp_path / "batch"
-    proc = run_cli(*RUN, "task=evaluate", f"evaluate.model={two_rank_run}", f"evaluate.input={images}",
-                   f"hydra.run.dir={batch}", cwd=project, timeout=600)
+    proc = run_cli(
+        *RUN,
+        "task=evaluate",
+        f"evaluate.model={two_rank_run}",
+        f"evaluate.input={images}",
+        f"hydra.run.dir={batch}",
+        cwd=project,
+        timeout=600,
+    )
     assert_ok(proc)
     with open(scored / "predictions.csv") as f:
         expected = [row["predicted"] for row in csv.DictReader(f)][:20]
@@ -174,9 +209,15 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
     proc = run_cli(*common, f"hydra.run.dir={straight}", cwd=project, timeout=500)
     assert_ok(proc)
 
-    run = subprocess.Popen([sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"], cwd=project,
-                           env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"],
+        cwd=project,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: (killed / "checkpoints" / "checkpoint-001.keras").is_file(), 300, what="epoch 1's checkpoint")
     finally:
@@ -194,15 +235,29 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
     assert b["test"] == a["test"]
 
 
-@pytest.mark.parametrize("model, env, words", [
-    ("mixed", {}, ["model._target_=mymodels3.mixed mixes Keras", "both Keras 3 (keras) and Keras 2 (tf.keras)", "one Keras"]),
-    ("unsaveable", {}, ["cannot be saved and loaded back", "register_keras_serializable"]),
-    ("k3", {"KERAS_BACKEND": "jax"}, ["jax backend", "engine=horovod", "unset KERAS_BACKEND"]),
-])
+@pytest.mark.parametrize(
+    "model, env, words",
+    [
+        (
+            "mixed",
+            {},
+            ["model._target_=mymodels3.mixed mixes Keras", "both Keras 3 (keras) and Keras 2 (tf.keras)", "one Keras"],
+        ),
+        ("unsaveable", {}, ["cannot be saved and loaded back", "register_keras_serializable"]),
+        ("k3", {"KERAS_BACKEND": "jax"}, ["jax backend", "engine=horovod", "unset KERAS_BACKEND"]),
+    ],
+)
 def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path, model, env, words):
     run_dir = tmp_path / "run"
-    proc = run_cli(*RUN, f"model={model}", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}",
-                   cwd=project, env=cli_env(**env), timeout=300)
+    proc = run_cli(
+        *RUN,
+        f"model={model}",
+        "data.path=/nonexistent/not-read.tar.gz",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        env=cli_env(**env),
+        timeout=300,
+    )
     line = one_error_line(proc)
     for word in words:
         assert word in line, line
@@ -213,18 +268,10 @@ def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path
 @pytest.mark.slow  # ~1 min; the Slurm launcher's own 2-rank tests (Keras 2) stay in the default suite
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
-    from slurm_cluster import missing_packages
-
-    if missing_packages():
-        pytest.skip(f"Slurm not installed ({', '.join(missing_packages())})")
     run_dir = tmp_path / "run"
-    try:
-        proc = run_cli(*RUN, "trainer.epochs=2", "trainer.epoch_policy=shard", "launcher=slurm",
-                       "launcher.ntasks_per_node=2", "launcher.poll_interval_s=1", f"hydra.run.dir={run_dir}",
-                       cwd=project, env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]), timeout=900)
-    finally:
-        slurm.cancel_all()
-    assert_ok(proc)
+    run_as_two_task_slurm_job(
+        slurm, *RUN, "trainer.epochs=2", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+    )
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True
     assert m["run"]["keras"].startswith("3.")
@@ -235,8 +282,15 @@ def test_a_keras3_run_is_tracked_in_mlflow(project, tmp_path):
     pytest.importorskip("mlflow")
     run_dir = tmp_path / "run"
     store = tmp_path / "mlflow.db"
-    proc = run_cli(*RUN, "trainer.epochs=1", "tracking=mlflow", f"tracking.uri=sqlite:///{store}",
-                   f"hydra.run.dir={run_dir}", cwd=project, timeout=600)
+    proc = run_cli(
+        *RUN,
+        "trainer.epochs=1",
+        "tracking=mlflow",
+        f"tracking.uri=sqlite:///{store}",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        timeout=600,
+    )
     assert_ok(proc)
     import mlflow
 
@@ -244,4 +298,6 @@ def test_a_keras3_run_is_tracked_in_mlflow(project, tmp_path):
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     history = client.get_metric_history(runs[0].info.run_id, "lr")
-    assert [m.step for m in history] == [1] and history[0].value == pytest.approx(read_metrics(run_dir)["epochs"][0]["lr"])
+    assert [m.step for m in history] == [1] and history[0].value == pytest.approx(
+        read_metrics(run_dir)["epochs"][0]["lr"]
+    )

@@ -1,25 +1,30 @@
 """The built-in models, their custom layers and TTA in Keras 3: the same numbers as Keras 2, loadable in safe mode."""
+
 import subprocess
 import sys
 import textwrap
 
-import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import keras
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_fixtures import sample_batches
-from conftest import assert_ok, cli_env, compose_cfg
-from cifar_dist.models.tta import plain_and_tta, with_tta
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from cifar_dist.config.override_check import command_line_problem
 from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers
 from cifar_dist.models.builder import model_node_problem, signature_parameters
+from cifar_dist.models.tta import plain_and_tta, with_tta
 from cifar_dist.training.recipe.hooks import fit_to_data
-from cifar_dist.config.override_check import command_line_problem
+from cifar_fixtures import sample_batches
+from conftest import assert_ok, cli_env, compose_cfg
 
-SMALL = {"seed_cnn": (seed_cnn, {}), "resnet9": (resnet9, {"width": 8}), "airbench": (airbench, {"widths": (8, 16, 16)})}
+SMALL = {
+    "seed_cnn": (seed_cnn, {}),
+    "resnet9": (resnet9, {"width": 8}),
+    "airbench": (airbench, {"widths": (8, 16, 16)}),
+}
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +91,26 @@ def test_a_keras_3_model_with_the_custom_layers_saves_and_loads_in_safe_mode(ima
 
     _, model = both("airbench", images)
     classes = schedule_classes(keras)
-    lr = classes.HorovodLr(classes.Triangular(0.2, 100), steps_per_epoch=10, size=2, warmup_epochs=1.5,
-                           decay_epochs=[3], decay_factor=0.5)
+    lr = classes.HorovodLr(
+        classes.Triangular(0.2, 100), steps_per_epoch=10, size=2, warmup_epochs=1.5, decay_epochs=[3], decay_factor=0.5
+    )
     model.compile(optimizer=sgdw(lr, keras=keras), loss="categorical_crossentropy")
     model.save(tmp_path / "m.keras")
     np.save(tmp_path / "x.npy", images[:8])
     (tmp_path / "load.py").write_text(LOAD)
-    proc = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(tmp_path / "m.keras"), str(tmp_path / "x.npy"),
-                           str(tmp_path / "p.npy")], env=cli_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(tmp_path / "load.py"),
+            str(tmp_path / "m.keras"),
+            str(tmp_path / "x.npy"),
+            str(tmp_path / "p.npy"),
+        ],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_ok(proc)
     assert "unregistered:" in proc.stdout  # what register_custom_objects is for
     optimizer, schedule, value = proc.stdout.splitlines()[-1].split()
@@ -119,10 +136,12 @@ def test_keras_is_passed_by_the_trainer_never_a_model_option():
     node = OmegaConf.create({"_target_": "cifar_dist.models.seed_cnn.build", "keras": "keras"})
     assert model_node_problem(node, params_of=signature_parameters) == (
         "model.keras: `keras` is not a model option: the trainer passes the Keras module the model is built with; "
-        "remove it from the model config")
+        "remove it from the model config"
+    )
     typo = OmegaConf.create({"_target_": "cifar_dist.models.seed_cnn.build", "dense_unit": 3})
     assert model_node_problem(typo, params_of=signature_parameters).endswith(
-        "(its parameters: input_shape, conv_dropout, dense_units, dense_dropout)")
+        "(its parameters: input_shape, conv_dropout, dense_units, dense_dropout)"
+    )
     for option in ("seed_cnn", "resnet9", "airbench"):
         assert "keras" not in compose_cfg(f"model={option}").model
         assert "model has no key `keras`" in command_line_problem([f"model={option}", "+model.keras=x"])

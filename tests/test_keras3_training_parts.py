@@ -1,4 +1,5 @@
 """The optimizers and lr schedules in Keras 3: the same steps as Keras 2's, and Horovod's lr callbacks as a schedule."""
+
 import json
 import os
 import shutil
@@ -6,16 +7,16 @@ import subprocess
 import sys
 import textwrap
 
-import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import assert_ok, cli_env
-from cifar_dist.training import optimizers
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.keras_ops import current_lr
+from cifar_dist.training import optimizers
 from cifar_dist.training.recipe.schedules import Triangular, build_schedule, schedule_classes
+from conftest import assert_ok, cli_env
 
 STEPS = 4
 
@@ -55,12 +56,16 @@ def assert_same_moves(moved2, moved3):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("factory, kwargs, scale", [
-    (optimizers.rmsprop, {"decay": 0.1}, 1e-4),
-    (optimizers.sgd, {"decay": 0.1, "nesterov": True}, 1.0),
-    (optimizers.adam, {"decay": 0.1}, 1e-4),
-    (optimizers.sgdw, {"lr_multipliers": {"beta": 64.0}, "weight_decay": 0.05}, 1.0),
-], ids=["rmsprop", "sgd", "adam", "sgdw"])
+@pytest.mark.parametrize(
+    "factory, kwargs, scale",
+    [
+        (optimizers.rmsprop, {"decay": 0.1}, 1e-4),
+        (optimizers.sgd, {"decay": 0.1, "nesterov": True}, 1.0),
+        (optimizers.adam, {"decay": 0.1}, 1e-4),
+        (optimizers.sgdw, {"lr_multipliers": {"beta": 64.0}, "weight_decay": 0.05}, 1.0),
+    ],
+    ids=["rmsprop", "sgd", "adam", "sgdw"],
+)
 def test_each_optimizer_takes_the_same_steps_in_keras_3_as_in_keras_2(factory, kwargs, scale):
     """Gradients of 1e-4 for the adaptive ones: RMSprop's epsilon placement shows; decay=0.1: the legacy decay shows."""
     moved2, moved3, opt3 = train_both(factory, 0.01, 0.01, scale=scale, **kwargs)
@@ -70,10 +75,14 @@ def test_each_optimizer_takes_the_same_steps_in_keras_3_as_in_keras_2(factory, k
 
 def test_sgdw_over_a_triangular_schedule_matches_keras_2_and_decays_what_keras_2_decays():
     """Names are matched with the layer's name in both Keras: excluding "dense" spares dense/kernel."""
-    kwargs = dict(lr_multipliers={"beta": 64.0}, weight_decay=0.05,
-                  exclude_from_weight_decay=["batch_normalization", "bias", "dense"])
-    moved2, moved3, opt3 = train_both(optimizers.sgdw, Triangular(0.5, 10), schedule_classes(keras).Triangular(0.5, 10),
-                                      scale=0.1, **kwargs)
+    kwargs = dict(
+        lr_multipliers={"beta": 64.0},
+        weight_decay=0.05,
+        exclude_from_weight_decay=["batch_normalization", "bias", "dense"],
+    )
+    moved2, moved3, opt3 = train_both(
+        optimizers.sgdw, Triangular(0.5, 10), schedule_classes(keras).Triangular(0.5, 10), scale=0.1, **kwargs
+    )
     assert_same_moves(moved2, moved3)
     names = [v.path for v in small_model(keras).trainable_variables]
     assert [n for n in names if opt3.decays_name(n)] == ["conv/kernel"]
@@ -123,14 +132,32 @@ def test_horovod_lr_is_what_horovods_warmup_and_decay_callbacks_set_at_every_ste
     then the decay callbacks of epochs 3 and 4."""
     (tmp_path / "record.py").write_text(RECORD_LR)
     cmd = ["mpirun", "-np", "2", "--bind-to", "none"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    cmd += ["-x", "PYTHONPATH", "-x", "PATH", "-x", "TF_CPP_MIN_LOG_LEVEL",
-            sys.executable, str(tmp_path / "record.py"), str(tmp_path / "lr.json")]
+    cmd += [
+        "-x",
+        "PYTHONPATH",
+        "-x",
+        "PATH",
+        "-x",
+        "TF_CPP_MIN_LOG_LEVEL",
+        sys.executable,
+        str(tmp_path / "record.py"),
+        str(tmp_path / "lr.json"),
+    ]
     proc = subprocess.run(cmd, env=cli_env(), capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert_ok(proc)
     recorded = json.loads((tmp_path / "lr.json").read_text())
     assert recorded["size"] == 2 and len(recorded["lr"]) == 30
-    schedule = build_schedule(0.1, _no_schedule(), steps_per_epoch=5, epochs=6, keras=keras, warmup_epochs=1.5,
-                              decay_epochs=[3, 4], decay_factor=0.5, size=2)
+    schedule = build_schedule(
+        0.1,
+        _no_schedule(),
+        steps_per_epoch=5,
+        epochs=6,
+        keras=keras,
+        warmup_epochs=1.5,
+        decay_epochs=[3, 4],
+        decay_factor=0.5,
+        size=2,
+    )
     ours = [float(schedule(step)) for step in range(30)]
     np.testing.assert_allclose(ours, recorded["lr"], rtol=1e-6)
     assert len(set(np.round(ours, 6))) > 10  # the warmup ramps, the decays step: a sequence worth comparing
@@ -151,11 +178,22 @@ def _no_schedule():
     return OmegaConf.merge(compose_cfg().trainer.lr_schedule, {"kind": "none"})
 
 
-@pytest.mark.parametrize("factory", [optimizers.rmsprop, optimizers.sgdw, optimizers.adam], ids=["rmsprop", "sgdw", "adam"])
+@pytest.mark.parametrize(
+    "factory", [optimizers.rmsprop, optimizers.sgdw, optimizers.adam], ids=["rmsprop", "sgdw", "adam"]
+)
 def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
     """Inside Keras 3's compiled train step (graph mode): the twins' update_step, the legacy decay and HorovodLr."""
-    schedule = build_schedule(0.01, _no_schedule(), steps_per_epoch=2, epochs=2, keras=keras, warmup_epochs=1,
-                              decay_epochs=[1], decay_factor=0.5, size=2)
+    schedule = build_schedule(
+        0.01,
+        _no_schedule(),
+        steps_per_epoch=2,
+        epochs=2,
+        keras=keras,
+        warmup_epochs=1,
+        decay_epochs=[1],
+        decay_factor=0.5,
+        size=2,
+    )
     model = small_model(keras)
     model.compile(optimizer=factory(schedule, keras=keras), loss="mse")
     before = model.get_weights()
@@ -168,8 +206,8 @@ def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
 
 def test_the_recipe_gives_keras_3_runs_the_horovod_lr_and_keras_2_runs_the_plain_lr():
     """Keras 2 keeps Horovod's callbacks (a plain lr they can set); Keras 3 gets them as the schedule."""
-    from conftest import compose_cfg
     from cifar_dist.training.recipe import hooks as recipe
+    from conftest import compose_cfg
 
     t = compose_cfg("trainer.warmup_epochs=2", "trainer.lr_decay_epochs=[3]", "trainer.lr_decay_factor=0.5").trainer
     assert recipe.learning_rate(0.2, t, 10, 5) == 0.2

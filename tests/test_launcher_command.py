@@ -4,6 +4,7 @@ Configs are composed with Hydra's own compose API; the child overrides in the
 command are parsed back with Hydra's override parser and composed again, so
 "the ranks run the same job" is checked on what Hydra would really see.
 """
+
 import os
 import shlex
 import sys
@@ -14,10 +15,10 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
 from cifar_dist.launchers.gloo import GlooLauncher
 from cifar_dist.launchers.mpirun import MpirunLauncher
+from cifar_dist.launchers.ranks import hosts as hosts_mod
 from conftest import assert_ok, run_cli
 
 register_configs()
@@ -31,9 +32,16 @@ def make_job():
     def make(*task_overrides, hydra_overrides=(), output_dir=AWKWARD_DIR, multirun=False):
         with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
             cfg = compose("config", overrides=list(task_overrides))
-        job = JobSpec(cfg=cfg, output_dir=Path(output_dir), task_overrides=list(task_overrides),
-                      hydra_overrides=list(hydra_overrides), original_cwd=Path("/somewhere"), multirun=multirun)
+        job = JobSpec(
+            cfg=cfg,
+            output_dir=Path(output_dir),
+            task_overrides=list(task_overrides),
+            hydra_overrides=list(hydra_overrides),
+            original_cwd=Path("/somewhere"),
+            multirun=multirun,
+        )
         return job, instantiate(cfg.launcher, _convert_="all")
+
     return make
 
 
@@ -41,8 +49,8 @@ def split_command(argv):
     """(runner part, wrapper part, child overrides) of a launcher command."""
     wrapper_at = argv.index("cifar_dist.launchers.ranks.rank_exec") - 2
     child_at = argv.index("--")
-    assert argv[child_at + 2:child_at + 4] == ["-m", "cifar_dist"]
-    return argv[:wrapper_at], argv[wrapper_at:child_at], argv[child_at + 4:]
+    assert argv[child_at + 2 : child_at + 4] == ["-m", "cifar_dist"]
+    return argv[:wrapper_at], argv[wrapper_at:child_at], argv[child_at + 4 :]
 
 
 def overrides_dict(overrides):
@@ -52,8 +60,13 @@ def overrides_dict(overrides):
 def test_mpirun_local_command_rebuilds_the_job_in_the_same_run_dir(make_job, monkeypatch):
     monkeypatch.setattr(hosts_mod, "local_cores", lambda: 2)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    job, launcher = make_job("launcher=mpirun", "launcher.np=2", "optimizer.lr=2e-4", "data=sample",
-                             hydra_overrides=["hydra.job.name=cifar_dist", "hydra.sweep.dir=/x", "hydra.mode=MULTIRUN"])
+    job, launcher = make_job(
+        "launcher=mpirun",
+        "launcher.np=2",
+        "optimizer.lr=2e-4",
+        "data=sample",
+        hydra_overrides=["hydra.job.name=cifar_dist", "hydra.sweep.dir=/x", "hydra.mode=MULTIRUN"],
+    )
     assert isinstance(launcher, MpirunLauncher)
     runner, wrapper, child = split_command(launcher.command(job))
 
@@ -62,10 +75,15 @@ def test_mpirun_local_command_rebuilds_the_job_in_the_same_run_dir(make_job, mon
     assert "-H" not in runner and "--hostfile" not in runner
     assert runner[3:7] == ["--map-by", "slot:PE=1", "--bind-to", "core"]  # np <= cores: one core each
     forwarded = [runner[i + 1] for i, a in enumerate(runner) if a == "-x"]
-    assert {"TF_USE_LEGACY_KERAS", "CIFAR_DIST_CHILD", "PYTHONUNBUFFERED", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"} <= set(forwarded)
+    assert {
+        "TF_USE_LEGACY_KERAS",
+        "CIFAR_DIST_CHILD",
+        "PYTHONUNBUFFERED",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+    } <= set(forwarded)
     assert all("=" not in name for name in forwarded), "values must not appear on the command line"
     i = runner.index("mpi_yield_when_idle")
-    assert runner[i - 1:i + 2] == ["--mca", "mpi_yield_when_idle", "1"]
+    assert runner[i - 1 : i + 2] == ["--mca", "mpi_yield_when_idle", "1"]
     assert launcher.environment()["HOROVOD_CYCLE_TIME"] == "5" and "HOROVOD_CYCLE_TIME" in forwarded
 
     assert wrapper[0] == sys.executable and wrapper[wrapper.index("--log-dir") + 1] == f"{AWKWARD_DIR}/logs"
@@ -105,9 +123,13 @@ def test_mpirun_hosts_root_extra_args_env_and_rsh_agent(make_job, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/opt/extra")
     monkeypatch.setenv("MY_TOKEN_NAME", "x")
     job, launcher = make_job(
-        "launcher=mpirun", "launcher.np=8", "launcher.hosts=[h1:4,h2:4]",
-        "launcher.extra_args=[--mca,btl_tcp_if_include,eth0]", "+launcher.env.NCCL_DEBUG=INFO",
-        "launcher.forward_env=[MY_TOKEN_NAME]", "launcher.rsh_agent=ssh -p 2222",
+        "launcher=mpirun",
+        "launcher.np=8",
+        "launcher.hosts=[h1:4,h2:4]",
+        "launcher.extra_args=[--mca,btl_tcp_if_include,eth0]",
+        "+launcher.env.NCCL_DEBUG=INFO",
+        "launcher.forward_env=[MY_TOKEN_NAME]",
+        "launcher.rsh_agent=ssh -p 2222",
     )
     argv = launcher.command(job)
     runner, _, _ = split_command(argv)
@@ -115,7 +137,7 @@ def test_mpirun_hosts_root_extra_args_env_and_rsh_agent(make_job, monkeypatch):
     assert runner[runner.index("-H") + 1] == "h1:4,h2:4"
     assert runner[runner.index("--bind-to") + 1] == "none"  # remote core counts unknown
     i = runner.index("plm_rsh_agent")
-    assert runner[i - 1:i + 2] == ["--mca", "plm_rsh_agent", "ssh -p 2222"]
+    assert runner[i - 1 : i + 2] == ["--mca", "plm_rsh_agent", "ssh -p 2222"]
     forwarded = [runner[i + 1] for i, a in enumerate(runner) if a == "-x"]
     assert {"PYTHONPATH", "NCCL_DEBUG", "MY_TOKEN_NAME"} <= set(forwarded)
     assert runner[-3:] == ["--mca", "btl_tcp_if_include", "eth0"]  # extra args last, before the ranks' command
@@ -128,8 +150,9 @@ def test_mpirun_hosts_root_extra_args_env_and_rsh_agent(make_job, monkeypatch):
 def test_mpirun_hostfile_and_oversubscribe(make_job, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nnode1 slots=2\nnode2 slots=2 max_slots=4\n")
-    job, launcher = make_job("launcher=mpirun", "launcher.np=6", f"launcher.hostfile={hostfile}",
-                             "launcher.oversubscribe=true")
+    job, launcher = make_job(
+        "launcher=mpirun", "launcher.np=6", f"launcher.hostfile={hostfile}", "launcher.oversubscribe=true"
+    )
     runner, _, _ = split_command(launcher.command(job))
     assert runner[runner.index("--hostfile") + 1] == str(hostfile)
     assert "--oversubscribe" in runner and "-H" not in runner
@@ -154,8 +177,9 @@ def test_gloo_command(make_job, tmp_path, monkeypatch):
 
     hostfile = tmp_path / "hosts"
     hostfile.write_text("a slots=2\nb\n")
-    job, launcher = make_job("launcher=gloo", "launcher.np=3", f"launcher.hostfile={hostfile}",
-                             "launcher.extra_args=[--ssh-port,2222]")
+    job, launcher = make_job(
+        "launcher=gloo", "launcher.np=3", f"launcher.hostfile={hostfile}", "launcher.extra_args=[--ssh-port,2222]"
+    )
     runner, wrapper, _ = split_command(launcher.command(job))
     assert runner[runner.index("-H") + 1] == "a:2,b:1"  # horovodrun needs name:slots
     assert runner[-2:] == ["--ssh-port", "2222"]
@@ -191,10 +215,15 @@ def test_preflight_errors_are_one_line_and_say_what_to_do(make_job, monkeypatch,
 
 def test_host_that_does_not_answer_fails_before_anything_starts(make_job, tmp_path):
     agent = tmp_path / "agent"
-    agent.write_text("#!/bin/sh\necho \"ssh: connect to host $1 port 22: No route to host\" >&2\nexit 255\n")
+    agent.write_text('#!/bin/sh\necho "ssh: connect to host $1 port 22: No route to host" >&2\nexit 255\n')
     agent.chmod(0o755)
-    job, launcher = make_job("launcher=mpirun", "launcher.np=2", "launcher.hosts=[localhost:1,node-gone:1]",
-                             f"launcher.rsh_agent={agent}", output_dir=str(tmp_path / "run"))
+    job, launcher = make_job(
+        "launcher=mpirun",
+        "launcher.np=2",
+        "launcher.hosts=[localhost:1,node-gone:1]",
+        f"launcher.rsh_agent={agent}",
+        output_dir=str(tmp_path / "run"),
+    )
     with pytest.raises(LaunchError) as err:
         launcher.launch(job)
     assert str(err.value).startswith("host node-gone does not answer")
@@ -204,16 +233,27 @@ def test_host_that_does_not_answer_fails_before_anything_starts(make_job, tmp_pa
     slow = tmp_path / "slow"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    job, launcher = make_job("launcher=mpirun", "launcher.hosts=[node-slow:2]", f"launcher.rsh_agent={slow}",
-                             "launcher.host_check_timeout_s=1")
+    job, launcher = make_job(
+        "launcher=mpirun",
+        "launcher.hosts=[node-slow:2]",
+        f"launcher.rsh_agent={slow}",
+        "launcher.host_check_timeout_s=1",
+    )
     with pytest.raises(LaunchError, match=r"^host node-slow did not answer within 1s"):
         launcher.launch(job)
 
 
 def test_cli_dry_run_prints_the_exact_command(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", "data=sample",
-                   "optimizer.lr=3e-4", f"hydra.run.dir={run_dir}", timeout=120)
+    proc = run_cli(
+        "launcher=mpirun",
+        "launcher.np=2",
+        "launcher.dry_run=true",
+        "data=sample",
+        "optimizer.lr=3e-4",
+        f"hydra.run.dir={run_dir}",
+        timeout=120,
+    )
     assert_ok(proc)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]
     assert len(lines) == 1
@@ -237,7 +277,9 @@ def test_gloo_hands_horovodrun_no_secret_from_this_shell(make_job, monkeypatch):
     monkeypatch.setenv("AZURE_BATCHAI_STORAGE_KEY", "planted-secret-key")
     monkeypatch.setenv("SOME_TOKEN", "planted-token")
     monkeypatch.setenv("MY_SETTING", "wanted")
-    _, launcher = make_job("launcher=gloo", "launcher.np=2", "launcher.forward_env=[MY_SETTING]", "+launcher.env.EXTRA=1")
+    _, launcher = make_job(
+        "launcher=gloo", "launcher.np=2", "launcher.forward_env=[MY_SETTING]", "+launcher.env.EXTRA=1"
+    )
     env = launcher.environment()
     assert "AZURE_BATCHAI_STORAGE_KEY" not in env and "SOME_TOKEN" not in env
     assert env["MY_SETTING"] == "wanted" and env["EXTRA"] == "1"

@@ -2,6 +2,7 @@
 launcher=azureml stands on its own (nothing from the retired Batch AI launcher; what both
 Azure launchers share lives in launchers/azure/), and no launcher imports the app above it
 (cifar_dist.app: the Batch AI node runs it as `python -m cifar_dist`, like every other launcher)."""
+
 import ast
 from pathlib import Path
 
@@ -29,22 +30,26 @@ def launcher_modules(folder: Path) -> dict:
 def test_no_azureml_module_imports_batchai():
     modules = launcher_modules(LAUNCHERS / "azureml")
     assert len(modules) >= 6, modules  # the package is where this test looks
-    borrowed = {p.name: [n for n in imported_modules(p, pkg) if "batchai" in n.split(".")]
-                for p, pkg in modules.items()}
+    borrowed = {
+        p.name: [n for n in imported_modules(p, pkg) if "batchai" in n.split(".")] for p, pkg in modules.items()
+    }
     assert {name: found for name, found in borrowed.items() if found} == {}
 
 
 def test_no_launcher_imports_the_app():
     modules = launcher_modules(LAUNCHERS)
     assert len(modules) > 40, len(modules)
-    upward = {str(p.relative_to(LAUNCHERS)): [n for n in imported_modules(p, pkg) if n.startswith("cifar_dist.app")]
-              for p, pkg in modules.items()}
+    upward = {
+        str(p.relative_to(LAUNCHERS)): [n for n in imported_modules(p, pkg) if n.startswith("cifar_dist.app")]
+        for p, pkg in modules.items()
+    }
     assert {path: found for path, found in upward.items() if found} == {}
 
 
 def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from cifar_dist.launchers.batchai.client import x\n"
-                      "    from ..batchai import job\n")
+    module.write_text(
+        "def f():\n    from cifar_dist.launchers.batchai.client import x\n    from ..batchai import job\n"
+    )
     found = imported_modules(module, "cifar_dist.launchers.azureml")
     assert "cifar_dist.launchers.batchai.client" in found and "cifar_dist.launchers.batchai.job" in found

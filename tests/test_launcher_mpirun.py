@@ -4,6 +4,7 @@ Each run trains a few 16-step epochs per rank (shard policy, batch 128), which
 is enough to check behaviour; speed is measured by scripts/bench_scaling.py,
 never here.
 """
+
 import csv
 import json
 import os
@@ -19,8 +20,13 @@ from conftest import assert_ok, read_metrics, run_cli, start_cli, wait_for
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
-QUICK = ("debug=fast", "trainer.epoch_policy=shard", "trainer.batch_size=128", "trainer.plot=false",
-         "trainer.verbose=2")
+QUICK = (
+    "debug=fast",
+    "trainer.epoch_policy=shard",
+    "trainer.batch_size=128",
+    "trainer.plot=false",
+    "trainer.verbose=2",
+)
 
 
 def processes_of(run_dir: Path):
@@ -55,8 +61,16 @@ def rank_pid(run_dir: Path, rank: int) -> int:
 
 def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=1",
-                   f"hydra.sweep.dir={sweep_dir}", timeout=600)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        "launcher=mpirun",
+        "launcher.np=2",
+        *QUICK,
+        "trainer.epochs=1",
+        f"hydra.sweep.dir={sweep_dir}",
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
 
@@ -82,7 +96,9 @@ def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
     assert "Sweep summary" in out
     rows = list(csv.DictReader(open(sweep_dir / "sweep_summary.csv")))
     assert [(r["varied"], r["status"], r["ranks"]) for r in rows] == [
-        ("optimizer.lr=0.0001", "ok", "2"), ("optimizer.lr=0.0002", "ok", "2")]  # as Hydra normalises them
+        ("optimizer.lr=0.0001", "ok", "2"),
+        ("optimizer.lr=0.0002", "ok", "2"),
+    ]  # as Hydra normalises them
     assert (sweep_dir / "sweep_summary.png").stat().st_size > 10_000
     assert not processes_of(sweep_dir)
 
@@ -122,8 +138,16 @@ def test_a_killed_rank_stops_the_job_and_a_rerun_resumes(tmp_path):
 def test_ctrl_c_stops_every_rank(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli("launcher=mpirun", "launcher.np=2", *QUICK, "trainer.epochs=20", f"hydra.run.dir={run_dir}")
-    wait_for(lambda: "Epoch 1/" in (run_dir / "logs" / "rank.0.log").read_text()
-             if (run_dir / "logs" / "rank.0.log").exists() else False, 300, proc, "training to start")
+    wait_for(
+        lambda: (
+            "Epoch 1/" in (run_dir / "logs" / "rank.0.log").read_text()
+            if (run_dir / "logs" / "rank.0.log").exists()
+            else False
+        ),
+        300,
+        proc,
+        "training to start",
+    )
     assert len(processes_of(run_dir)) >= 5  # mpirun, 2 wrappers, 2 ranks
     proc.send_signal(signal.SIGINT)
     interrupted_at = time.time()
@@ -135,13 +159,22 @@ def test_ctrl_c_stops_every_rank(tmp_path):
 
 
 @pytest.mark.slow  # ~40 s; the Gloo command itself is checked in test_launcher_command.py
-@pytest.mark.skipif(shutil.which("horovodrun") is None and not (Path(sys.executable).parent / "horovodrun").exists(),
-                    reason="horovodrun not installed")
+@pytest.mark.skipif(
+    shutil.which("horovodrun") is None and not (Path(sys.executable).parent / "horovodrun").exists(),
+    reason="horovodrun not installed",
+)
 def test_gloo_two_ranks(tmp_path):
     run_dir = tmp_path / "run"
     horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).parent / "horovodrun")
-    proc = run_cli("launcher=gloo", f"launcher.horovodrun={horovodrun}", "launcher.np=2", *QUICK,
-                   "trainer.epochs=1", f"hydra.run.dir={run_dir}", timeout=600)
+    proc = run_cli(
+        "launcher=gloo",
+        f"launcher.horovodrun={horovodrun}",
+        "launcher.np=2",
+        *QUICK,
+        "trainer.epochs=1",
+        f"hydra.run.dir={run_dir}",
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     m = read_metrics(run_dir)

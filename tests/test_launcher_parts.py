@@ -1,5 +1,6 @@
 """The pieces under the multi-rank launchers, each on its own and without MPI:
 host lists, the per-rank wrapper, blaming the right rank, stopping a process tree."""
+
 import json
 import os
 import signal
@@ -13,21 +14,24 @@ import pytest
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.log_tail import tail
-from cifar_dist.launchers.ranks.rank_failure import HOROVOD_SHUTDOWN, first_failure
 from cifar_dist.launchers.ranks.hosts import Host, check_slots, is_local, parse_host, parse_hostfile
 from cifar_dist.launchers.ranks.rank_exec import core_share
+from cifar_dist.launchers.ranks.rank_failure import HOROVOD_SHUTDOWN, first_failure
 from conftest import REPO, assert_ok
-
 
 # ---- hosts -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec, host", [
-    ("node1", Host("node1", None)),
-    ("node1:4", Host("node1", 4)),
-    ("169.254.7.2:2", Host("169.254.7.2", 2)),
-    ("[fd00::2]:3", Host("fd00::2", 3)),
-    ("fd00::2", Host("fd00::2", None)),
-])
+
+@pytest.mark.parametrize(
+    "spec, host",
+    [
+        ("node1", Host("node1", None)),
+        ("node1:4", Host("node1", 4)),
+        ("169.254.7.2:2", Host("169.254.7.2", 2)),
+        ("[fd00::2]:3", Host("fd00::2", 3)),
+        ("fd00::2", Host("fd00::2", None)),
+    ],
+)
 def test_parse_host(spec, host):
     assert parse_host(spec) == host
 
@@ -58,23 +62,47 @@ def test_slots_and_local_names():
     assert not is_local("node-that-does-not-exist.invalid")
 
 
-@pytest.mark.parametrize("cores, rank, size, share", [
-    ([0, 1], 0, 2, [0]), ([0, 1], 1, 2, [1]), ([0, 1], 0, 1, [0, 1]),
-    ([0, 1, 2, 3, 4], 1, 2, [2, 3]), ([0, 1], 0, 3, []),
-])
+@pytest.mark.parametrize(
+    "cores, rank, size, share",
+    [
+        ([0, 1], 0, 2, [0]),
+        ([0, 1], 1, 2, [1]),
+        ([0, 1], 0, 1, [0, 1]),
+        ([0, 1, 2, 3, 4], 1, 2, [2, 3]),
+        ([0, 1], 0, 3, []),
+    ],
+)
 def test_core_share(cores, rank, size, share):
     assert core_share(cores, rank, size) == share
 
 
 # ---- the per-rank wrapper ---------------------------------------------------------
 
+
 def run_wrapper(tmp_path, rank, code, *extra, env=None, **kw):
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), **(env or {})}
     env.pop("CIFAR_DIST_CHILD", None)
     return subprocess.run(
-        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"),
-         "--nonchief-arg=extra-arg", *extra, "--", sys.executable, "-c", code, "x"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, **kw,
+        [
+            sys.executable,
+            "-m",
+            "cifar_dist.launchers.ranks.rank_exec",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--nonchief-arg=extra-arg",
+            *extra,
+            "--",
+            sys.executable,
+            "-c",
+            code,
+            "x",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **kw,
     )
 
 
@@ -104,7 +132,7 @@ def test_wrapper_binds_its_rank_to_a_core_share(tmp_path):
     code = "import os; print('cores', sorted(os.sched_getaffinity(0)))"
     proc = run_wrapper(tmp_path, 0, code, "--bind-cores", env={"HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"})
     per = len(cores) // 2
-    assert f"cores {cores[per:2 * per]}" in proc.stdout
+    assert f"cores {cores[per : 2 * per]}" in proc.stdout
 
 
 def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
@@ -112,8 +140,20 @@ def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
     pidfile = tmp_path / "child.pid"
     env = {**os.environ, "OMPI_COMM_WORLD_RANK": "1", "PIDFILE": str(pidfile)}
     wrapper = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
-         sys.executable, "-c", code], cwd=REPO, env=env)
+        [
+            sys.executable,
+            "-m",
+            "cifar_dist.launchers.ranks.rank_exec",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        cwd=REPO,
+        env=env,
+    )
     deadline = time.time() + 30
     while not pidfile.exists() or not pidfile.read_text():
         assert time.time() < deadline
@@ -126,8 +166,20 @@ def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
 
     pidfile.unlink()
     wrapper = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(tmp_path / "logs"), "--",
-         sys.executable, "-c", code], cwd=REPO, env=env)
+        [
+            sys.executable,
+            "-m",
+            "cifar_dist.launchers.ranks.rank_exec",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        cwd=REPO,
+        env=env,
+    )
     while not pidfile.exists() or not pidfile.read_text():
         assert time.time() < deadline + 30
         time.sleep(0.1)
@@ -144,11 +196,13 @@ def test_child_dies_with_a_killed_wrapper_and_signals_are_recorded(tmp_path):
 
 # ---- blaming the right rank -------------------------------------------------------
 
+
 def write_rank(log_dir, rank, when, code, text, sig=None):
     log_dir.mkdir(exist_ok=True)
     (log_dir / f"rank.{rank}.log").write_text(text)
-    (log_dir / f"rank.{rank}.exit.json").write_text(json.dumps(
-        {"rank": rank, "host": "vm", "pid": 1, "time": when, "exit_code": code, "signal": sig}))
+    (log_dir / f"rank.{rank}.exit.json").write_text(
+        json.dumps({"rank": rank, "host": "vm", "pid": 1, "time": when, "exit_code": code, "signal": sig})
+    )
 
 
 def test_the_rank_that_failed_first_is_blamed_not_horovods_victims(tmp_path):
@@ -167,22 +221,33 @@ def test_the_rank_that_failed_first_is_blamed_not_horovods_victims(tmp_path):
     # wins over the ranks the runner then tore down with SIGTERM.
     write_rank(logs, 0, 305.0, 143, "Epoch 2/3\n", sig=15)
     (logs / "rank.1.exit.json").unlink()
-    failure = first_failure(logs, 2, since=300.0, runner_output=(
-        "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."))
+    failure = first_failure(
+        logs,
+        2,
+        since=300.0,
+        runner_output=("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."),
+    )
     assert (failure.rank, failure.how) == (1, "was killed by signal 9 (SIGKILL)")
     assert failure.log == logs / "rank.1.log"
 
     # Records from an earlier launch do not count; the runner's report does.
-    failure = first_failure(logs, 2, since=200.0, runner_output=(
-        "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."))
+    failure = first_failure(
+        logs,
+        2,
+        since=200.0,
+        runner_output=("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed)."),
+    )
     assert (failure.rank, failure.how) == (1, "was killed by signal 9 (SIGKILL)")
 
 
-@pytest.mark.parametrize("output, rank, how", [
-    ("Process name: [[29483,1],1]\n  Exit code:    2", 1, "exited with code 2"),
-    ("Process 3 exit with status code 1.", 3, "exited with code 1"),
-    ("nothing useful", None, "failed before any rank reported"),
-])
+@pytest.mark.parametrize(
+    "output, rank, how",
+    [
+        ("Process name: [[29483,1],1]\n  Exit code:    2", 1, "exited with code 2"),
+        ("Process 3 exit with status code 1.", 3, "exited with code 1"),
+        ("nothing useful", None, "failed before any rank reported"),
+    ],
+)
 def test_runner_messages_name_the_rank(tmp_path, output, rank, how):
     failure = first_failure(tmp_path / "logs", 4, since=0, runner_output=output)
     assert (failure.rank, failure.how) == (rank, how)
@@ -231,9 +296,17 @@ def test_supervisor_leaves_no_process_behind(tmp_path, how):
     pidfile = tmp_path / "rank.pid"
     env = {**os.environ, "PIDFILE": str(pidfile), "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, str(tmp_path / "supervise.py"), str(tmp_path / "runner.py"),
-         "watch" if how == "watch" else "none", str(tmp_path / "runner.log")],
-        env=env, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            str(tmp_path / "supervise.py"),
+            str(tmp_path / "runner.py"),
+            "watch" if how == "watch" else "none",
+            str(tmp_path / "runner.log"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 30
     while not pidfile.exists() or not pidfile.read_text():
         assert time.time() < deadline
@@ -256,8 +329,19 @@ def test_supervisor_kills_ranks_orphaned_before_it_saw_them(tmp_path):
     (tmp_path / "runner.py").write_text(RUNNER)
     (tmp_path / "supervise.py").write_text(SUPERVISE)
     env = {**os.environ, "PIDFILE": str(tmp_path / "rank.pid"), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, str(tmp_path / "supervise.py"), str(tmp_path / "runner.py"), "orphan",
-                           str(tmp_path / "runner.log")], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(tmp_path / "supervise.py"),
+            str(tmp_path / "runner.py"),
+            "orphan",
+            str(tmp_path / "runner.log"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "RESULT 0 False ''" in proc.stdout
     rank = int((tmp_path / "runner.log").read_text().split("rank pid")[1].split()[0])
     assert not Path(f"/proc/{rank}").exists() or Path(f"/proc/{rank}/stat").read_text().split()[2] == "Z"

@@ -8,6 +8,7 @@ Rank 1 then really is on another network host: it reaches rank 0 only over
 the veth pair, through OpenMPI's TCP transport. The namespaces are removed
 whatever happens. Needs root and iproute2; skipped otherwise.
 """
+
 import os
 import shutil
 import subprocess
@@ -21,7 +22,9 @@ from conftest import REPO, assert_ok, cli_env, read_metrics
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create network namespaces"),
-    pytest.mark.skipif(not all(shutil.which(t) for t in ("ip", "unshare", "mpirun")), reason="needs ip, unshare, mpirun"),
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("ip", "unshare", "mpirun")), reason="needs ip, unshare, mpirun"
+    ),
 ]
 
 
@@ -47,7 +50,8 @@ def two_hosts(tmp_path):
             ip("-n", ns, "link", "set", "lo", "up")
             ip("-n", ns, "link", "set", dev, "up")
         agent = tmp_path / "netns-rsh"
-        agent.write_text(textwrap.dedent(f"""\
+        agent.write_text(
+            textwrap.dedent(f"""\
             #!/bin/sh
             # Stand-in for ssh: "host" $1 is a network namespace; the rest is the
             # command string a remote shell would run.
@@ -58,7 +62,8 @@ def two_hosts(tmp_path):
               *) echo "ssh: Could not resolve hostname $host" >&2; exit 255 ;;
             esac
             exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1"; shift; eval "$*"' sh "$name" "$@"
-            """))
+            """)
+        )
         agent.chmod(0o755)
         yield {"ns_a": ns_a, "addr_a": addr_a, "addr_b": addr_b, "subnet": f"{subnet}.0/24", "agent": str(agent)}
     finally:
@@ -79,16 +84,31 @@ def test_two_ranks_on_two_network_hosts(two_hosts, tmp_path):
     run_dir = tmp_path / "run"
     h = two_hosts
     overrides = [
-        "launcher=mpirun", "launcher.np=2", f"launcher.hosts=[{h['addr_a']}:1,{h['addr_b']}:1]",
-        f"launcher.rsh_agent={h['agent']}", "launcher.stall_shutdown_s=60",
+        "launcher=mpirun",
+        "launcher.np=2",
+        f"launcher.hosts=[{h['addr_a']}:1,{h['addr_b']}:1]",
+        f"launcher.rsh_agent={h['agent']}",
+        "launcher.stall_shutdown_s=60",
         # Only the veth pair exists between the "hosts": OpenMPI's TCP transport over it.
         f"launcher.extra_args=[--mca,btl,'self,tcp',--mca,btl_tcp_if_include,'{h['subnet']}',"
         f"--mca,oob_tcp_if_include,'{h['subnet']}']",
-        "debug=fast", "trainer.epochs=1", "trainer.epoch_policy=shard", "trainer.batch_size=128",
-        "trainer.plot=false", "trainer.verbose=2", f"hydra.run.dir={run_dir}",
+        "debug=fast",
+        "trainer.epochs=1",
+        "trainer.epoch_policy=shard",
+        "trainer.batch_size=128",
+        "trainer.plot=false",
+        "trainer.verbose=2",
+        f"hydra.run.dir={run_dir}",
     ]
-    proc = subprocess.run(["ip", "netns", "exec", h["ns_a"], sys.executable, "-m", "cifar_dist", *overrides],
-                          cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["ip", "netns", "exec", h["ns_a"], sys.executable, "-m", "cifar_dist", *overrides],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     m = read_metrics(run_dir)
@@ -101,10 +121,28 @@ def test_two_ranks_on_two_network_hosts(two_hosts, tmp_path):
 
 def test_unreachable_host_is_refused_before_start(two_hosts, tmp_path):
     proc = subprocess.run(
-        ["ip", "netns", "exec", two_hosts["ns_a"], sys.executable, "-m", "cifar_dist", "launcher=mpirun",
-         "launcher.np=2", f"launcher.hosts=[{two_hosts['addr_a']}:1,169.254.254.254:1]",
-         f"launcher.rsh_agent={two_hosts['agent']}", "data=sample", f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        [
+            "ip",
+            "netns",
+            "exec",
+            two_hosts["ns_a"],
+            sys.executable,
+            "-m",
+            "cifar_dist",
+            "launcher=mpirun",
+            "launcher.np=2",
+            f"launcher.hosts=[{two_hosts['addr_a']}:1,169.254.254.254:1]",
+            f"launcher.rsh_agent={two_hosts['agent']}",
+            "data=sample",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2
     assert "cifar_dist: error: host 169.254.254.254 does not answer" in proc.stderr
     assert not (tmp_path / "run" / "logs").exists()

@@ -10,6 +10,7 @@ every rank; matplotlib is for the learning-curves plot only; JAX is engine=jax's
 (and an engine=jax run loads no Horovod). The same run
 with tracking=mlflow must load MLflow, or the check would prove nothing.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,11 +42,20 @@ def run_recording_imports(tmp_path, *overrides):
     out.mkdir()
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(MODULES_HOOK)
-    env = cli_env(PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])),
-                  IMPORTS_OUT=str(out))
+    env = cli_env(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])), IMPORTS_OUT=str(out)
+    )
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = run_cli("data=sample", "trainer.epochs=1", "trainer.plot=false", "trainer.tensorboard=false",
-                   f"hydra.run.dir={tmp_path / 'run'}", *overrides, cwd=tmp_path, env=env)
+    proc = run_cli(
+        "data=sample",
+        "trainer.epochs=1",
+        "trainer.plot=false",
+        "trainer.tensorboard=false",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *overrides,
+        cwd=tmp_path,
+        env=env,
+    )
     assert_ok(proc)
     return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
@@ -55,8 +65,11 @@ def loaded(record, top: str) -> bool:
 
 
 def unused_loaded(records):
-    return {" ".join(r["argv"][:3]): [top for top in UNUSED if loaded(r, top)] for r in records
-            if any(loaded(r, top) for top in UNUSED)}
+    return {
+        " ".join(r["argv"][:3]): [top for top in UNUSED if loaded(r, top)]
+        for r in records
+        if any(loaded(r, top) for top in UNUSED)
+    }
 
 
 def is_trainer(record) -> bool:

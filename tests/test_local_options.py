@@ -6,6 +6,7 @@ option of a ``--config-dir``: the launching command puts ``conf/local`` on Hydra
 carried to every rank and job like any search path. The tests write their options into the real
 ``conf/local`` (as a user would; it is git-ignored) and remove exactly what they wrote.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -15,13 +16,12 @@ import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from cifar_dist.config.files import holds_options, local_dir
+from cifar_dist.launchers.user_sources import with_searchpath
 from conftest import assert_ok, error_lines, one_error_line, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_user_sources_e2e import assert_trained_the_users_model, needs_mpirun
 from user_project import DATA_YAML, MODEL_YAML, QUIET, WIDTH, write_user_project
-
-from cifar_dist.config.files import holds_options, local_dir
-from cifar_dist.launchers.user_sources import with_searchpath
 
 LOCAL = ("model=local_tiny", "data=local_mine")
 
@@ -77,12 +77,15 @@ def test_conf_local_goes_last_on_the_search_path_once():
     assert with_searchpath(["hydra.searchpath=[oops"], local) == ["hydra.searchpath=[oops"]  # Hydra says why
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--cfg", "job"], ["SP", "--cfg", "job"]),
-    (["--info"], ["SP", "--info"]),  # not after it: --info takes an optional value
-    (["-cd", "c", "model=x", "--cfg", "job"], ["-cd", "c", "model=x", "SP", "--cfg", "job"]),
-    (["-m", "model=x", "hydra.searchpath=[file:///a]"], ["-m", "model=x", "SP"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--cfg", "job"], ["SP", "--cfg", "job"]),
+        (["--info"], ["SP", "--info"]),  # not after it: --info takes an optional value
+        (["-cd", "c", "model=x", "--cfg", "job"], ["-cd", "c", "model=x", "SP", "--cfg", "job"]),
+        (["-m", "model=x", "hydra.searchpath=[file:///a]"], ["-m", "model=x", "SP"]),
+    ],
+)
 def test_the_launching_command_line_gets_it_where_hydra_reads_overrides(local_options, argv, expected):
     from cifar_dist.app import with_local_options
 
@@ -133,9 +136,22 @@ def test_a_users_primary_config_keeps_its_own_search_path(project):
     (project / "more" / "optimizer").mkdir(parents=True)
     (project / "more" / "optimizer" / "quick.yaml").write_text("defaults:\n  - sgd\n  - _self_\nlr: 0.01\n")
     (project / "myconf" / "myrun.yaml").write_text(
-        f"defaults:\n  - config\n  - _self_\nhydra:\n  searchpath:\n    - file://{project / 'more'}\n")
-    proc = assert_ok(run_cli("--config-dir", "myconf", "--config-name", "myrun", *LOCAL, "optimizer=quick",
-                       "--cfg", "job", cwd=project, timeout=120))
+        f"defaults:\n  - config\n  - _self_\nhydra:\n  searchpath:\n    - file://{project / 'more'}\n"
+    )
+    proc = assert_ok(
+        run_cli(
+            "--config-dir",
+            "myconf",
+            "--config-name",
+            "myrun",
+            *LOCAL,
+            "optimizer=quick",
+            "--cfg",
+            "job",
+            cwd=project,
+            timeout=120,
+        )
+    )
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["optimizer"]["lr"] == 0.01 and cfg["model"]["_target_"] == "mymodels.build"
 
@@ -153,7 +169,9 @@ def test_a_yaml_error_in_conf_local_is_one_line_when_used_and_a_warning_otherwis
         assert proc.stderr.startswith(f"cifar_dist: warning: {broken}, line 2") and "model=local_broken" in proc.stderr
 
 
-@pytest.mark.parametrize("text", ["conv_dropout: 0.9\n", "conv_dropout: 0.9\nmine: 1\n"], ids=["same-keys", "other-keys"])
+@pytest.mark.parametrize(
+    "text", ["conv_dropout: 0.9\n", "conv_dropout: 0.9\nmine: 1\n"], ids=["same-keys", "other-keys"]
+)
 def test_a_local_option_named_like_a_built_in_one_is_refused_in_one_line(local_options, tmp_path, text):
     """issue 31 (hostile 11): conf/local/model/seed_cnn.yaml changed every default run silently, or (with a key
     seed_cnn lacks) broke every command, --help included, with a 97-line traceback."""
@@ -179,8 +197,10 @@ def test_help_lists_local_and_search_path_options_under_their_groups(project):
     (project / "more" / "optimizer").mkdir(parents=True)
     (project / "more" / "optimizer" / "quick.yaml").write_text("defaults:\n  - sgd\n  - _self_\nlr: 0.01\n")
     proc = assert_ok(run_cli("--help", f"hydra.searchpath=[file://{project / 'more'}]", cwd=project, timeout=120))
-    groups = dict(line.split(": ", 1) for line in proc.stdout.split("== Config groups (group=option) ==\n", 1)[1]
-                  .split("\n\n", 1)[0].splitlines())
+    groups = dict(
+        line.split(": ", 1)
+        for line in proc.stdout.split("== Config groups (group=option) ==\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    )
     assert groups["model"] == "airbench, local_tiny, resnet9, seed_cnn"  # conf/local's, with the built-in ones
     assert groups["optimizer"] == "adam, quick, rmsprop, sgd, sgdw"  # a hydra.searchpath dir's
     assert "local_mine" in groups["data"] and not [g for g in groups if g.startswith(("local/", "hydra"))]
@@ -190,15 +210,30 @@ def test_help_lists_local_and_search_path_options_under_their_groups(project):
 @needs_mpirun
 def test_two_mpirun_ranks_train_a_local_option(project, tmp_path):
     run_dir = tmp_path / "runs" / "mpirun"
-    assert_ok(run_cli(*LOCAL, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", "trainer.epoch_policy=shard",
-                "launcher=mpirun", "launcher.np=2", f"hydra.run.dir={run_dir}", cwd=project, timeout=600))
+    assert_ok(
+        run_cli(
+            *LOCAL,
+            f"model.width={WIDTH}",
+            *QUIET,
+            "trainer.epochs=1",
+            "trainer.epoch_policy=shard",
+            "launcher=mpirun",
+            "launcher.np=2",
+            f"hydra.run.dir={run_dir}",
+            cwd=project,
+            timeout=600,
+        )
+    )
     assert_trained_the_users_model(run_dir, 2, 1)
 
 
 def test_an_azureml_job_carries_conf_local_in_its_snapshot(project, fake_aml, snapshot_cache, tmp_path):
     run_dir = tmp_path / "run"
-    args = [a for a in aml_overrides(fake_aml, run_dir, snapshot_cache, **{"launcher.dry_run": "true"})
-            if not a.startswith("data=")]
+    args = [
+        a
+        for a in aml_overrides(fake_aml, run_dir, snapshot_cache, **{"launcher.dry_run": "true"})
+        if not a.startswith("data=")
+    ]
     assert_ok(run_cli(*LOCAL, *args, cwd=project, env=aml_env(fake_aml), timeout=120))
     assert fake_aml.requests == []
     doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())

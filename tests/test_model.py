@@ -1,14 +1,30 @@
 """The model group builds exactly the seed tutorial's CNN."""
-import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.config.schema import SeedCnnConfig
 
 SEED_LAYERS = [
-    ("Conv2D", 32), ("Activation", "relu"), ("Conv2D", 32), ("Activation", "relu"), ("MaxPooling2D", None), ("Dropout", 0.25),
-    ("Conv2D", 64), ("Activation", "relu"), ("Conv2D", 64), ("Activation", "relu"), ("MaxPooling2D", None), ("Dropout", 0.25),
-    ("Flatten", None), ("Dense", 512), ("Activation", "relu"), ("Dropout", 0.5), ("Dense", 10), ("Activation", "softmax"),
+    ("Conv2D", 32),
+    ("Activation", "relu"),
+    ("Conv2D", 32),
+    ("Activation", "relu"),
+    ("MaxPooling2D", None),
+    ("Dropout", 0.25),
+    ("Conv2D", 64),
+    ("Activation", "relu"),
+    ("Conv2D", 64),
+    ("Activation", "relu"),
+    ("MaxPooling2D", None),
+    ("Dropout", 0.25),
+    ("Flatten", None),
+    ("Dense", 512),
+    ("Activation", "relu"),
+    ("Dropout", 0.5),
+    ("Dense", 10),
+    ("Activation", "softmax"),
 ]
 
 

@@ -1,5 +1,6 @@
 """What a model builder returned, checked against the data before training (cifar_dist/models/checks.py):
 issue 31, hostile 12: a non-Model, the wrong class count, logits instead of probabilities."""
+
 from __future__ import annotations
 
 import textwrap
@@ -7,12 +8,12 @@ import textwrap
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import one_error_line, run_cli
 from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
 from cifar_dist.errors import ConfigError
+from conftest import one_error_line, run_cli
 
-BUILDERS = textwrap.dedent('''
+BUILDERS = textwrap.dedent("""
     from tensorflow import keras
 
 
@@ -44,7 +45,7 @@ BUILDERS = textwrap.dedent('''
         inputs = k3.Input((32, 32, 3))
         x = k3.layers.GlobalAveragePooling2D()(inputs)
         return k3.Model(inputs, k3.layers.Dense(num_classes, activation="softmax" if softmax else None)(x))
-''')
+""")
 
 MESSAGES = {
     "logits": r"returns scores that are not probabilities \(on 8 training images: values .*\); end it with a softmax",
@@ -92,14 +93,24 @@ def test_good_models_of_either_keras_pass_and_keras3_logits_are_refused(builders
     check_model(builders.good(10), sample, "badmodels.good")
     check_model(seed_cnn.build(10), sample, "cifar_dist.models.seed_cnn.build")
     check_model(builders.keras3(10), sample, "badmodels.keras3")
-    with pytest.raises(ConfigError, match=r"^model._target_=badmodels.keras3 returns scores that are not probabilities"):
+    with pytest.raises(
+        ConfigError, match=r"^model._target_=badmodels.keras3 returns scores that are not probabilities"
+    ):
         check_model(builders.keras3(10, softmax=False), sample, "badmodels.keras3")
 
 
 @pytest.mark.parametrize("name", ["logits", "not_a_model"])
 def test_the_cli_refuses_it_in_one_line_before_training(project, tmp_path, name):
     """As reported: logits trained silently against a probability loss; a non-Model was a 23-28-line traceback."""
-    proc = run_cli("--config-dir", "conf", f"model={name}", "data=sample", "trainer.epochs=1",
-                   f"hydra.run.dir={tmp_path / 'run'}", cwd=project, timeout=300)
+    proc = run_cli(
+        "--config-dir",
+        "conf",
+        f"model={name}",
+        "data=sample",
+        "trainer.epochs=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=project,
+        timeout=300,
+    )
     line = one_error_line(proc)
     assert f"model._target_=badmodels.{name}" in line and "Epoch 1/1" not in proc.stdout, line

@@ -7,6 +7,7 @@ as a run dir's checkpoint, and the marker is never created; with
 ``evaluate.trust_model=true`` it loads (and the marker appears, which shows
 the file really carries code). Resuming from it loads arrays only.
 """
+
 import subprocess
 import sys
 
@@ -46,8 +47,14 @@ print("ran" if pathlib.Path(sys.argv[2]).exists() else "did not run")
 
 
 def python(script, *args):
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=REPO, env=cli_env(TF_USE_LEGACY_KERAS="1"),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=REPO,
+        env=cli_env(TF_USE_LEGACY_KERAS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_ok(proc)
     return proc
 
@@ -63,15 +70,24 @@ def test_a_model_whose_lambda_runs_code_is_refused_unless_trusted(tmp_path):
     (tampered_run / "checkpoints" / "checkpoint-001.h5").write_bytes(model_file.read_bytes())
 
     for model in (model_file, tampered_run):
-        proc = run_cli("task=evaluate", f"evaluate.model={model}", "data=sample",
-                       f"hydra.run.dir={tmp_path / 'eval'}", timeout=300)
+        proc = run_cli(
+            "task=evaluate", f"evaluate.model={model}", "data=sample", f"hydra.run.dir={tmp_path / 'eval'}", timeout=300
+        )
         assert proc.returncode == 2, proc.stderr[-3000:]
         errors = error_lines(proc)
-        assert len(errors) == 1 and "Lambda" in errors[0] and "evaluate.trust_model=true" in errors[0], proc.stderr[-3000:]
+        assert len(errors) == 1 and "Lambda" in errors[0] and "evaluate.trust_model=true" in errors[0], proc.stderr[
+            -3000:
+        ]
         assert not marker.exists(), "loading the model ran its code"
 
-    trusted = run_cli("task=evaluate", f"evaluate.model={model_file}", "data=sample", "evaluate.trust_model=true",
-                      f"hydra.run.dir={tmp_path / 'eval-trusted'}", timeout=300)
+    trusted = run_cli(
+        "task=evaluate",
+        f"evaluate.model={model_file}",
+        "data=sample",
+        "evaluate.trust_model=true",
+        f"hydra.run.dir={tmp_path / 'eval-trusted'}",
+        timeout=300,
+    )
     assert marker.exists(), trusted.stderr[-3000:]  # the user opted in: the file's code ran
 
 
@@ -90,8 +106,14 @@ keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x)).save(sys.ar
 def test_a_keras3_file_is_read_by_the_same_refusal_rule(tmp_path):
     """Keras 3's .keras zip (config.json) goes through the same check as an .h5: a Lambda is refused before
     Keras reads the file, a model of built-in layers only is not (issue 29)."""
-    proc = subprocess.run([sys.executable, "-c", KERAS3_FILES, str(tmp_path)], cwd=REPO, env=cli_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KERAS3_FILES, str(tmp_path)],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert_ok(proc)
     from cifar_dist.evaluation.model_trust import code_in_model_file
 

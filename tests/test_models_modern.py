@@ -1,16 +1,17 @@
 """model=resnet9 and model=airbench: their layers and parameters, and the building blocks they share."""
+
 import collections
 
-import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
 import pytest
 import tensorflow as tf
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from cifar_fixtures import sample_batches
+import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.config.schema import AirbenchConfig, ResNet9Config
 from cifar_dist.models.blocks import PatchWhitening, Scale, adapt, partial_identity
+from cifar_fixtures import sample_batches
 
 
 def kinds(model):
@@ -30,12 +31,29 @@ def test_resnet9_layers_and_parameter_count(width):
     model = instantiate(OmegaConf.structured(ResNet9Config(width=width)), num_classes=10)
     assert resnet9_parameters(64) == 6_577_600  # Page's ResNet-9: 6.58 M parameters
     assert model.count_params() == resnet9_parameters(width)
-    assert kinds(model) == {"InputLayer": 1, "Conv2D": 8, "BatchNormalization": 8, "Activation": 9, "MaxPooling2D": 3,
-                            "Add": 2, "GlobalMaxPooling2D": 1, "Dense": 1, "Scale": 1}
+    assert kinds(model) == {
+        "InputLayer": 1,
+        "Conv2D": 8,
+        "BatchNormalization": 8,
+        "Activation": 9,
+        "MaxPooling2D": 3,
+        "Add": 2,
+        "GlobalMaxPooling2D": 1,
+        "Dense": 1,
+        "Scale": 1,
+    }
     assert len(model.layers) == 34
     assert model.output_shape == (None, 10)
     assert [c.filters for c in model.layers if isinstance(c, tf.keras.layers.Conv2D)] == [
-        width, 2 * width, 2 * width, 2 * width, 4 * width, 8 * width, 8 * width, 8 * width]
+        width,
+        2 * width,
+        2 * width,
+        2 * width,
+        4 * width,
+        8 * width,
+        8 * width,
+        8 * width,
+    ]
 
 
 def test_airbench_layers_and_parameter_count():
@@ -45,11 +63,23 @@ def test_airbench_layers_and_parameter_count():
     assert model.count_params() == 1_973_944
     non_trainable = sum(int(np.prod(v.shape)) for v in model.non_trainable_weights)
     assert non_trainable == 288 + 2 * (64 + 64 + 256 + 256 + 256 + 256)
-    assert kinds(model) == {"InputLayer": 1, "PatchWhitening": 1, "Activation": 8, "Conv2D": 6, "MaxPooling2D": 3,
-                            "BatchNormalization": 6, "GlobalMaxPooling2D": 1, "Dense": 1, "Scale": 1}
+    assert kinds(model) == {
+        "InputLayer": 1,
+        "PatchWhitening": 1,
+        "Activation": 8,
+        "Conv2D": 6,
+        "MaxPooling2D": 3,
+        "BatchNormalization": 6,
+        "GlobalMaxPooling2D": 1,
+        "Dense": 1,
+        "Scale": 1,
+    }
     assert len(model.layers) == 28
     small = instantiate(OmegaConf.structured(AirbenchConfig(widths=[32, 64, 64])), num_classes=10)
-    assert small.count_params() == 312 + (9 * 24 * 32 + 9 * 32 * 32 + 9 * 32 * 64 + 3 * 9 * 64 * 64) + 3 * (2 * 32 + 4 * 64) + 640
+    assert (
+        small.count_params()
+        == 312 + (9 * 24 * 32 + 9 * 32 * 32 + 9 * 32 * 64 + 3 * 9 * 64 * 64) + 3 * (2 * 32 + 4 * 64) + 640
+    )
 
 
 def test_partial_identity_passes_the_first_channels_through():
@@ -63,7 +93,9 @@ def test_partial_identity_passes_the_first_channels_through():
 def test_patch_whitening_whitens_the_training_patches():
     rng = np.random.default_rng(0)
     base = rng.random((200, 32, 32, 1)).astype(np.float32)
-    images = np.concatenate([base, 0.5 * base + 0.1 * rng.random((200, 32, 32, 1)), base ** 2], axis=-1)  # correlated channels
+    images = np.concatenate(
+        [base, 0.5 * base + 0.1 * rng.random((200, 32, 32, 1)), base**2], axis=-1
+    )  # correlated channels
     layer = PatchWhitening(2, epsilon=1e-9)  # no regularisation: exactly white
     adapt(tf.keras.Sequential([tf.keras.Input((32, 32, 3)), layer]), images)
     out = layer(tf.constant(images)).numpy().reshape(-1, 24)[:, :12]  # the basis; the other 12 are its negative

@@ -1,15 +1,15 @@
 """Issue 32 item 4: a concept decided in one place. The sweep summary's CSV goes through the one atomic writer
 (a failed rewrite leaves the previous table whole); the package and its ranks apply one TF_USE_LEGACY_KERAS rule."""
+
 import subprocess
 import sys
 
 import pytest
 
-from conftest import cli_env
-
 from cifar_dist import sweep_summary
 from cifar_dist.atomic_files import is_temp_name
 from cifar_dist.launchers.ranks.rank_env import rank_environment
+from conftest import assert_ok, cli_env
 
 
 def test_a_failed_rewrite_of_the_sweep_csv_leaves_the_previous_one_whole(tmp_path, monkeypatch):
@@ -39,8 +39,13 @@ def test_the_package_and_its_ranks_decide_tf_use_legacy_keras_alike(value, expec
     env.pop("TF_USE_LEGACY_KERAS", None)
     if value is not None:
         env["TF_USE_LEGACY_KERAS"] = value
-    package = subprocess.run([sys.executable, "-c", "import os, cifar_dist; print(os.environ['TF_USE_LEGACY_KERAS'])"],
-                             env=env, capture_output=True, text=True, timeout=60)
-    assert package.returncode == 0, package.stderr
+    package = subprocess.run(
+        [sys.executable, "-c", "import os, cifar_dist; print(os.environ['TF_USE_LEGACY_KERAS'])"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_ok(package)
     ranks = rank_environment(environ=env)["TF_USE_LEGACY_KERAS"]
     assert (package.stdout.strip(), ranks) == (expected, expected)

@@ -1,6 +1,7 @@
 """An optimising sweep over distributed trials: Optuna asks for 2 trials at a time,
 the sweep launcher runs both in one mpirun (launcher.concurrent=2, each its own
 Horovod world), and Optuna learns every trial's test accuracy."""
+
 import importlib.util
 import re
 import shutil
@@ -15,18 +16,34 @@ from conftest import assert_ok, read_metrics, run_cli
 @pytest.mark.mpi
 @pytest.mark.timeout(2400)  # two mpiruns one after another: ~4 min on a quiet 2-core machine, far more when shared
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-@pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
-                    reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'")
+@pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
+    reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'",
+)
 def test_optuna_receives_every_trial_accuracy(tmp_path):
     sweep = tmp_path / "sweep"
     proc = run_cli(
-        "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=3",
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.direction=maximize",
+        "hydra.sweeper.sampler.seed=3",
         "optimizer.lr=tag(log, interval(1e-4, 1e-2))",
-        "launcher=mpirun", "launcher.np=1", "launcher.concurrent=2", "data=sample", "trainer.epochs=2",
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        "data=sample",
+        "trainer.epochs=2",
         # small and quick: one pass over each rank's shard per epoch, no plots or TensorBoard
-        "trainer.epoch_policy=shard", "trainer.batch_size=128", "trainer.plot=false", "trainer.tensorboard=false",
-        "trainer.verbose=0", f"hydra.sweep.dir={sweep}", timeout=2100)
+        "trainer.epoch_policy=shard",
+        "trainer.batch_size=128",
+        "trainer.plot=false",
+        "trainer.tensorboard=false",
+        "trainer.verbose=0",
+        f"hydra.sweep.dir={sweep}",
+        timeout=2100,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     # Two trials per mpirun, each its own MPI group: 4 trials in 2 mpiruns.
@@ -46,8 +63,10 @@ def test_optuna_receives_every_trial_accuracy(tmp_path):
 
 # --- the sweeper's own behaviour, with a fake launcher (tests/sweep_fakes.py: accuracy = 10 x lr, lr >= 0.5 fails) ---
 
-needs_optuna = pytest.mark.skipif(importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
-                                  reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'")
+needs_optuna = pytest.mark.skipif(
+    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
+    reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'",
+)
 
 
 def fake_optuna_sweep(sweep, *overrides):
@@ -57,9 +76,18 @@ def fake_optuna_sweep(sweep, *overrides):
 
     tests = str(Path(__file__).resolve().parent)
     env = cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])))
-    return run_cli("-m", "hydra/sweeper=optuna", "hydra.sweeper.n_jobs=2", "hydra.sweeper.sampler.seed=3",
-                   "launcher._target_=sweep_fakes.RecordingLauncher", "data=sample", f"hydra.sweep.dir={sweep}",
-                   *overrides, env=env, timeout=300)
+    return run_cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.sampler.seed=3",
+        "launcher._target_=sweep_fakes.RecordingLauncher",
+        "data=sample",
+        f"hydra.sweep.dir={sweep}",
+        *overrides,
+        env=env,
+        timeout=300,
+    )
 
 
 @needs_optuna
@@ -70,8 +98,12 @@ def test_optuna_maximises_the_accuracy_by_default_and_warns_on_minimize(tmp_path
     assert results.best_params["optimizer.lr"] == 0.04 and results.best_value == pytest.approx(0.4)
     assert "direction=minimize" not in proc.stdout + proc.stderr
 
-    proc = fake_optuna_sweep(tmp_path / "min", "hydra.sweeper.n_trials=2", "optimizer.lr=choice(0.01,0.02)",
-                             "hydra.sweeper.direction=minimize")
+    proc = fake_optuna_sweep(
+        tmp_path / "min",
+        "hydra.sweeper.n_trials=2",
+        "optimizer.lr=choice(0.01,0.02)",
+        "hydra.sweeper.direction=minimize",
+    )
     assert_ok(proc)
     warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "hydra.sweeper.direction=minimize" in line]
     assert len(warnings) == 1 and "maximize" in warnings[0]
@@ -80,8 +112,12 @@ def test_optuna_maximises_the_accuracy_by_default_and_warns_on_minimize(tmp_path
 @needs_optuna
 def test_a_failed_trial_is_printed_once_and_the_study_keeps_its_results(tmp_path):
     # Within hydra.sweeper.max_failure_rate: the study goes on, the failed trial is FAILED, the best is kept.
-    proc = fake_optuna_sweep(tmp_path / "within", "hydra.sweeper.n_trials=4", "hydra.sweeper.max_failure_rate=0.5",
-                             "optimizer.lr=choice(0.01,0.02,0.9)")
+    proc = fake_optuna_sweep(
+        tmp_path / "within",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.max_failure_rate=0.5",
+        "optimizer.lr=choice(0.01,0.02,0.9)",
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     results = OmegaConf.load(tmp_path / "within" / "optimization_results.yaml")

@@ -11,6 +11,7 @@ The one file the README leaves to the user, ``mydata.npz``, is made here from
 the packaged sample's real CIFAR-10 pixels (the first 256 images of each of
 its four train batches and 256 test images) to keep the runs short.
 """
+
 from __future__ import annotations
 
 import csv
@@ -77,8 +78,13 @@ def user_dir(tmp_path_factory):
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_text(text)
     train, (x_test, y_test) = sample_batches(per_batch=256)
-    np.savez(folder / "mydata.npz", x_train=np.concatenate([x for x, _ in train]),
-             y_train=np.concatenate([y for _, y in train]), x_test=x_test, y_test=y_test)
+    np.savez(
+        folder / "mydata.npz",
+        x_train=np.concatenate([x for x, _ in train]),
+        y_train=np.concatenate([y for _, y in train]),
+        x_test=x_test,
+        y_test=y_test,
+    )
     (folder / "my_images").mkdir()
     for i, image in enumerate(x_test[:SCORED]):  # the user's own unlabelled images to batch-score
         Image.fromarray(np.asarray(image, np.uint8)).save(folder / "my_images" / f"photo-{i}.png")
@@ -102,7 +108,10 @@ def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user
     with open(user_dir / "outputs" / "mine-scores" / "predictions.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(Path(r["source"]).name for r in rows) == sorted(f"photo-{i}.png" for i in range(SCORED))
-    assert all(r["predicted_name"] in m["run"]["class_names"] and r["label"] == "" and 0 < float(r["confidence"]) <= 1 for r in rows), rows[:2]
+    assert all(
+        r["predicted_name"] in m["run"]["class_names"] and r["label"] == "" and 0 < float(r["confidence"]) <= 1
+        for r in rows
+    ), rows[:2]
     # Without model=mine nothing names the user's module: the same model is refused, its code not run.
     others = [a for a in evaluate if a != "model=mine" and not a.startswith("hydra.run.dir=")]
     refused = run_cli(*others, f"hydra.run.dir={user_dir / 'refused'}", cwd=user_dir, env=env)

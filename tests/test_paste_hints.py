@@ -1,5 +1,6 @@
 """Hints that print a path for the user to paste into a shell quote it (issue 31, hostile 13): pasting
 runs nothing the path holds, and Hydra reads the path back unchanged."""
+
 import shlex
 import subprocess
 from pathlib import Path
@@ -7,12 +8,12 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import assert_ok, run_cli
 from cifar_dist.config.override_syntax import quote_override_value
 from cifar_dist.launchers.ranks.rank_failure import first_failure
 from cifar_dist.rundir.owner import ForeignRunDir, refuse_foreign
+from conftest import assert_ok, run_cli
 
-HOSTILE = "run $(touch PWNED) `touch PWNED2`; it's \"x\""
+HOSTILE = 'run $(touch PWNED) `touch PWNED2`; it\'s "x"'
 
 
 def pasted(command: str, cwd: Path) -> list:
@@ -29,8 +30,9 @@ def no_side_effects(cwd: Path) -> bool:
 
 def test_the_slurm_dry_runs_sbatch_hint_pastes_as_the_script_path(tmp_path):
     run_dir = tmp_path / HOSTILE
-    proc = run_cli("data=sample", "launcher=slurm", "launcher.dry_run=true",
-                   f"hydra.run.dir={quote_override_value(str(run_dir))}")
+    proc = run_cli(
+        "data=sample", "launcher=slurm", "launcher.dry_run=true", f"hydra.run.dir={quote_override_value(str(run_dir))}"
+    )
     assert_ok(proc)
     hint = next(line for line in proc.stdout.splitlines() if "submit it by hand with: " in line)
     command = hint.split("submit it by hand with: ", 1)[1]

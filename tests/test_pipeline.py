@@ -1,10 +1,11 @@
 """The tf.data pipeline: deterministic per epoch, disjoint shards, equal steps, seed-like augmentation."""
-import cifar_dist  # noqa: F401
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from omegaconf import OmegaConf
 
+import cifar_dist  # noqa: F401
 from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data.pipeline import augment_batch, eval_stream, train_stream
 
@@ -30,8 +31,16 @@ def collect(stream):
 
 def make(arrays, **kw):
     x, y = arrays
-    args = dict(batch_size=8, rank=0, size=1, shard=False, seed=1, initial_epoch=0, epochs=3,
-                augment=OmegaConf.structured(AugmentConfig(enabled=False)))
+    args = dict(
+        batch_size=8,
+        rank=0,
+        size=1,
+        shard=False,
+        seed=1,
+        initial_epoch=0,
+        epochs=3,
+        augment=OmegaConf.structured(AugmentConfig(enabled=False)),
+    )
     args.update(kw)
     return train_stream(x, y, **args)
 
@@ -42,7 +51,7 @@ def test_full_batches_only_and_every_epoch_a_new_order(arrays):
     assert stream.steps_per_epoch == N // 8
     assert len(batches) == 3 * stream.steps_per_epoch
     assert all(b[0].shape == (8, 32, 32, 3) and b[1].shape == (8, 10) for b in batches)
-    epochs = [sum((ids(b[0]) for b in batches[e * 12:(e + 1) * 12]), []) for e in range(3)]
+    epochs = [sum((ids(b[0]) for b in batches[e * 12 : (e + 1) * 12]), []) for e in range(3)]
     assert all(len(set(e)) == len(e) == 96 for e in epochs)  # no repeats within an epoch
     assert epochs[0] != epochs[1] != epochs[2]
 
@@ -51,7 +60,7 @@ def test_resumed_stream_equals_the_tail_of_the_full_stream(arrays):
     aug = OmegaConf.structured(AugmentConfig())
     full = collect(make(arrays, augment=aug))
     resumed = collect(make(arrays, augment=aug, initial_epoch=2))
-    tail = full[2 * (N // 8):]
+    tail = full[2 * (N // 8) :]
     assert len(resumed) == len(tail)
     for (a, la), (b, lb) in zip(resumed, tail):
         np.testing.assert_array_equal(a, b)
@@ -113,10 +122,24 @@ def test_every_stream_keras_iterates_runs_without_the_autotune_model_thread(arra
     from cifar_dist.data.streams import DataStreams, eval_input, train_input
 
     x, y = arrays
-    streams = DataStreams(train=tf.data.Dataset.from_tensor_slices((x, y)),
-                          test=tf.data.Dataset.from_tensor_slices((x, y)), num_classes=10)
-    train_args = dict(batch_size=8, rank=0, size=1, shard=True, seed=1, initial_epoch=0, epochs=2,
-                      augment=OmegaConf.structured(AugmentConfig(enabled=False)))
+    streams = DataStreams(
+        train=tf.data.Dataset.from_tensor_slices((x, y)),
+        test=tf.data.Dataset.from_tensor_slices((x, y)),
+        num_classes=10,
+    )
+    train_args = dict(
+        batch_size=8,
+        rank=0,
+        size=1,
+        shard=True,
+        seed=1,
+        initial_epoch=0,
+        epochs=2,
+        augment=OmegaConf.structured(AugmentConfig(enabled=False)),
+    )
     for data in (streams, type("Arrays", (), dict(x_train=x, y_train=y, x_test=x, y_test=y, num_classes=10))()):
-        for stream in (train_input(data, **train_args), eval_input(data, batch_size=8, rank=0, size=1, equal_shards=True)):
+        for stream in (
+            train_input(data, **train_args),
+            eval_input(data, batch_size=8, rank=0, size=1, equal_shards=True),
+        ):
             assert stream.dataset.options().autotune.enabled is False, (type(data).__name__, stream)

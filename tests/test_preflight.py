@@ -11,6 +11,7 @@ mounts a small tmpfs in a private mount namespace (``unshare -rm``: no real
 root needed where user namespaces are allowed; the mount vanishes with the
 process).
 """
+
 import subprocess
 import sys
 
@@ -18,8 +19,14 @@ import pytest
 
 from conftest import REPO, cli_env, needs_tmpfs, one_error_line, run_cli
 
-QUICK = ("data=sample", "trainer.batch_size=256", "trainer.epochs=2", "trainer.plot=false",
-         "trainer.tensorboard=false", "trainer.verbose=2")
+QUICK = (
+    "data=sample",
+    "trainer.batch_size=256",
+    "trainer.epochs=2",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=2",
+)
 
 
 @pytest.mark.timeout(300)
@@ -51,8 +58,15 @@ def test_read_only_run_dir_is_one_line(tmp_path):
     mnt = tmp_path / "ro"
     mnt.mkdir()
     argv = [sys.executable, "-m", "cifar_dist", *QUICK, f"hydra.run.dir={mnt / 'run'}"]
-    script = f"mount -t tmpfs -o ro,size=1m tmpfs {mnt} && exec \"$@\""
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", *argv], cwd=REPO, env=cli_env(),
-                          capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    script = f'mount -t tmpfs -o ro,size=1m tmpfs {mnt} && exec "$@"'
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", *argv],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
     line = one_error_line(proc)
     assert "Read-only file system" in line and str(mnt) in line

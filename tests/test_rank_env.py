@@ -5,6 +5,7 @@ carried to the ranks (an explicit "0" then gets the Keras-3 refusal at rank
 start, as cifar_dist/__init__.py documents); unset, the ranks get "1".
 Offline: commands, scripts and job documents are built, nothing runs.
 """
+
 import os
 import shlex
 import sys
@@ -15,7 +16,6 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.azureml.config import AzureMLLauncherConf
 from cifar_dist.launchers.azureml.config import resolve_settings as aml_settings
 from cifar_dist.launchers.azureml.job import job_document
@@ -23,6 +23,7 @@ from cifar_dist.launchers.base import JobSpec
 from cifar_dist.launchers.batchai.config import BatchAILauncherConf
 from cifar_dist.launchers.batchai.config import resolve_settings as batchai_settings
 from cifar_dist.launchers.batchai.job import ShareLayout, build_job_body
+from cifar_dist.launchers.ranks import hosts as hosts_mod
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.slurm.config import conf_from_kwargs as slurm_conf
 from cifar_dist.launchers.slurm.script import batch_script
@@ -65,24 +66,38 @@ def test_mpirun_and_gloo_pass_the_rule_by_name(tmp_path, monkeypatch, user_keras
 @pytest.mark.parametrize("user_keras", CASES, indirect=True)
 def test_the_slurm_batch_script_exports_the_rule(tmp_path, user_keras):
     text = batch_script(slurm_conf(dict(env={"NCCL_DEBUG": "INFO"})), spec(tmp_path, "launcher=slurm"), python="python")
-    exports = {k: shlex.split(v)[0] for k, v in
-               (line[len("export "):].split("=", 1) for line in text.splitlines() if line.startswith("export "))}
+    exports = {
+        k: shlex.split(v)[0]
+        for k, v in (line[len("export ") :].split("=", 1) for line in text.splitlines() if line.startswith("export "))
+    }
     assert exports[KERAS] == user_keras
     assert exports["CIFAR_DIST_CHILD"] == "1" and exports["PYTHONUNBUFFERED"] == "1" and exports["NCCL_DEBUG"] == "INFO"
 
 
 @pytest.mark.parametrize("user_keras", CASES, indirect=True)
 def test_the_azure_ml_job_carries_the_rule(tmp_path, user_keras):
-    conf = AzureMLLauncherConf(subscription_id="s", resource_group="rg", workspace="ws", compute="gpu", env={"FOO": "bar"})
+    conf = AzureMLLauncherConf(
+        subscription_id="s", resource_group="rg", workspace="ws", compute="gpu", env={"FOO": "bar"}
+    )
     doc = job_document(aml_settings(conf, {}), spec(tmp_path, "launcher=azureml"), "job1", tmp_path)
-    assert doc["environment_variables"] == {"CIFAR_DIST_CHILD": "1", "PYTHONUNBUFFERED": "1", KERAS: user_keras,
-                                            "FOO": "bar"}
+    assert doc["environment_variables"] == {
+        "CIFAR_DIST_CHILD": "1",
+        "PYTHONUNBUFFERED": "1",
+        KERAS: user_keras,
+        "FOO": "bar",
+    }
 
 
 @pytest.mark.parametrize("user_keras", CASES, indirect=True)
 def test_the_batch_ai_job_and_its_node_entry_carry_the_rule(monkeypatch, user_keras):
-    conf = BatchAILauncherConf(subscription_id="s", resource_group="rg", workspace="ws", cluster="c",
-                               storage_account="acct", env={"FOO": "bar"})
+    conf = BatchAILauncherConf(
+        subscription_id="s",
+        resource_group="rg",
+        workspace="ws",
+        cluster="c",
+        storage_account="acct",
+        env={"FOO": "bar"},
+    )
     settings = batchai_settings(conf, {"AZURE_BATCHAI_STORAGE_KEY": "k=="}, submit=False)
     body = build_job_body(settings, ShareLayout("share", "base", "job", "base/w.whl"), reveal_key=False)
     env = {e["name"]: e["value"] for e in body["environmentVariables"]}
@@ -106,5 +121,12 @@ def test_the_batch_ai_job_and_its_node_entry_carry_the_rule(monkeypatch, user_ke
 
 def test_the_users_launcher_env_wins_and_the_stall_check_is_shared():
     env = rank_environment({KERAS: "0", "X": "1"}, {"HOROVOD_CYCLE_TIME": "5"}, stall_shutdown_s=60, environ={})
-    assert env == {"CIFAR_DIST_CHILD": "1", "PYTHONUNBUFFERED": "1", KERAS: "0", "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
-                   "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60", "HOROVOD_CYCLE_TIME": "5", "X": "1"}
+    assert env == {
+        "CIFAR_DIST_CHILD": "1",
+        "PYTHONUNBUFFERED": "1",
+        KERAS: "0",
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": "30",
+        "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "60",
+        "HOROVOD_CYCLE_TIME": "5",
+        "X": "1",
+    }

@@ -9,6 +9,7 @@ each rank's wrapper stops its rank when its own parent goes
 (launchers/ranks/rank_exec.py). On another host the same holds: OpenMPI's orted
 and horovodrun's ssh sessions are the wrapper's parents there.
 """
+
 import os
 import shutil
 import signal
@@ -50,19 +51,30 @@ RUNNERS = {"mpirun": shutil.which("mpirun"), "gloo": shutil.which("horovodrun", 
 @pytest.mark.mpi
 @pytest.mark.timeout(900)
 # Each launcher and each signal once in the default suite; the other two pairings (about 9 s each) with -m slow.
-@pytest.mark.parametrize("launcher, sig", [
-    pytest.param("mpirun", signal.SIGHUP, id="mpirun-SIGHUP"),
-    pytest.param("gloo", signal.SIGKILL, id="gloo-SIGKILL"),
-    pytest.param("mpirun", signal.SIGKILL, id="mpirun-SIGKILL", marks=pytest.mark.slow),
-    pytest.param("gloo", signal.SIGHUP, id="gloo-SIGHUP", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "launcher, sig",
+    [
+        pytest.param("mpirun", signal.SIGHUP, id="mpirun-SIGHUP"),
+        pytest.param("gloo", signal.SIGKILL, id="gloo-SIGKILL"),
+        pytest.param("mpirun", signal.SIGKILL, id="mpirun-SIGKILL", marks=pytest.mark.slow),
+        pytest.param("gloo", signal.SIGHUP, id="gloo-SIGHUP", marks=pytest.mark.slow),
+    ],
+)
 def test_killing_the_launcher_leaves_no_rank_and_no_writer_behind(tmp_path, launcher, sig):
     if RUNNERS[launcher] is None:
         pytest.skip(f"{launcher} not installed")
     run_dir = tmp_path / "run"
     runner = [f"launcher.horovodrun={RUNNERS['gloo']}"] if launcher == "gloo" else []
-    proc = start_cli(f"launcher={launcher}", "launcher.np=2", *runner, *QUICK, "trainer.epochs=40", "trainer.verbose=0",
-                     "launcher.kill_grace_s=5", f"hydra.run.dir={run_dir}")
+    proc = start_cli(
+        f"launcher={launcher}",
+        "launcher.np=2",
+        *runner,
+        *QUICK,
+        "trainer.epochs=40",
+        "trainer.verbose=0",
+        "launcher.kill_grace_s=5",
+        f"hydra.run.dir={run_dir}",
+    )
     try:
         # Both ranks running (their heartbeats beat): left alone they would train 40 epochs into run_dir.
         beats = [run_dir / "logs" / f"rank.{rank}.alive" for rank in (0, 1)]
@@ -97,9 +109,15 @@ def test_a_rank_wrapper_whose_parent_is_killed_stops_its_rank(tmp_path):
         "subprocess.Popen([sys.executable, '-m', 'cifar_dist.launchers.ranks.rank_exec', "
         f"'--log-dir', {str(tmp_path)!r}, "
         f"'--', sys.executable, {str(rank_script)!r}])\n"
-        "time.sleep(600)\n")
-    parent = subprocess.Popen([sys.executable, str(parent_script)], cwd=REPO, env=cli_env(),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(parent_script)],
+        cwd=REPO,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 60, parent, "the rank to start")
         rank = int(pid_file.read_text())

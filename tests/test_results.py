@@ -1,4 +1,5 @@
 """cifar_dist.results: one reader of a run dir's result files, one rule, the same answer everywhere."""
+
 import json
 import subprocess
 import sys
@@ -7,13 +8,12 @@ from pathlib import Path
 import pytest
 
 from cifar_dist import results
-from conftest import REPO
 from cifar_dist.launchers.slurm.monitor import SlurmJob
 from cifar_dist.sweep_summary import read_point
 from cifar_dist.tracking.run_description import load_job
+from conftest import REPO
 
-TRAINED = {"epochs": [{"epoch": 1, "loss": 1.5}], "complete": True, "ranks": 2,
-           "test": {"loss": 1.1, "accuracy": 0.61}}
+TRAINED = {"epochs": [{"epoch": 1, "loss": 1.5}], "complete": True, "ranks": 2, "test": {"loss": 1.1, "accuracy": 0.61}}
 SCORED = {"loss": 0.9, "accuracy": 0.72, "ranks": 1}
 
 
@@ -63,10 +63,16 @@ def test_missing_or_damaged_results_read_as_none_and_warn(tmp_path, caplog):
         results.load_json(run_dir / results.METRICS_FILE)  # for the caller that reports why (a resume)
 
 
-@pytest.mark.parametrize("metrics, unfinished", [(None, True), ({"complete": False}, True), ({"complete": True}, False)])
+@pytest.mark.parametrize(
+    "metrics, unfinished", [(None, True), ({"complete": False}, True), ({"complete": True}, False)]
+)
 def test_the_batch_scripts_question_unfinished(tmp_path, metrics, unfinished):
     run_dir = run_dir_with(tmp_path, metrics=metrics)
-    proc = subprocess.run([sys.executable, "-m", "cifar_dist.results", "unfinished", str(run_dir)], cwd=REPO,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cifar_dist.results", "unfinished", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == (0 if unfinished else 1), proc.stderr
     assert results.training_complete(run_dir) is not unfinished

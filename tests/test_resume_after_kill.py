@@ -16,6 +16,7 @@ there rather than wherever a timer happens to fall. One rank of a 2-rank
 mpirun job is killed in tests/test_launcher_mpirun.py
 (test_a_killed_rank_stops_the_job_and_a_rerun_resumes).
 """
+
 import csv
 import json
 import os
@@ -27,16 +28,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 from cifar_dist.rundir.lock import LOCK_NAME
+from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
 # so "mid-epoch" exists and the multi-step path of the default (16) is the one killed.
-COMMON = ("data=sample", "trainer.batch_size=256", "trainer.epochs=2", "trainer.plot=false",
-          "trainer.tensorboard=false", "trainer.verbose=2", "trainer.steps_per_execution=4")
+COMMON = (
+    "data=sample",
+    "trainer.batch_size=256",
+    "trainer.epochs=2",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=2",
+    "trainer.steps_per_execution=4",
+)
 
 # Runs the app like `python -m cifar_dist`, with one hook that stops at CRASH_AT.
-CRASH_DRIVER = r'''
+CRASH_DRIVER = r"""
 import os, sys, time
 from pathlib import Path
 
@@ -83,18 +91,23 @@ elif AT in ("checkpoint-rename", "metrics-rename"):
 sys.argv = ["cifar_dist", *sys.argv[1:]]
 from cifar_dist.app import main
 main()
-'''
+"""
 
 
 def crash_at(point: str, run_dir: Path, tmp_path: Path, timeout: float = 300) -> str:
     """Start a run that stops at ``point``, kill -9 it there; return what the hook saw."""
     marker = tmp_path / f"reached-{point}"
     proc = subprocess.Popen(
-        [sys.executable, "-c", CRASH_DRIVER, *COMMON, f"hydra.run.dir={run_dir}"], cwd=REPO,
+        [sys.executable, "-c", CRASH_DRIVER, *COMMON, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
         # The driver imports TensorFlow before cifar_dist (to hook it), so it chooses the kernels
         # trainer.onednn would have chosen, as cifar_dist's one-line error tells such callers to.
         env=cli_env(CRASH_AT=point, CRASH_MARKER=str(marker), TF_ENABLE_ONEDNN_OPTS="1"),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.time() + timeout
         while not marker.exists():
@@ -130,8 +143,13 @@ def assert_nothing_half_written(run_dir: Path) -> list:
 
 
 def temp_files(run_dir: Path) -> list:
-    return sorted(str(p.relative_to(run_dir)) for d in (run_dir, run_dir / "checkpoints", run_dir / "saved_models")
-                  if d.is_dir() for p in d.iterdir() if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME)
+    return sorted(
+        str(p.relative_to(run_dir))
+        for d in (run_dir, run_dir / "checkpoints", run_dir / "saved_models")
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME
+    )
 
 
 # 2.5 min; kills and reruns in default-suite tests: test_heartbeat, test_rank_exec, test_train_e2e's resume

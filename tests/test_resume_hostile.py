@@ -7,6 +7,7 @@ escaped the check, and an edited builder or a renamed class folder resumed
 silently. Each is refused in one line before anything in the run dir is
 touched. The Slurm variants: test_slurm_rerun.py.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -15,15 +16,16 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import QUIET_SAMPLE_RUN, assert_ok, compose_cfg, error_lines, one_error_line, read_metrics, run_cli
 from cifar_dist.rundir.lock import LOCK_NAME
+from conftest import QUIET_SAMPLE_RUN, assert_ok, compose_cfg, error_lines, one_error_line, read_metrics, run_cli
 
 HALF = (*QUIET_SAMPLE_RUN, "trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1")
 
 
 def snapshot(run_dir: Path) -> dict:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*")
-            if p.is_file() and p.name != LOCK_NAME}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != LOCK_NAME
+    }
 
 
 def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(tmp_path):
@@ -51,14 +53,22 @@ def test_a_sweep_into_a_folder_of_the_users_files_is_refused_untouched(tmp_path)
     line = one_error_line(proc)
     assert "point #0 (" in line and "was not made by cifar_dist" in line
     assert snapshot(sweep / "0") == before and sorted(p.name for p in (sweep / "0").iterdir()) == [
-        "metrics.json", "training_log.csv"]  # no .hydra/, no log, no .kept-* copies
+        "metrics.json",
+        "training_log.csv",
+    ]  # no .hydra/, no log, no .kept-* copies
 
 
-@pytest.mark.parametrize("override, key", [
-    ("data.split_seed=1", "data.split_seed"), ("data.val_fraction=0.5", "data.val_fraction"),
-    ("+data.kwargs.scale=255", "data.kwargs.scale"), ("data._target_=mine.other", "data._target_"),
-    ("trainer.label_smoothing=0.1", "trainer.label_smoothing"), ("model.dense_units=7", "model.dense_units"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("data.split_seed=1", "data.split_seed"),
+        ("data.val_fraction=0.5", "data.val_fraction"),
+        ("+data.kwargs.scale=255", "data.kwargs.scale"),
+        ("data._target_=mine.other", "data._target_"),
+        ("trainer.label_smoothing=0.1", "trainer.label_smoothing"),
+        ("model.dense_units=7", "model.dense_units"),
+    ],
+)
 def test_every_key_of_the_experiment_is_fixed_unless_listed_free(override, key):
     from cifar_dist.rundir.resume_policy import differences
 
@@ -73,8 +83,13 @@ def test_the_free_keys_are_real_keys_and_free():
 
     known = set(all_settings(compose_cfg("data=folder", "data.path=/x"))) | set(all_settings(compose_cfg()))
     assert FREE <= known  # a renamed key must not leave a stale name here
-    assert differences(compose_cfg("data=folder", "data.path=/x"),
-                       compose_cfg("data=folder", "data.path=/y", "trainer.epochs=9", "data.prefetch=2")) == []
+    assert (
+        differences(
+            compose_cfg("data=folder", "data.path=/x"),
+            compose_cfg("data=folder", "data.path=/y", "trainer.epochs=9", "data.prefetch=2"),
+        )
+        == []
+    )
 
 
 def test_another_recipe_key_is_refused_end_to_end(half_run, tmp_path):
@@ -95,9 +110,19 @@ def folder_run(tmp_path):
     project = write_user_project(tmp_path / "project")
     (train,), test = random_batches(n_train_batches=1, per_batch=40, n_test=20)
     write_png_tree(project / "images", {"train": train, "test": test})
-    args = ("--config-dir", "myconf", "model=tiny", "data=folder", "data.path=images", "trainer.epochs=2",
-            "trainer.batch_size=16", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false",
-            "hydra.run.dir=run")
+    args = (
+        "--config-dir",
+        "myconf",
+        "model=tiny",
+        "data=folder",
+        "data.path=images",
+        "trainer.epochs=2",
+        "trainer.batch_size=16",
+        "trainer.verbose=0",
+        "trainer.plot=false",
+        "trainer.tensorboard=false",
+        "hydra.run.dir=run",
+    )
     first = run_cli(*args, "trainer.max_epochs_per_run=1", cwd=project, timeout=300)
     assert_ok(first)
     return project, args
@@ -129,7 +154,7 @@ def test_an_edited_builder_or_a_renamed_class_folder_is_refused_unless_accepted(
     assert not error_lines(accepted)
 
 
-FACTORY = '''
+FACTORY = """
 import numpy as np
 import tensorflow as tf
 
@@ -140,7 +165,7 @@ def make(seed, path="images.npz"):
     d = np.load(path)
     split = lambda x, y: tf.data.Dataset.from_tensor_slices((x.astype("float32") / 255.0, y.astype("int64")))
     return DataStreams(train=split(d["x_train"], d["y_train"]), test=split(d["x_test"], d["y_test"]), num_classes=10)
-'''
+"""
 
 
 @pytest.mark.slow  # ~45 s on 2 ranks; the builder and class-folder fingerprints stay in the default suite
@@ -155,15 +180,33 @@ def test_a_factorys_data_changed_under_the_same_config_is_refused_on_every_rank(
     train, (x_test, y_test) = sample_batches(per_batch=32)
     x, y = np.concatenate([b[0] for b in train]), np.concatenate([b[1] for b in train])
     np.savez(project / "images.npz", x_train=x, y_train=y, x_test=x_test, y_test=y_test)
-    args = ("--config-dir", "myconf", "model=tiny", "data=custom", "data._target_=myfactory.make",
-            "trainer.epochs=4", "trainer.batch_size=16", "trainer.verbose=0", "trainer.plot=false",
-            "trainer.tensorboard=false", "launcher=mpirun", "launcher.np=2", "hydra.run.dir=run")
+    args = (
+        "--config-dir",
+        "myconf",
+        "model=tiny",
+        "data=custom",
+        "data._target_=myfactory.make",
+        "trainer.epochs=4",
+        "trainer.batch_size=16",
+        "trainer.verbose=0",
+        "trainer.plot=false",
+        "trainer.tensorboard=false",
+        "launcher=mpirun",
+        "launcher.np=2",
+        "hydra.run.dir=run",
+    )
     first = run_cli(*args, "trainer.max_epochs_per_run=1", cwd=project, timeout=300)
     assert_ok(first)
 
     np.savez(project / "images.npz", x_train=x[:64], y_train=y[:64], x_test=x_test, y_test=y_test)
     proc = run_cli(*args, cwd=project, timeout=300)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("cifar_dist: error:")]  # rank 0 streamed, then the launcher: one reason
-    assert proc.returncode == 2 and len(set(lines)) == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
+    lines = [
+        line for line in proc.stdout.splitlines() if line.startswith("cifar_dist: error:")
+    ]  # rank 0 streamed, then the launcher: one reason
+    assert proc.returncode == 2 and len(set(lines)) == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[
+        -3000:
+    ]
     assert "trained with other code or data: data_loaded.train_images (was 128, now 64)" in lines[0]
-    assert read_metrics(project / "run")["resumed_from_epoch"] == 0 and len(read_metrics(project / "run")["epochs"]) == 1
+    assert (
+        read_metrics(project / "run")["resumed_from_epoch"] == 0 and len(read_metrics(project / "run")["epochs"]) == 1
+    )

@@ -6,27 +6,40 @@ run that wrote the files (Hydra used to overwrite it before refusing).
 A finished run whose checkpoints are gone, and a damaged metrics.json on
 resume: test_rundir_lock.py (those tests also take the lock).
 """
+
 from pathlib import Path
 
-from conftest import QUIET_SAMPLE_RUN, error_lines, run_cli
 from cifar_dist.rundir.lock import LOCK_NAME
+from conftest import QUIET_SAMPLE_RUN, error_lines, run_cli
 
 BASE = QUIET_SAMPLE_RUN
 
 
 def snapshot(run_dir: Path) -> dict:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*")
-            if p.is_file() and p.name != LOCK_NAME}
+    return {
+        str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != LOCK_NAME
+    }
 
 
 def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_run(half_run):
     before = snapshot(half_run)
-    proc = run_cli(*BASE, "trainer.epochs=2", "optimizer=sgd", "trainer.batch_size=32",
-                   "data.augment.enabled=false", f"hydra.run.dir={half_run}", timeout=120)
+    proc = run_cli(
+        *BASE,
+        "trainer.epochs=2",
+        "optimizer=sgd",
+        "trainer.batch_size=32",
+        "data.augment.enabled=false",
+        f"hydra.run.dir={half_run}",
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = error_lines(proc)
-    for changed in ("optimizer._target_", "optimizer.lr", "trainer.batch_size (was 64, now 32)",
-                    "data.augment.enabled (was True, now False)"):
+    for changed in (
+        "optimizer._target_",
+        "optimizer.lr",
+        "trainer.batch_size (was 64, now 32)",
+        "data.augment.enabled (was True, now False)",
+    ):
         assert changed in line
     assert snapshot(half_run) == before  # .hydra/config.yaml, overrides.yaml, the log: untouched
 

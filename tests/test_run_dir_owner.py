@@ -9,6 +9,7 @@
 * A full disk and a YAML syntax error in a user's config dir are one line,
   rc 2, no traceback.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, error_lines, run_cli
 from cifar_dist.rundir import owner as rundir_owner
 from cifar_dist.rundir.owner import MARKER, Owner, claim, owner
+from conftest import assert_ok, error_lines, run_cli
 
 QUICK = ("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
 
@@ -98,11 +99,14 @@ def test_only_what_this_process_created_is_removed(tmp_path, monkeypatch):
     assert not (parent / "day").exists() and parent.is_dir()  # up to, never including, what existed
 
 
-@pytest.mark.parametrize("overrides", [
-    ("trainer.epochs=-3",),
-    ("trainer.batch_size=0", "launcher=slurm", "launcher.nodes=0"),
-    ("launcher=mpirun", "launcher.np=64"),  # refused by the launcher once the job has started
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("trainer.epochs=-3",),
+        ("trainer.batch_size=0", "launcher=slurm", "launcher.nodes=0"),
+        ("launcher=mpirun", "launcher.np=64"),  # refused by the launcher once the job has started
+    ],
+)
 def test_a_refused_command_writes_nothing_under_outputs(tmp_path, overrides):
     proc = run_cli("data=sample", *overrides, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -112,8 +116,15 @@ def test_a_refused_command_writes_nothing_under_outputs(tmp_path, overrides):
 
 def test_a_run_that_fails_once_started_keeps_its_run_dir_and_the_reason(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("data=sample", "optimizer=sgd", "optimizer.lr=1e30", "trainer.epochs=1", "trainer.verbose=0",
-                   f"hydra.run.dir={run_dir}", timeout=300)
+    proc = run_cli(
+        "data=sample",
+        "optimizer=sgd",
+        "optimizer.lr=1e30",
+        "trainer.epochs=1",
+        "trainer.verbose=0",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
     assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr[-3000:]
     assert "stopped: training diverged" in (run_dir / "cifar_dist.log").read_text()
 
@@ -125,7 +136,9 @@ def test_every_bad_value_is_named_in_one_line_the_launchers_too(tmp_path):
 
 
 def test_a_dry_run_leaves_no_run_dir_and_says_so(tmp_path):
-    proc = run_cli("data=sample", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", cwd=tmp_path, timeout=120)
+    proc = run_cli(
+        "data=sample", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", cwd=tmp_path, timeout=120
+    )
     assert_ok(proc)
     out = proc.stdout.splitlines()
     assert out[0].startswith("Dry run: the mpirun command for ") and out[1].startswith("mpirun ")
@@ -159,8 +172,10 @@ def full_disk(tmp_path):
     """A 64 KiB tmpfs, filled up (needs root; skipped where mounting is not allowed)."""
     mount = tmp_path / "full"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here (needs root)")
     try:
         with open(mount / "filler", "wb") as f:

@@ -8,6 +8,7 @@
 
 A re-run with other settings: test_resume_policy.py. Temp files: test_durable.py.
 """
+
 import json
 import shutil
 import signal
@@ -18,9 +19,9 @@ import time
 
 import pytest
 
-from conftest import QUIET_SAMPLE_RUN, REPO, assert_ok, cli_env, error_lines, run_cli, start_cli
-from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
 from cifar_dist.atomic_files import TEMP_SUFFIX
+from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
+from conftest import QUIET_SAMPLE_RUN, REPO, assert_ok, cli_env, error_lines, run_cli, start_cli
 
 BASE = QUIET_SAMPLE_RUN
 
@@ -40,8 +41,11 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
         lock = run_dir / LOCK_NAME
         deadline = time.time() + 120
         overrides = run_dir / ".hydra" / "overrides.yaml"  # rewritten by the first run once it holds the lock
-        while not (lock.exists() and f"pid {first.pid} " in lock.read_text()
-                   and "max_epochs_per_run" not in overrides.read_text()):
+        while not (
+            lock.exists()
+            and f"pid {first.pid} " in lock.read_text()
+            and "max_epochs_per_run" not in overrides.read_text()
+        ):
             assert first.poll() is None and time.time() < deadline, "the run never took the lock"
             time.sleep(0.1)
         hydra_config = (run_dir / ".hydra" / "config.yaml").read_bytes()
@@ -88,9 +92,18 @@ def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_re
     finished = tmp_path / "run"
     shutil.copytree(trained_run[0], finished)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from cifar_dist.rundir.lock import RunDirLock; "
-         "RunDirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)", str(finished)],
-        cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from cifar_dist.rundir.lock import RunDirLock; "
+            "RunDirLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(600)",
+            str(finished),
+        ],
+        cwd=REPO,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(RunDirInUse, match=f"pid {holder.pid} "):
         RunDirLock(finished).acquire()

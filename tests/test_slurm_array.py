@@ -1,15 +1,15 @@
 """A sweep on the real Slurm is one job array, followed with one squeue per poll round, in a sweep
 dir and under a job name holding spaces, quotes, ``$`` and ``%`` (tests/slurm_cluster.py)."""
+
 import os
 import re
 import shutil
 import stat
 from pathlib import Path
 
+from cifar_dist.config.override_syntax import quote_override_value
 from conftest import assert_ok, read_metrics, run_cli
 from test_slurm_e2e import env_for, job_id, pytestmark, small, tiny_data  # noqa: F401 - fixtures
-
-from cifar_dist.config.override_syntax import quote_override_value
 
 RECORDED = ("sbatch", "squeue", "scontrol")
 
@@ -48,16 +48,23 @@ def test_a_sweep_is_one_job_array_polled_with_one_query_per_round(cluster, tiny_
     shims, log = recording_path(tmp_path)
     env = env_for(cluster)
     env["PATH"] = f"{shims}{os.pathsep}{env['PATH']}"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,4e-4", *small(tiny_data, "trainer.epochs=1"),
-                   "launcher.concurrent=2", f"launcher.job_name={quote_override_value(name)}",
-                   f"hydra.sweep.dir={quote_override_value(str(sweep_dir))}", env=env, timeout=900)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4,4e-4",
+        *small(tiny_data, "trainer.epochs=1"),
+        "launcher.concurrent=2",
+        f"launcher.job_name={quote_override_value(name)}",
+        f"hydra.sweep.dir={quote_override_value(str(sweep_dir))}",
+        env=env,
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
 
     # One sbatch: the array, 2 tasks at a time; each point is its task, in its own run dir.
     assert len(calls(log, "sbatch")) == 1
     array = (sweep_dir / "slurm" / "array-0-2.sbatch").read_text()
-    assert '#SBATCH --array=0-2%2' in array.splitlines()
+    assert "#SBATCH --array=0-2%2" in array.splitlines()
     ids = [job_id(sweep_dir / str(n)) for n in range(3)]
     array_id = ids[0].split("_")[0]
     assert ids == [f"{array_id}_{n}" for n in range(3)], ids

@@ -4,6 +4,7 @@ Every run trains the seed CNN (64 dense units) on 256 real images of the
 packaged sample, 32 per batch, so that an epoch takes seconds; what is
 checked is behaviour: ranks, streaming, requeues, resubmissions, failures.
 """
+
 import json
 import os
 import re
@@ -18,13 +19,24 @@ from slurm_cluster import missing_packages
 
 pytestmark = [
     pytest.mark.mpi,
-    pytest.mark.skipif(bool(missing_packages()), reason=f"Slurm is not installed ({', '.join(missing_packages())} "
-                       "missing): run scripts/install.sh as root, or apt-get install slurmctld slurmd slurm-client munge"),
+    pytest.mark.skipif(
+        bool(missing_packages()),
+        reason=f"Slurm is not installed ({', '.join(missing_packages())} "
+        "missing): run scripts/install.sh as root, or apt-get install slurmctld slurmd slurm-client munge",
+    ),
     pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root"),
 ]
 
-SMALL = ("trainer.batch_size=32", "trainer.epoch_policy=shard", "trainer.plot=false", "trainer.tensorboard=false",
-         "trainer.verbose=2", "model.dense_units=64", "launcher=slurm", "launcher.poll_interval_s=1")
+SMALL = (
+    "trainer.batch_size=32",
+    "trainer.epoch_policy=shard",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=2",
+    "model.dense_units=64",
+    "launcher=slurm",
+    "launcher.poll_interval_s=1",
+)
 
 
 @pytest.fixture(scope="session")
@@ -74,17 +86,30 @@ def run_span(run_dir: Path):
 @pytest.fixture(scope="module")
 def two_rank_run(slurm, tiny_data, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("slurm-two") / "run"
-    proc = run_cli(*small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=2", f"hydra.run.dir={run_dir}"),
-                   env=env_for(slurm), timeout=900)
+    proc = run_cli(
+        *small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=2", f"hydra.run.dir={run_dir}"),
+        env=env_for(slurm),
+        timeout=900,
+    )
     slurm.cancel_all()
     return run_dir, proc
 
 
 def test_dry_run_writes_the_batch_script_and_submits_nothing(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(*small(tiny_data, "launcher.dry_run=true", "launcher.nodes=2", "launcher.ntasks_per_node=4",
-                          "launcher.partition=gpu", "launcher.time_min=120", f"hydra.run.dir={run_dir}"),
-                   env=env_for(cluster), timeout=300)
+    proc = run_cli(
+        *small(
+            tiny_data,
+            "launcher.dry_run=true",
+            "launcher.nodes=2",
+            "launcher.ntasks_per_node=4",
+            "launcher.partition=gpu",
+            "launcher.time_min=120",
+            f"hydra.run.dir={run_dir}",
+        ),
+        env=env_for(cluster),
+        timeout=300,
+    )
     assert_ok(proc)
     script = run_dir / "slurm" / "job.sbatch"
     text = script.read_text()
@@ -96,8 +121,11 @@ def test_dry_run_writes_the_batch_script_and_submits_nothing(cluster, tiny_data,
 
 def test_a_submission_slurm_refuses_is_one_line_naming_its_reason(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(*small(tiny_data, "launcher.partition=nosuchpartition", f"hydra.run.dir={run_dir}"),
-                   env=env_for(cluster), timeout=300)
+    proc = run_cli(
+        *small(tiny_data, "launcher.partition=nosuchpartition", f"hydra.run.dir={run_dir}"),
+        env=env_for(cluster),
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = error_lines(proc)
     assert len(errors) == 1 and "sbatch refused" in errors[0] and "invalid partition" in errors[0].lower(), errors
@@ -123,8 +151,11 @@ def test_two_ranks_under_srun_pmix_stream_rank_0(two_rank_run):
 def test_evaluate_runs_on_slurm(cluster, two_rank_run, tiny_data, tmp_path):
     trained, _ = two_rank_run
     run_dir = tmp_path / "eval"
-    proc = run_cli(*small(tiny_data, "task=evaluate", f"evaluate.model={trained}", f"hydra.run.dir={run_dir}"),
-                   env=env_for(cluster), timeout=600)
+    proc = run_cli(
+        *small(tiny_data, "task=evaluate", f"evaluate.model={trained}", f"hydra.run.dir={run_dir}"),
+        env=env_for(cluster),
+        timeout=600,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
@@ -147,8 +178,16 @@ def test_launch_all_submits_every_point_then_watches_them_side_by_side(cluster, 
         for num, lr in enumerate(("1e-4", "4e-4")):
             overrides = [*small(tiny_data, "trainer.epochs=2"), f"optimizer.lr={lr}"]
             cfg = compose("config", overrides=overrides)
-            jobs.append(JobSpec(cfg=cfg, output_dir=tmp_path / str(num), task_overrides=overrides,
-                                original_cwd=REPO, multirun=True, job_num=num))
+            jobs.append(
+                JobSpec(
+                    cfg=cfg,
+                    output_dir=tmp_path / str(num),
+                    task_overrides=overrides,
+                    original_cwd=REPO,
+                    multirun=True,
+                    job_num=num,
+                )
+            )
     launcher = SlurmLauncher(**{k: v for k, v in cfg.launcher.items()})
     results = launcher.launch_all(jobs)
 
@@ -164,8 +203,14 @@ def test_a_multirun_sweep_on_slurm_returns_each_points_result(cluster, tiny_data
     # Points go through the launcher one after another here, or all at once through
     # launch_all where the sweep launcher groups them; either way each point is a Slurm job.
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", *small(tiny_data, "trainer.epochs=1"),
-                   f"hydra.sweep.dir={sweep_dir}", env=env_for(cluster), timeout=900)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        *small(tiny_data, "trainer.epochs=1"),
+        f"hydra.sweep.dir={sweep_dir}",
+        env=env_for(cluster),
+        timeout=900,
+    )
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     ids = {job_id(sweep_dir / str(n)) for n in (0, 1)}
@@ -234,8 +279,9 @@ def test_detach_leaves_the_job_and_a_rerun_follows_it_to_the_end(cluster, tiny_d
 
 def test_wait_false_submits_and_says_how_to_follow(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli(*small(tiny_data, "launcher.wait=false", f"hydra.run.dir={run_dir}"), env=env_for(cluster),
-                   timeout=300)
+    proc = run_cli(
+        *small(tiny_data, "launcher.wait=false", f"hydra.run.dir={run_dir}"), env=env_for(cluster), timeout=300
+    )
     out = proc.stdout + proc.stderr
     jid = job_id(run_dir)
     assert_ok(proc)
@@ -245,8 +291,10 @@ def test_wait_false_submits_and_says_how_to_follow(cluster, tiny_data, tmp_path)
 
 def test_a_failing_rank_is_named_with_the_tail_of_its_log(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_cli(*small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=50",
-                                     f"hydra.run.dir={run_dir}"), env=env_for(cluster))
+    proc = start_cli(
+        *small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=50", f"hydra.run.dir={run_dir}"),
+        env=env_for(cluster),
+    )
     rank_1_log = run_dir / "logs" / "rank.1.log"
     # Horovod is up on both ranks once rank 1 has logged its place in the world.
     wait_for(lambda: rank_1_log.exists() and "rank 1/2" in rank_1_log.read_text(), 600, proc, "Horovod on rank 1")
@@ -271,9 +319,17 @@ def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_ra
     marker = tmp_path / "first-job"
     # The first job sleeps past its 1-minute limit (Slurm ends it TIMEOUT within ~90 s);
     # the resubmitted one finds the marker and trains.
-    proc = start_cli(*small(tiny_data, "trainer.epochs=2", "launcher.time_min=1", "launcher.signal_grace_s=0",
-                                     f"launcher.setup=['[ -e {marker} ] || {{ touch {marker}; sleep 600; }}']",
-                                     f"hydra.run.dir={run_dir}"), env=env_for(cluster))
+    proc = start_cli(
+        *small(
+            tiny_data,
+            "trainer.epochs=2",
+            "launcher.time_min=1",
+            "launcher.signal_grace_s=0",
+            f"launcher.setup=['[ -e {marker} ] || {{ touch {marker}; sleep 600; }}']",
+            f"hydra.run.dir={run_dir}",
+        ),
+        env=env_for(cluster),
+    )
     wait_for(lambda: job_id(run_dir), 120, proc, "the submission")
     first_id = job_id(run_dir)
     wait_for(lambda: job_id(run_dir) not in ("", first_id), 300, proc, "the resubmission")
@@ -285,8 +341,10 @@ def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_ra
     outputs = sorted((run_dir / "slurm").glob("slurm-*.out"))
     assert len(outputs) == 2
     first_id, second_id = sorted((p.name[6:-4] for p in outputs), key=int)
-    assert (f"Slurm job {first_id} reached its time limit (TIMEOUT); resubmitted as Slurm job {second_id} "
-            "(resubmission 1 of 3)") in out
+    assert (
+        f"Slurm job {first_id} reached its time limit (TIMEOUT); resubmitted as Slurm job {second_id} "
+        "(resubmission 1 of 3)"
+    ) in out
     assert f"Slurm job {second_id} completed after 1 resubmission(s)" in out
     m = read_metrics(run_dir)
     assert m["complete"] and m["resumed_from_epoch"] == 1 and [e["epoch"] for e in m["epochs"]] == [2]
@@ -303,7 +361,10 @@ def trainer_pid(run_dir: Path, rank: int) -> int:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmdline[1:3] == [b"-m", b"cifar_dist"] and any(needle in a for a in cmdline) \
-                and f"SLURM_PROCID={rank}".encode() in environ:
+        if (
+            cmdline[1:3] == [b"-m", b"cifar_dist"]
+            and any(needle in a for a in cmdline)
+            and f"SLURM_PROCID={rank}".encode() in environ
+        ):
             return int(entry.name)
     raise LookupError(f"rank {rank} of {run_dir} not running")

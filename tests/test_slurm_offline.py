@@ -1,4 +1,5 @@
 """The Slurm launcher's parts that need no cluster: settings, the batch script, scontrol's output."""
+
 import os
 import shlex
 import signal
@@ -25,28 +26,56 @@ SHOW_JOB = (
 
 def job(tmp_path: Path, *overrides: str) -> JobSpec:
     cfg = OmegaConf.create({"task": {"name": "train"}, "trainer": {"resume": "auto"}})
-    return JobSpec(cfg=cfg, output_dir=tmp_path / "run dir", task_overrides=list(overrides),
-                   original_cwd=tmp_path)
+    return JobSpec(cfg=cfg, output_dir=tmp_path / "run dir", task_overrides=list(overrides), original_cwd=tmp_path)
 
 
 def test_every_allocation_key_becomes_its_sbatch_option(tmp_path):
-    conf = conf_from_kwargs(dict(
-        nodes=2, ntasks_per_node=4, cpus_per_task=3, gpus_per_node=4, mem_gb=1.5, partition="gpu",
-        account="proj", qos="high", time_min=120, constraint="a100", exclusive=True,
-        sbatch_lines=["--reservation=r1"], signal_grace_s=90, forward_env=["PATH", "HOME"],
-    ))
+    conf = conf_from_kwargs(
+        dict(
+            nodes=2,
+            ntasks_per_node=4,
+            cpus_per_task=3,
+            gpus_per_node=4,
+            mem_gb=1.5,
+            partition="gpu",
+            account="proj",
+            qos="high",
+            time_min=120,
+            constraint="a100",
+            exclusive=True,
+            sbatch_lines=["--reservation=r1"],
+            signal_grace_s=90,
+            forward_env=["PATH", "HOME"],
+        )
+    )
     opts = sbatch_options(conf, job(tmp_path))
     assert opts == [
-        "--job-name=cifar_dist", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=3", "--gpus-per-node=4",
-        "--mem=1536M", "--partition=gpu", "--account=proj", "--qos=high", "--constraint=a100", "--time=120",
-        "--exclusive", f"--output={tmp_path / 'run dir' / 'slurm' / 'slurm-%j.out'}", "--open-mode=append",
-        f"--chdir={tmp_path}", "--export=PATH,HOME", "--requeue", "--signal=B:USR1@90", "--reservation=r1",
+        "--job-name=cifar_dist",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--cpus-per-task=3",
+        "--gpus-per-node=4",
+        "--mem=1536M",
+        "--partition=gpu",
+        "--account=proj",
+        "--qos=high",
+        "--constraint=a100",
+        "--time=120",
+        "--exclusive",
+        f"--output={tmp_path / 'run dir' / 'slurm' / 'slurm-%j.out'}",
+        "--open-mode=append",
+        f"--chdir={tmp_path}",
+        "--export=PATH,HOME",
+        "--requeue",
+        "--signal=B:USR1@90",
+        "--reservation=r1",
     ]
 
 
 def test_the_batch_script_starts_the_jobs_own_overrides_on_every_rank(tmp_path):
-    conf = conf_from_kwargs(dict(setup=["module load cuda", "source /opt/venv/bin/activate"],
-                                 env={"NCCL_DEBUG": "INFO"}, max_resubmits=2))
+    conf = conf_from_kwargs(
+        dict(setup=["module load cuda", "source /opt/venv/bin/activate"], env={"NCCL_DEBUG": "INFO"}, max_resubmits=2)
+    )
     spec = job(tmp_path, "optimizer.lr=0.0002", "launcher=slurm", "launcher.nodes=1")
     text = batch_script(conf, spec, python="/opt/py/bin/python")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)  # valid shell
@@ -55,7 +84,7 @@ def test_the_batch_script_starts_the_jobs_own_overrides_on_every_rank(tmp_path):
     ranks = next(line for line in lines if line.startswith("srun "))
     argv = shlex.split(ranks.rstrip("&"))
     assert argv[:4] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--export=ALL"]
-    child = argv[argv.index("--") + 1:]
+    child = argv[argv.index("--") + 1 :]
     assert child[:3] == ["/opt/py/bin/python", "-m", "cifar_dist"]
     assert "optimizer.lr=0.0002" in child and "launcher=local" in child and "launcher.nodes=1" not in child
     assert f"hydra.run.dir='{spec.output_dir}'" in child
@@ -66,7 +95,9 @@ def test_the_batch_script_starts_the_jobs_own_overrides_on_every_rank(tmp_path):
 
 
 def test_mpirun_inside_the_allocation_and_no_stop_signal(tmp_path):
-    conf = conf_from_kwargs(dict(ranks="mpirun", signal_grace_s=0, requeue=False, mpirun_args=["--mca", "btl", "self,tcp"]))
+    conf = conf_from_kwargs(
+        dict(ranks="mpirun", signal_grace_s=0, requeue=False, mpirun_args=["--mca", "btl", "self,tcp"])
+    )
     text = batch_script(conf, job(tmp_path), python="python3")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     ranks = next(line for line in text.splitlines() if line.startswith("mpirun "))
@@ -91,7 +122,13 @@ def test_scontrol_show_job_is_read_field_by_field():
     fields = parse_show_job(SHOW_JOB)
     assert fields["Command"] == "/tmp/a run/slurm/job.sbatch"  # values with spaces survive
     info = job_info(fields)
-    assert (info.job_id, info.state, info.nodes, info.restarts, info.finished) == ("7", "RUNNING", "localhost", 2, False)
+    assert (info.job_id, info.state, info.nodes, info.restarts, info.finished) == (
+        "7",
+        "RUNNING",
+        "localhost",
+        2,
+        False,
+    )
     done = job_info(parse_show_job("JobId=8 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 Restarts=0"))
     assert done.finished and done.exit_code == 3 and done.exit_signal == 0
     assert job_info(parse_show_job("JobId=9 JobState=CANCELLED+ ExitCode=0:15")).state == "CANCELLED"
@@ -126,14 +163,22 @@ def test_a_bad_setting_stops_the_cli_with_one_line_before_anything_is_written(tm
     from conftest import error_lines, run_cli
 
     run_dir = tmp_path / "run"
-    proc = run_cli("launcher=slurm", "launcher.nodes=0", "launcher.time_min=1", "data=sample",
-                   f"hydra.run.dir={run_dir}", timeout=300)
+    proc = run_cli(
+        "launcher=slurm",
+        "launcher.nodes=0",
+        "launcher.time_min=1",
+        "data=sample",
+        f"hydra.run.dir={run_dir}",
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = error_lines(proc)
     # Checked with the rest of the config (validation.py), so listed with any other bad value, before Hydra
     # creates the run dir.
-    assert errors == ["cifar_dist: error: bad config: launcher.nodes=0 must be >= 1; launcher.signal_grace_s=180 "
-                      "must be below the time limit (1 min)"]
+    assert errors == [
+        "cifar_dist: error: bad config: launcher.nodes=0 must be >= 1; launcher.signal_grace_s=180 "
+        "must be below the time limit (1 min)"
+    ]
     assert not (run_dir / "slurm").exists() and not run_dir.exists()
 
 
@@ -147,8 +192,10 @@ class FlakyController:
         if self.failures:
             self.failures -= 1
             raise LaunchError("squeue failed: Unable to contact slurm controller")
-        return {job_id: job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
-                for job_id in job_ids}
+        return {
+            job_id: job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+            for job_id in job_ids
+        }
 
 
 def test_a_controller_that_does_not_answer_for_a_while_is_asked_again(tmp_path):
@@ -194,8 +241,9 @@ def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
     queue = CountingQueue({"9_0": 2, "9_1": 4, "9_2": 3})
     states = JobStates(queue)
     conf = SlurmLauncherConf(stream_output=False)
-    jobs = [SlurmJob(queue, conf, tmp_path / i, tmp_path / "job.sbatch", f"9_{i}", "train", states=states)
-            for i in "012"]
+    jobs = [
+        SlurmJob(queue, conf, tmp_path / i, tmp_path / "job.sbatch", f"9_{i}", "train", states=states) for i in "012"
+    ]
     sleeps = []
     results = watch(jobs, 1.0, sleep=sleeps.append)
     assert [r.exit_code for r in results] == [0, 0, 0]
@@ -216,8 +264,9 @@ def test_a_job_someone_cancelled_is_reported_as_cancelled_not_by_its_ranks_signa
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "rank.1.exit.json").write_text('{"rank": 1, "exit_code": -15, "signal": 15, "host": "n1", "time": 9e9}')
-    result = SlurmJob(Cancelled({}), SlurmLauncherConf(stream_output=False), tmp_path, tmp_path / "job.sbatch",
-                      "12", "train").poll()
+    result = SlurmJob(
+        Cancelled({}), SlurmLauncherConf(stream_output=False), tmp_path, tmp_path / "job.sbatch", "12", "train"
+    ).poll()
     assert result.exit_code == 1
     assert result.message.startswith("Slurm job 12 was cancelled by alice; checkpoints in ")
     assert "signal" not in result.message and f"re-run with hydra.run.dir={tmp_path}" in result.message
@@ -226,8 +275,10 @@ def test_a_job_someone_cancelled_is_reported_as_cancelled_not_by_its_ranks_signa
 def test_a_sweep_array_runs_each_points_own_script_k_at_a_time(tmp_path):
     from cifar_dist.launchers.slurm.script import array_script
 
-    jobs = [JobSpec(cfg=OmegaConf.create({}), output_dir=tmp_path / "50% sweep" / str(n), job_num=n,
-                    original_cwd=tmp_path) for n in range(3)]
+    jobs = [
+        JobSpec(cfg=OmegaConf.create({}), output_dir=tmp_path / "50% sweep" / str(n), job_num=n, original_cwd=tmp_path)
+        for n in range(3)
+    ]
     text = array_script(conf_from_kwargs(dict(concurrent=2)), jobs, tmp_path / "50% sweep")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     lines = text.splitlines()
@@ -242,7 +293,7 @@ def test_sbatch_values_are_quoted_and_a_percent_in_the_run_dir_is_escaped(tmp_pa
     from cifar_dist.launchers.slurm.script import sbatch_line
 
     spec = job(tmp_path)
-    spec.output_dir = tmp_path / "my \"run\" 50%"
+    spec.output_dir = tmp_path / 'my "run" 50%'
     text = batch_script(conf_from_kwargs(dict(job_name="a 'b' $HOME")), spec, python="python3")
     subprocess.run(["bash", "-n"], input=text, text=True, check=True)
     assert "#SBATCH \"--job-name=a 'b' $HOME\"" in text.splitlines()

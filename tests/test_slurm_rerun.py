@@ -5,6 +5,7 @@ Issue 31: after the launcher was gone, a re-run with changed sweep values follow
 labelled its result with the new value; a point trained with lr 1e-4 resumed with 5e-4; a completed
 point was submitted again beside the followed one despite launcher.concurrent=1.
 """
+
 import os
 import signal
 
@@ -37,12 +38,20 @@ def test_a_rerun_with_changed_values_does_not_follow_the_old_job(cluster, tiny_d
 
 
 def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one_with_another_lr(
-        cluster, tiny_data, tmp_path):
+    cluster, tiny_data, tmp_path
+):
     sweep = tmp_path / "sweep"
     args = small(tiny_data, "trainer.epochs=3", "launcher.concurrent=1", f"hydra.sweep.dir={sweep}")
     proc = start_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster))
-    wait_for(lambda: (read_metrics(sweep / "0") if (sweep / "0" / "metrics.json").is_file() else {}).get("complete")
-             and job_state(cluster, job_id(sweep / "1")) == "RUNNING", 600, proc, "point #0 to finish, #1 to run")
+    wait_for(
+        lambda: (
+            (read_metrics(sweep / "0") if (sweep / "0" / "metrics.json").is_file() else {}).get("complete")
+            and job_state(cluster, job_id(sweep / "1")) == "RUNNING"
+        ),
+        600,
+        proc,
+        "point #0 to finish, #1 to run",
+    )
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     finished = job_id(sweep / "0")
@@ -64,8 +73,9 @@ def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one
 @pytest.mark.slow  # ~30 s on the real Slurm; the re-run tests of hostile 1, 3 and 15 stay in the default suite
 def test_a_point_submitted_again_waits_for_the_followed_task_under_concurrent_1(cluster, tiny_data, tmp_path):
     sweep = tmp_path / "sweep"
-    args = small(tiny_data, "trainer.epochs=50", "launcher.concurrent=1", "launcher.wait=false",
-                 f"hydra.sweep.dir={sweep}")
+    args = small(
+        tiny_data, "trainer.epochs=50", "launcher.concurrent=1", "launcher.wait=false", f"hydra.sweep.dir={sweep}"
+    )
     first = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
     assert_ok(first)
     cancelled = job_id(sweep / "0")

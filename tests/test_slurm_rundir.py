@@ -4,14 +4,14 @@ a re-run with other settings is refused without rewriting anything, a scancel is
 One job (submitted with launcher.wait=false, long enough to outlive the module) serves the tests
 in file order; the last one cancels it.
 """
+
 import time
 
 import pytest
 
+from cifar_dist.rundir.lock import LOCK_NAME
 from conftest import assert_ok, one_error_line, run_cli, start_cli, wait_for
 from test_slurm_e2e import env_for, job_id, job_state, pytestmark, small, tiny_data  # noqa: F401
-
-from cifar_dist.rundir.lock import LOCK_NAME
 
 EPOCHS = 50
 
@@ -46,8 +46,11 @@ def test_a_rerun_that_would_follow_the_job_with_other_settings_is_refused_and_re
     changed = [o for o in overrides if not o.startswith("trainer.epochs=")] + ["trainer.epochs=10"]
     proc = run_cli(*changed, env=env_for(slurm), timeout=300)
     line = one_error_line(proc)
-    assert f"holds Slurm job {jid} (RUNNING), submitted with other settings: trainer.epochs (job: {EPOCHS}, now: 10)" \
-        in line and f"scancel {jid}" in line, line
+    assert (
+        f"holds Slurm job {jid} (RUNNING), submitted with other settings: trainer.epochs (job: {EPOCHS}, now: 10)"
+        in line
+        and f"scancel {jid}" in line
+    ), line
     assert {p: p.read_bytes() for p in saved} == saved
     assert job_id(run_dir) == jid and job_state(slurm, jid) == "RUNNING"
 

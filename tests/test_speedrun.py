@@ -1,4 +1,5 @@
 """experiment=speedrun on 2 real Horovod ranks, and BatchNorm statistics across ranks."""
+
 import json
 import os
 import shutil
@@ -54,7 +55,9 @@ def mpirun(*args, timeout=1200):
     cmd = ["mpirun", "-np", "2", "--bind-to", "core"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     cmd += ["-x", "PYTHONPATH", "-x", "TF_CPP_MIN_LOG_LEVEL", "-x", "PATH", sys.executable, *args]
     env = cli_env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 @pytest.mark.timeout(2400)
@@ -76,8 +79,17 @@ def test_batchnorm_statistics_are_identical_across_two_ranks_after_an_epoch(tmp_
 @pytest.mark.timeout(2400)
 def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("experiment=speedrun", "data=sample", "launcher=mpirun", "launcher.np=2", "trainer.epochs=4",
-                   "trainer.verbose=0", "trainer.tensorboard=false", f"hydra.run.dir={run_dir}", timeout=2000)  # minutes on a quiet machine; generous for a loaded one
+    proc = run_cli(
+        "experiment=speedrun",
+        "data=sample",
+        "launcher=mpirun",
+        "launcher.np=2",
+        "trainer.epochs=4",
+        "trainer.verbose=0",
+        "trainer.tensorboard=false",
+        f"hydra.run.dir={run_dir}",
+        timeout=2000,
+    )  # minutes on a quiet machine; generous for a loaded one
     assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and len(m["epochs"]) == 4
@@ -94,10 +106,15 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     def arrays(path):
         with h5py.File(path, "r") as f:
             out = {}
-            f["model_weights"].visititems(lambda name, obj: out.__setitem__(name, np.asarray(obj)) if isinstance(obj, h5py.Dataset) else None)
+            f["model_weights"].visititems(
+                lambda name, obj: out.__setitem__(name, np.asarray(obj)) if isinstance(obj, h5py.Dataset) else None
+            )
             return out
 
-    last, final = arrays(run_dir / "checkpoints" / "checkpoint-004.h5"), arrays(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")
+    last, final = (
+        arrays(run_dir / "checkpoints" / "checkpoint-004.h5"),
+        arrays(run_dir / "saved_models" / "keras_cifar10_trained_model.h5"),
+    )
     assert last.keys() == final.keys() and any("moving_mean" in k for k in last)
     assert all(np.array_equal(last[k], final[k]) for k in last)
     # The per-step schedule (recorded at each epoch's end): its peak, 0.1 x 2 ranks, at 25 % of the
@@ -106,8 +123,14 @@ def test_speedrun_on_two_ranks_learns_keeps_ranks_in_sync_and_evaluates_with_tta
     assert lrs[0] == pytest.approx(0.2) and lrs[0] > lrs[1] > lrs[2] > lrs[3]
 
     ev_dir = tmp_path / "eval"
-    proc = run_cli("task=evaluate", f"evaluate.model={run_dir}", "evaluate.tta=flip_translate", "data=sample",
-                   f"hydra.run.dir={ev_dir}", timeout=900)
+    proc = run_cli(
+        "task=evaluate",
+        f"evaluate.model={run_dir}",
+        "evaluate.tta=flip_translate",
+        "data=sample",
+        f"hydra.run.dir={ev_dir}",
+        timeout=900,
+    )
     assert_ok(proc)
     ev = json.loads((ev_dir / "evaluation.json").read_text())
     assert ev["tta"] == "flip_translate"

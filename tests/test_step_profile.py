@@ -1,4 +1,5 @@
 """scripts/bench_step_profile.py: the FLOP count behind the roofline, the trace reading behind the overhead numbers."""
+
 import sys
 
 import pytest
@@ -14,8 +15,14 @@ def test_seed_cnn_training_flops_match_a_hand_count():
     from cifar_dist.models.seed_cnn import build
 
     # Multiply-adds of the forward pass, layer by layer (out_h * out_w * out_c * k_h * k_w * in_c; in x out).
-    macs = [32 * 32 * 32 * 9 * 3, 30 * 30 * 32 * 9 * 32, 15 * 15 * 64 * 9 * 32, 13 * 13 * 64 * 9 * 64,
-            2304 * 512, 512 * 10]
+    macs = [
+        32 * 32 * 32 * 9 * 3,
+        30 * 30 * 32 * 9 * 32,
+        15 * 15 * 64 * 9 * 32,
+        13 * 13 * 64 * 9 * 64,
+        2304 * 512,
+        512 * 10,
+    ]
     flops = training_flops_per_image(build())
     assert flops["forward"] == 2 * sum(macs) == 41_482_240
     # Weight gradients for every layer, input gradients for all but the first.
@@ -28,8 +35,14 @@ def test_trace_of_a_short_fit_gives_steps_gaps_and_op_shares(tmp_path):
     import tensorflow as tf
     from bench_step_profile import analyse_trace
 
-    model = tf.keras.Sequential([tf.keras.layers.Input((8, 8, 3)), tf.keras.layers.Conv2D(4, 3),
-                                 tf.keras.layers.Flatten(), tf.keras.layers.Dense(2)])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input((8, 8, 3)),
+            tf.keras.layers.Conv2D(4, 3),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dense(2),
+        ]
+    )
     model.compile(loss="mse", optimizer="sgd")
     x, y = np.zeros((64, 8, 8, 3), "float32"), np.zeros((64, 2), "float32")
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
@@ -61,7 +74,9 @@ def write_trace(logdir, python_events, op_events, python_at_ns=3_000_000):
             if name not in ids:
                 ids[name] = len(ids) + 1
                 plane.event_metadata[ids[name]].name = name
-            line.events.add(metadata_id=ids[name], offset_ps=round(start_ms * 1e9), duration_ps=round((end_ms - start_ms) * 1e9))
+            line.events.add(
+                metadata_id=ids[name], offset_ps=round(start_ms * 1e9), duration_ps=round((end_ms - start_ms) * 1e9)
+            )
     out = logdir / "plugins" / "profile" / "run" / "host.xplane.pb"
     out.parent.mkdir(parents=True)
     out.write_bytes(space.SerializeToString())
@@ -75,8 +90,14 @@ def test_a_known_trace_gives_its_exact_steps_gaps_idle_share_and_op_shares(tmp_p
     # Ops (absolute ms): overlapping Conv2D/MatMul busy [4, 7] once, not twice; Relu [10, 11]; a MatMul
     # running past the last call counts up to 13 only; a Conv2D before the first call is outside the window;
     # the executor wrapper ("::") spanning everything is not an op.
-    ops = [("conv/Conv2D:Conv2D", 4, 6), ("dense/MatMul:MatMul", 5, 7), ("relu:Relu", 10, 11),
-           ("head/MatMul:MatMul", 12.5, 14), ("warmup/Conv2D:Conv2D", 1, 2), ("Executor::Run", 3, 13)]
+    ops = [
+        ("conv/Conv2D:Conv2D", 4, 6),
+        ("dense/MatMul:MatMul", 5, 7),
+        ("relu:Relu", 10, 11),
+        ("head/MatMul:MatMul", 12.5, 14),
+        ("warmup/Conv2D:Conv2D", 1, 2),
+        ("Executor::Run", 3, 13),
+    ]
     write_trace(tmp_path, calls, ops)
     trace = analyse_trace(str(tmp_path))
     assert trace["calls"] == 2
@@ -86,4 +107,7 @@ def test_a_known_trace_gives_its_exact_steps_gaps_idle_share_and_op_shares(tmp_p
     assert trace["no_op_running_fraction"] == pytest.approx(1 - busy_ms / 10)
     # Shares of all op time (Conv2D 2 + 1 ms, MatMul 2 + 1.5 ms, Relu 1 ms of 7.5 ms), largest first.
     assert list(trace["op_time_share_by_type"].items()) == [
-        ("MatMul", round(3.5 / 7.5, 4)), ("Conv2D", round(3 / 7.5, 4)), ("Relu", round(1 / 7.5, 4))]
+        ("MatMul", round(3.5 / 7.5, 4)),
+        ("Conv2D", round(3 / 7.5, 4)),
+        ("Relu", round(1 / 7.5, 4)),
+    ]

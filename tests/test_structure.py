@@ -16,11 +16,12 @@ and are not counted. The tests say:
 - an import inside a function keeps a heavy dependency off the start-up path, and says so
   in a comment on its line or the line above (``# lazy: TensorFlow``).
 """
+
 from __future__ import annotations
 
 import ast
-import re
 import configparser
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
@@ -58,7 +59,7 @@ def package_dirs() -> Dict[str, Path]:
     def folder(package: str) -> Path:
         for name in sorted(mapped, key=len, reverse=True):
             if package == name or package.startswith(name + "."):
-                return ROOT / mapped[name] / Path(*package[len(name):].split(".")[1:])
+                return ROOT / mapped[name] / Path(*package[len(name) :].split(".")[1:])
         return ROOT / Path(*package.split("."))
 
     return {package: folder(package) for package in packages}
@@ -95,11 +96,13 @@ def project_target(name: str, modules: Dict[str, Path]) -> Optional[str]:
 def is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def import_nodes(tree: ast.AST) -> Iterator[Tuple[ast.stmt, bool]]:
     """Every import statement that can run, with whether it stands inside a function."""
+
     def walk(node: ast.AST, in_function: bool):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and is_type_checking(child):
@@ -115,7 +118,7 @@ def import_nodes(tree: ast.AST) -> Iterator[Tuple[ast.stmt, bool]]:
 
 def has_reason(lines: List[str], node: ast.stmt) -> bool:
     """A comment on the import's own line(s) or alone on the line above."""
-    own = lines[node.lineno - 1: node.end_lineno]
+    own = lines[node.lineno - 1 : node.end_lineno]
     above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
     return any("#" in line for line in own) or above.startswith("#")
 
@@ -189,8 +192,12 @@ def shortest_path(start: str, end: str, component: Set[str], edges: Dict[str, Se
     came_from: Dict[str, str] = {start: start}
     frontier = [start]
     while end not in came_from:
-        frontier = [came_from.setdefault(other, node) and other for node in frontier
-                    for other in sorted(edges.get(node, set()) & component) if other not in came_from]
+        frontier = [
+            came_from.setdefault(other, node) and other
+            for node in frontier
+            for other in sorted(edges.get(node, set()) & component)
+            if other not in came_from
+        ]
     path = [end]
     while path[-1] != start:
         path.append(came_from[path[-1]])
@@ -205,7 +212,7 @@ def folder_of(module: str, modules: Dict[str, Path]) -> str:
         return module
     for top in FLAT_TOP_LEVELS[::-1]:
         if module.startswith(top + "."):
-            first = module[len(top) + 1:].split(".")[0]
+            first = module[len(top) + 1 :].split(".")[0]
             return module if modules[f"{top}.{first}"].name != "__init__.py" else f"{top}.{first}"
     return module
 
@@ -229,8 +236,12 @@ def where(imp: Import) -> str:
 
 def test_the_module_map_finds_the_project():
     modules = project_modules()
-    for name in ("cifar_dist.app", "cifar_dist.launchers.mpirun", "cifar_dist.conf",
-                 "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher"):
+    for name in (
+        "cifar_dist.app",
+        "cifar_dist.launchers.mpirun",
+        "cifar_dist.conf",
+        "hydra_plugins.cifar_dist_launcher.cifar_dist_launcher",
+    ):
         assert name in modules, name
     assert len(modules) > 100
 
@@ -261,8 +272,11 @@ def test_no_import_cycle_between_the_projects_folders(imports):
 
 def test_the_core_imports_no_launcher_sweeper_app_or_shim(imports):
     top = LAUNCHERS + SWEEPERS + APP + SHIMS
-    wrong = [where(imp) for imp in imports
-             if within(imp.source, ("cifar_dist",)) and not within(imp.source, top) and within(imp.target, top)]
+    wrong = [
+        where(imp)
+        for imp in imports
+        if within(imp.source, ("cifar_dist",)) and not within(imp.source, top) and within(imp.target, top)
+    ]
     assert wrong == []
 
 
@@ -293,8 +307,11 @@ def test_every_import_inside_a_function_says_why():
 def test_the_readme_layout_names_every_folder_and_only_modules_that_exist():
     readme = (ROOT / "README.md").read_text()
     layout = readme.split("## Project layout", 1)[1].split("```")[1]
-    files = {path.name for path in project_modules().values()} | {p.name for p in (ROOT / "scripts").glob("*")} | {
-        p.name for p in (ROOT / "tests").glob("*.py")}
+    files = (
+        {path.name for path in project_modules().values()}
+        | {p.name for p in (ROOT / "scripts").glob("*")}
+        | {p.name for p in (ROOT / "tests").glob("*.py")}
+    )
     named = set(re.findall(r"[\w]+\.py\b", layout)) - {"setup.py"}
     assert sorted(named - files) == [], "the README's layout names modules that do not exist"
     folders = {path.parent.name for name, path in project_modules().items() if path.name == "__init__.py"}

@@ -6,6 +6,7 @@ folder of other runs listed them all as points; a dry run of 3 points with concu
 commands written" after printing 2; errors found at a run's start (a missing data path, a failed
 download, an empty class folder) left run dirs holding only .hydra/ and a log.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -26,8 +27,16 @@ def test_a_sweep_whose_every_point_is_bad_names_each_and_writes_nothing(tmp_path
 
 
 def test_launcher_concurrent_minus_one_is_refused_before_any_dir_is_made(tmp_path):
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", *SAMPLE, "launcher=mpirun", "launcher.concurrent=-1",
-                   "launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}", timeout=120)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        *SAMPLE,
+        "launcher=mpirun",
+        "launcher.concurrent=-1",
+        "launcher.dry_run=true",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        timeout=120,
+    )
     lines = error_lines(proc)
     assert proc.returncode == 2 and len(lines) == 2 and all("launcher.concurrent=-1" in line for line in lines)
     assert "dry run:" not in proc.stdout and list(tmp_path.iterdir()) == []
@@ -43,9 +52,17 @@ def test_a_sweep_dir_holding_other_runs_is_refused_untouched(tmp_path):
 
 
 def test_a_concurrent_dry_run_counts_the_commands_it_printed(tmp_path):
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4,3e-4", *SAMPLE, "launcher=mpirun", "launcher.np=1",
-                   "launcher.concurrent=2", "launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                   timeout=180)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4,3e-4",
+        *SAMPLE,
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        "launcher.dry_run=true",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        timeout=180,
+    )
     assert_ok(proc)
     assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2
     assert "dry run: 2 commands for 3 points written, nothing started" in proc.stdout
@@ -62,11 +79,15 @@ def empty_class_folder(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("data", [
-    ("data=folder", "data.path=missing"),
-    ("data=cifar10", "data.cache_dir=cache", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"),
-    ("data=folder", "data.path=images"),
-], ids=["missing data path", "failed download", "empty class folder"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        ("data=folder", "data.path=missing"),
+        ("data=cifar10", "data.cache_dir=cache", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"),
+        ("data=folder", "data.path=images"),
+    ],
+    ids=["missing data path", "failed download", "empty class folder"],
+)
 def test_an_error_found_at_the_start_leaves_no_run_dir(tmp_path, empty_class_folder, data):
     proc = run_cli(*data, "trainer.verbose=0", "hydra.run.dir=outputs/run", cwd=tmp_path, timeout=180)
     line = one_error_line(proc)

@@ -8,6 +8,7 @@ run dirs and .hydra/ exist; each point's accuracy goes back to Hydra in order;
 a failed point is FAILED with one line while every other point still runs,
 and the sweep summary is written all the same.
 """
+
 from __future__ import annotations
 
 import csv
@@ -26,8 +27,9 @@ from cifar_dist.errors import PointFailed
 TESTS = Path(__file__).resolve().parent
 
 register_configs()  # hydra/launcher=cifar_dist and the plugin class, as the app does
-ConfigStore.instance().store(group="launcher", name="recording",
-                             node={"_target_": "sweep_fakes.RecordingLauncher", "np": 1})
+ConfigStore.instance().store(
+    group="launcher", name="recording", node={"_target_": "sweep_fakes.RecordingLauncher", "np": 1}
+)
 
 
 @pytest.fixture(autouse=True)
@@ -66,9 +68,13 @@ class TestHydraIntegrationSuite(IntegrationTestSuite):
 
 def _sweep(hydra_sweep_runner, tmp_path, *overrides):
     return hydra_sweep_runner(
-        calling_file=None, calling_module="cifar_dist.app", config_path="conf", config_name="config",
+        calling_file=None,
+        calling_module="cifar_dist.app",
+        config_path="conf",
+        config_name="config",
         task_function=lambda cfg: float(cfg.optimizer.lr) * 100,  # in-process points
-        overrides=["data=sample", *overrides], temp_dir=tmp_path,
+        overrides=["data=sample", *overrides],
+        temp_dir=tmp_path,
     )
 
 
@@ -88,7 +94,10 @@ def test_points_reach_their_launcher_together_and_accuracies_come_back_in_order(
         for num in range(4):
             assert (tmp_path / str(num) / ".hydra" / "overrides.yaml").is_file()
         rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
-        assert [(r["job"], r["status"], r["test_accuracy"]) for r in rows][2:] == [("2", "ok", "1.0"), ("3", "ok", "2.0")]
+        assert [(r["job"], r["status"], r["test_accuracy"]) for r in rows][2:] == [
+            ("2", "ok", "1.0"),
+            ("3", "ok", "2.0"),
+        ]
 
 
 @pytest.mark.usefixtures("hydra_restore_singletons")
@@ -106,8 +115,7 @@ def test_a_failed_point_is_failed_in_one_line_after_every_point_ran(hydra_sweep_
 
 @pytest.mark.usefixtures("hydra_restore_singletons")
 def test_a_point_with_a_bad_value_fails_alone_before_its_launcher_runs(hydra_sweep_runner, tmp_path):
-    sweep = _sweep(hydra_sweep_runner, tmp_path, "launcher=recording", "trainer.batch_size=0,32",
-                   "optimizer.lr=0.1")
+    sweep = _sweep(hydra_sweep_runner, tmp_path, "launcher=recording", "trainer.batch_size=0,32", "optimizer.lr=0.1")
     with pytest.raises(PointFailed, match=r"^point #0: .*trainer.batch_size=0 must be >= 1"):
         with sweep:
             pass
@@ -129,8 +137,9 @@ def test_the_app_raises_for_a_failed_in_process_point(tmp_path):
     not exit the sweep: the next point still runs (and fails on its own: nothing to resume)."""
     from conftest import run_cli
 
-    proc = run_cli("-m", "trainer.epochs=0,1", "trainer.resume=true", "data=sample", f"hydra.sweep.dir={tmp_path}",
-                   timeout=300)
+    proc = run_cli(
+        "-m", "trainer.epochs=0,1", "trainer.resume=true", "data=sample", f"hydra.sweep.dir={tmp_path}", timeout=300
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     assert "point #0: bad config: trainer.epochs=0 must be >= 1" in lines  # Hydra prints it as one line

@@ -1,4 +1,5 @@
 """The sweep summary read from run dirs laid out as Hydra writes them (no training)."""
+
 import csv
 import json
 from pathlib import Path
@@ -12,8 +13,10 @@ from cifar_dist.sweep_summary import collect, summarize, table
 def make_point(sweep_dir: Path, num: int, overrides, metrics=None) -> Path:
     job_dir = sweep_dir / str(num)
     (job_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": num}, "overrides": {"task": list(overrides)}}}),
-                   job_dir / ".hydra" / "hydra.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"job": {"num": num}, "overrides": {"task": list(overrides)}}}),
+        job_dir / ".hydra" / "hydra.yaml",
+    )
     if metrics is not None:
         (job_dir / "metrics.json").write_text(json.dumps(metrics))
     return job_dir
@@ -21,7 +24,10 @@ def make_point(sweep_dir: Path, num: int, overrides, metrics=None) -> Path:
 
 def metrics(acc, loss, complete=True, epochs=2):
     return {
-        "test": {"loss": loss, "accuracy": acc}, "images_per_sec": 400.0 + acc, "wall_time_s": 30.5, "ranks": 2,
+        "test": {"loss": loss, "accuracy": acc},
+        "images_per_sec": 400.0 + acc,
+        "wall_time_s": 30.5,
+        "ranks": 2,
         "complete": complete,
         "epochs": [{"epoch": e + 1, "val_accuracy": acc * (e + 1) / epochs, "loss": 2.0} for e in range(epochs)],
     }
@@ -80,7 +86,9 @@ def test_summary_table_csv_and_plot(tmp_path, capsys, saved_figures):
     common = ["data=sample", "launcher=mpirun", "launcher.np=2"]
     make_point(tmp_path, 0, ["optimizer.lr=1e-4", *common], metrics(0.25, 2.0))
     make_point(tmp_path, 1, ["optimizer.lr=2e-4", *common], metrics(0.31, 1.9))
-    make_point(tmp_path, 2, ["optimizer.lr=4e-4", *common], metrics(0.0, 0.0, complete=False, epochs=1) | {"test": None})
+    make_point(
+        tmp_path, 2, ["optimizer.lr=4e-4", *common], metrics(0.0, 0.0, complete=False, epochs=1) | {"test": None}
+    )
     make_point(tmp_path, 10, ["optimizer.lr=8e-4", *common])  # failed before writing metrics
     (tmp_path / "10" / "logs").mkdir()  # a child run dir without .hydra/ is not a point
 
@@ -98,7 +106,12 @@ def test_summary_table_csv_and_plot(tmp_path, capsys, saved_figures):
     assert next(line for line in lines if line.startswith("10 ")).split()[2:4] == ["failed", "-"]
 
     rows = list(csv.DictReader(open(tmp_path / "sweep_summary.csv")))
-    assert [r["varied"] for r in rows] == ["optimizer.lr=1e-4", "optimizer.lr=2e-4", "optimizer.lr=4e-4", "optimizer.lr=8e-4"]
+    assert [r["varied"] for r in rows] == [
+        "optimizer.lr=1e-4",
+        "optimizer.lr=2e-4",
+        "optimizer.lr=4e-4",
+        "optimizer.lr=8e-4",
+    ]
     assert rows[1]["overrides"] == "optimizer.lr=2e-4 data=sample launcher=mpirun launcher.np=2"
     assert float(rows[0]["test_accuracy"]) == 0.25 and rows[3]["test_accuracy"] == ""
     assert Path(rows[0]["output_dir"]) == tmp_path / "0"
@@ -114,9 +127,11 @@ def test_summary_table_csv_and_plot(tmp_path, capsys, saved_figures):
     (acc,) = left.get_lines()
     assert list(acc.get_xdata()) == [1e-4, 2e-4] and list(acc.get_ydata()) == [0.25, 0.31]
     assert left.get_xlabel() == "optimizer.lr" and left.get_xscale() == "linear"  # 2x range: not log
-    assert curves(right) == {"#0 optimizer.lr=1e-4": ([1, 2], [0.125, 0.25]),
-                             "#1 optimizer.lr=2e-4": ([1, 2], [0.155, 0.31]),
-                             "#2 optimizer.lr=4e-4": ([1], [0.0])}
+    assert curves(right) == {
+        "#0 optimizer.lr=1e-4": ([1, 2], [0.125, 0.25]),
+        "#1 optimizer.lr=2e-4": ([1, 2], [0.155, 0.31]),
+        "#2 optimizer.lr=4e-4": ([1], [0.0]),
+    }
     assert [t.get_text() for t in right.get_legend().get_texts()] == list(curves(right))
 
 
@@ -138,8 +153,9 @@ def test_points_with_several_varied_keys_get_a_bar_chart(tmp_path, saved_figures
 def test_evaluate_points_are_summarized_from_evaluation_json(tmp_path):
     for num, acc in ((0, 0.61), (1, 0.58)):
         job_dir = make_point(tmp_path, num, [f"evaluate.model=run{num}", "task=evaluate"])
-        (job_dir / "evaluation.json").write_text(json.dumps(
-            {"accuracy": acc, "loss": 1.1, "ranks": 2, "wall_time_s": 3.0, "samples": 1017}))
+        (job_dir / "evaluation.json").write_text(
+            json.dumps({"accuracy": acc, "loss": 1.1, "ranks": 2, "wall_time_s": 3.0, "samples": 1017})
+        )
     points = collect(tmp_path)
     assert [(p.status, p.test_accuracy, p.ranks) for p in points] == [("ok", 0.61, 2), ("ok", 0.58, 2)]
     assert "0.6100" in table(points) or "0.610" in table(points)
@@ -151,8 +167,16 @@ def test_a_dry_run_sweep_reports_dry_run_points_not_failures(tmp_path, caplog):
     from conftest import assert_ok, run_cli
 
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true",
-                   "data=sample", f"hydra.sweep.dir={sweep}", timeout=180)
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        "launcher=mpirun",
+        "launcher.np=2",
+        "launcher.dry_run=true",
+        "data=sample",
+        f"hydra.sweep.dir={sweep}",
+        timeout=180,
+    )
     assert_ok(proc)
     out = proc.stdout + proc.stderr
     assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2

@@ -1,4 +1,5 @@
 """Per-rank CPU thread plans: N ranks on N cores must not oversubscribe."""
+
 from cifar_dist.training.process import threads
 
 

@@ -1,4 +1,5 @@
 """Experiment tracking with a real MLflow, offline: SQLite stores in tmp dirs, read back through MlflowClient."""
+
 import csv
 import json
 import logging
@@ -14,9 +15,9 @@ mlflow = pytest.importorskip("mlflow", reason="tracking extra not installed (pip
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from cifar_dist.all_options import register_configs  # noqa: E402
+from cifar_dist.tracking.failure_guard import Guard  # noqa: E402
 from cifar_dist.tracking.job_hooks import after_download, import_run_dir  # noqa: E402
 from cifar_dist.tracking.run_description import git_commit, load_job, params, sweep_dir  # noqa: E402
-from cifar_dist.tracking.failure_guard import Guard  # noqa: E402
 from cifar_dist.tracking.runfile import RUN_FILE, SWEEP_FILE, read_ref  # noqa: E402
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri  # noqa: E402
 
@@ -45,8 +46,11 @@ def test_uri_resolution_and_redaction(tmp_path, monkeypatch):
     assert redact("https://alice:s3cret@mlflow.example:8443/x") == "https://mlflow.example:8443/x"
     env = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
     apply_http_limits(compose_cfg("tracking=mlflow").tracking, env)
-    assert env == {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}  # the user's own setting wins
+    assert env == {
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "3",
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    }  # the user's own setting wins
     import mlflow.environment_variables as knobs
 
     for name, value in env.items():  # in the form MLflow parses
@@ -67,8 +71,17 @@ def test_git_commit_only_for_a_git_checkout(tmp_path):
     """None outside a git checkout; inside one, its HEAD as ``git rev-parse HEAD`` says."""
     assert git_commit(tmp_path) is None
     checkout = tmp_path / "checkout"
-    git = ["git", "-C", str(checkout), "-c", "user.name=test", "-c", "user.email=test@example.org",
-           "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-C",
+        str(checkout),
+        "-c",
+        "user.name=test",
+        "-c",
+        "user.email=test@example.org",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     subprocess.run(["git", "init", "-q", str(checkout)], check=True, timeout=60)
     subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "first"], check=True, timeout=60)
     head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True, timeout=60)
@@ -116,15 +129,33 @@ def fake_run_dir(root: Path, db: Path, epochs=3, complete=True) -> Path:
     """A run dir as a Batch AI job leaves it once downloaded: .hydra/ from the launching side, rank 0's metrics.json."""
     run_dir = root / "2026-11-23" / "10-00-00"
     (run_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(compose_cfg("tracking=mlflow", f"tracking.uri=sqlite:///{db}", "launcher=batchai"),
-                   run_dir / ".hydra" / "config.yaml")
-    OmegaConf.save(OmegaConf.create({"hydra": {"mode": "RUN", "runtime": {"choices": {"launcher": "batchai"}}}}),
-                   run_dir / ".hydra" / "hydra.yaml")
+    OmegaConf.save(
+        compose_cfg("tracking=mlflow", f"tracking.uri=sqlite:///{db}", "launcher=batchai"),
+        run_dir / ".hydra" / "config.yaml",
+    )
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"mode": "RUN", "runtime": {"choices": {"launcher": "batchai"}}}}),
+        run_dir / ".hydra" / "hydra.yaml",
+    )
     metrics = {
-        "ranks": 4, "complete": complete, "run": {"tensorflow": "2.18.1", "horovod": "0.28.1"},
-        "epochs": [{"epoch": e, "loss": 2.0 / e, "accuracy": 0.1 * e, "val_loss": 2.1 / e, "val_accuracy": 0.1 * e,
-                    "lr": 4e-4, "images_per_sec": 1000.0 + e} for e in range(1, epochs + 1)],
-        "test": {"loss": 1.5, "accuracy": 0.42} if complete else None, "images_per_sec": 1002.0, "wall_time_s": 60.0,
+        "ranks": 4,
+        "complete": complete,
+        "run": {"tensorflow": "2.18.1", "horovod": "0.28.1"},
+        "epochs": [
+            {
+                "epoch": e,
+                "loss": 2.0 / e,
+                "accuracy": 0.1 * e,
+                "val_loss": 2.1 / e,
+                "val_accuracy": 0.1 * e,
+                "lr": 4e-4,
+                "images_per_sec": 1000.0 + e,
+            }
+            for e in range(1, epochs + 1)
+        ],
+        "test": {"loss": 1.5, "accuracy": 0.42} if complete else None,
+        "images_per_sec": 1002.0,
+        "wall_time_s": 60.0,
     }
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
     (run_dir / "saved_models").mkdir()
@@ -146,7 +177,8 @@ def test_after_download_imports_the_run_dir_once(tmp_path):
     assert steps(client, ref.run_id, "val_accuracy") == [1, 2, 3]
     assert run.data.metrics["test_accuracy"] == pytest.approx(0.42)
     assert {"metrics.json", ".hydra/config.yaml", "saved_models/keras_cifar10_trained_model.h5"} <= set(
-        artifact_paths(client, ref.run_id))
+        artifact_paths(client, ref.run_id)
+    )
     # Again (a second download, or an import by hand): the same run, no epoch twice.
     assert import_run_dir(run_dir) == ref.run_id
     assert steps(client, ref.run_id, "val_accuracy") == [1, 2, 3]
@@ -160,8 +192,7 @@ def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "Env-token-value")
     db = tmp_path / "mlflow.db"
     run_dir = fake_run_dir(tmp_path / "outputs", db)
-    cfg = compose_cfg("tracking=mlflow", f"tracking.uri='{SECRET_URI}'", "launcher=batchai",
-                      "+notes=Env-token-value")
+    cfg = compose_cfg("tracking=mlflow", f"tracking.uri='{SECRET_URI}'", "launcher=batchai", "+notes=Env-token-value")
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
     OmegaConf.save(OmegaConf.create([f"tracking.uri={SECRET_URI}"]), run_dir / ".hydra" / "overrides.yaml")
     run_id = import_run_dir(run_dir, uri=f"sqlite:///{db}")
@@ -195,8 +226,10 @@ def test_the_job_log_and_the_sweep_summary_show_no_password(tmp_path, capsys):
         logger.removeHandler(handler)
     point = tmp_path / "sweep" / "0"
     (point / ".hydra").mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create({"hydra": {"job": {"num": 0}, "overrides": {"task": [f"tracking.uri={SECRET_URI}"]}}}),
-                   point / ".hydra" / "hydra.yaml")
+    OmegaConf.save(
+        OmegaConf.create({"hydra": {"job": {"num": 0}, "overrides": {"task": [f"tracking.uri={SECRET_URI}"]}}}),
+        point / ".hydra" / "hydra.yaml",
+    )
     summarize(tmp_path / "sweep")
     shown = capsys.readouterr()
     text = shown.out + shown.err + (tmp_path / "sweep" / "sweep_summary.csv").read_text()
@@ -208,9 +241,16 @@ def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_var
     from cifar_dist.tracking.settings import export_credentials
 
     cfg = compose_cfg("tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x")
-    job = JobSpec(cfg=cfg, output_dir=tmp_path, original_cwd=tmp_path, job_num=0, multirun=False,
-                  task_overrides=["tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x"],
-                  hydra_overrides=[], choices={})
+    job = JobSpec(
+        cfg=cfg,
+        output_dir=tmp_path,
+        original_cwd=tmp_path,
+        job_num=0,
+        multirun=False,
+        task_overrides=["tracking=mlflow", "tracking.uri=https://alice:Pa55word-in-uri@mlflow.example/x"],
+        hydra_overrides=[],
+        choices={},
+    )
     command = " ".join(job.child_command())
     assert "tracking.uri=https://mlflow.example/x" in command and "Pa55word-in-uri" not in command
     env = {"MLFLOW_TRACKING_USERNAME": "bob"}
@@ -256,8 +296,17 @@ def test_first_runs_into_a_new_sqlite_file_create_its_tables_once(tmp_path):
 
     uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
     start = time.time() + 12  # after every interpreter has imported MLflow
-    procs = [subprocess.Popen([sys.executable, "-c", FIRST_OPEN, uri, str(start)], cwd=REPO, env=cli_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FIRST_OPEN, uri, str(start)],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment
@@ -305,9 +354,18 @@ def test_batchai_nodes_do_not_log_when_the_run_dir_is_imported():
 def test_sweep_dir_is_the_run_dir_minus_the_resolved_subdir(tmp_path):
     run_dir = tmp_path / "multiruns" / "d" / "t" / "3"
     (run_dir / ".hydra").mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create({"hydra": {"mode": "MULTIRUN", "job": {"num": 3},
-                                               "sweep": {"dir": "multiruns/${now:%H}", "subdir": "${hydra.job.num}"}}}),
-                   run_dir / ".hydra" / "hydra.yaml")
+    OmegaConf.save(
+        OmegaConf.create(
+            {
+                "hydra": {
+                    "mode": "MULTIRUN",
+                    "job": {"num": 3},
+                    "sweep": {"dir": "multiruns/${now:%H}", "subdir": "${hydra.job.num}"},
+                }
+            }
+        ),
+        run_dir / ".hydra" / "hydra.yaml",
+    )
     assert sweep_dir(load_job(run_dir)) == tmp_path / "multiruns" / "d" / "t"
 
 
@@ -343,8 +401,14 @@ def test_run_resume_and_artifacts_recorded_in_one_mlflow_run(tmp_path):
     assert tags["launcher"] == "local" and tags["ranks"] == "1" and tags["host"]
     assert tags["tensorflow"] == "2.18.1" and tags["horovod"] == "0.28.1"
     assert len(tags.get("git_commit", "x" * 40)) == 40
-    assert {"metrics.json", "learning_curves.png", "training_log.csv", ".hydra/config.yaml", ".hydra/overrides.yaml",
-            "saved_models/keras_cifar10_trained_model.h5"} <= set(artifact_paths(client, run_id))
+    assert {
+        "metrics.json",
+        "learning_curves.png",
+        "training_log.csv",
+        ".hydra/config.yaml",
+        ".hydra/overrides.yaml",
+        "saved_models/keras_cifar10_trained_model.h5",
+    } <= set(artifact_paths(client, run_id))
 
 
 def test_a_failing_job_is_marked_failed(tmp_path):
@@ -357,8 +421,15 @@ def test_a_failing_job_is_marked_failed(tmp_path):
 
 def test_sweep_points_grouped_under_one_parent_and_linked_from_the_summary(tmp_path):
     db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,2e-4", *QUICK, "trainer.epochs=1", "trainer.plot=false",
-                   f"tracking.uri=sqlite:///{db}", f"hydra.sweep.dir={sweep}")
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        *QUICK,
+        "trainer.epochs=1",
+        "trainer.plot=false",
+        f"tracking.uri=sqlite:///{db}",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert_ok(proc)
     client = MlflowClient(f"sqlite:///{db}")
     parent = read_ref(sweep / SWEEP_FILE).run_id
@@ -396,9 +467,27 @@ def start_server(db: Path, artifacts: Path, port: int):
 
     log = open(db.with_suffix(f".server{time.time_ns()}.log"), "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
-         "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{db}",
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         assert proc.poll() is None, Path(log.name).read_text()[-3000:]
@@ -441,10 +530,23 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
         training = subprocess.Popen(
             # A generous timeout: a loaded test machine answers the first requests slowly; a stopped
             # server refuses connections at once whatever the timeout.
-            [sys.executable, "-m", "cifar_dist", *QUICK, "trainer.epochs=3", f"tracking.uri={uri}",
-             "tracking.http_timeout_s=120", f"hydra.run.dir={run_dir}"],
-            cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "cifar_dist",
+                *QUICK,
+                "trainer.epochs=3",
+                f"tracking.uri={uri}",
+                "tracking.http_timeout_s=120",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=REPO,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
         client = MlflowClient(uri)
         deadline = time.time() + 400
         while time.time() < deadline and training.poll() is None:
@@ -452,7 +554,9 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
             if ref is not None and client.get_metric_history(ref.run_id, "loss"):
                 break  # epoch 1 reached the server
             time.sleep(0.2)
-        assert training.poll() is None, "training ended before the server was stopped: " + training.stdout.read()[-3000:]
+        assert training.poll() is None, (
+            "training ended before the server was stopped: " + training.stdout.read()[-3000:]
+        )
         logged_before_stop = steps(client, ref.run_id, "loss")
         stop_server(server)
         output, _ = training.communicate(timeout=600)
@@ -469,8 +573,14 @@ def test_server_stopped_mid_run_costs_one_warning_and_the_rest_is_imported_later
     # Later, with the server back: what did not reach it is sent from the run dir.
     server = start_server(db, artifacts, port)
     try:
-        proc = subprocess.run([sys.executable, "-m", "cifar_dist.tracking", "import", str(run_dir)], cwd=REPO,
-                              env=cli_env(), capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cifar_dist.tracking", "import", str(run_dir)],
+            cwd=REPO,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert_ok(proc)
         run = client.get_run(ref.run_id)
         assert run.info.status == "FINISHED"
@@ -518,10 +628,19 @@ def test_ctrl_c_of_a_sweep_is_one_line_and_ends_its_parent_run_killed(tmp_path):
     from test_launcher_mpirun import start_cli
 
     db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
-    proc = start_cli("-m", "optimizer.lr=1e-4,2e-4", *QUICK, "trainer.epochs=50", f"tracking.uri=sqlite:///{db}",
-                     f"hydra.sweep.dir={sweep}")
-    out = interrupt_when(proc, lambda: (sweep / "0" / RUN_FILE).exists() and (sweep / SWEEP_FILE).exists(),
-                         "point #0's MLflow run to open")
+    proc = start_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        *QUICK,
+        "trainer.epochs=50",
+        f"tracking.uri=sqlite:///{db}",
+        f"hydra.sweep.dir={sweep}",
+    )
+    out = interrupt_when(
+        proc,
+        lambda: (sweep / "0" / RUN_FILE).exists() and (sweep / SWEEP_FILE).exists(),
+        "point #0's MLflow run to open",
+    )
     assert_one_interrupted_line(proc, out)
     client = MlflowClient(f"sqlite:///{db}")
     assert client.get_run(read_ref(sweep / "0" / RUN_FILE).run_id).info.status == "KILLED"
@@ -536,8 +655,11 @@ def test_a_failed_sweep_points_overrides_reach_hydras_error_line_masked(capsys):
     from cifar_dist.errors import PointFailed
     from cifar_dist.launchers.sweep_launcher import masked
 
-    ret = JobReturn(overrides=[f"tracking.uri={SECRET_URI}", "optimizer.lr=0.9"], status=JobStatus.FAILED,
-                    _return_value=PointFailed("point #1 failed"))
+    ret = JobReturn(
+        overrides=[f"tracking.uri={SECRET_URI}", "optimizer.lr=0.9"],
+        status=JobStatus.FAILED,
+        _return_value=PointFailed("point #1 failed"),
+    )
     with pytest.raises(PointFailed):
         masked(ret).return_value  # noqa: B018  (reading the property raises)
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
 """End-to-end: `python -m cifar_dist` on the packaged sample, in a subprocess, as a user runs it."""
+
 import csv
 import shutil
 
@@ -27,7 +28,10 @@ def test_main_job_trains_saves_and_reports(trained_run):
     assert "Test loss:" in proc.stdout and "Test accuracy:" in proc.stdout
 
     assert [p.name for p in sorted((run_dir / "checkpoints").iterdir())] == [
-        "checkpoint-001.h5", "checkpoint-002.h5", "checkpoint-003.h5"]
+        "checkpoint-001.h5",
+        "checkpoint-002.h5",
+        "checkpoint-003.h5",
+    ]
     with open(run_dir / "training_log.csv") as f:
         assert len(list(csv.DictReader(f))) == 3
     assert (run_dir / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -40,21 +44,27 @@ def test_the_last_line_of_a_run_lists_the_files_it_wrote(trained_run):
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"cifar_dist: wrote {run_dir}/: ")
     wrote = last.split(": ", 2)[2].split(", ")
-    assert {"metrics.json", "training_log.csv", "learning_curves.png", "checkpoints/", "saved_models/",
-            "tensorboard/", "cifar_dist.log"} <= set(wrote)
+    assert {
+        "metrics.json",
+        "training_log.csv",
+        "learning_curves.png",
+        "checkpoints/",
+        "saved_models/",
+        "tensorboard/",
+        "cifar_dist.log",
+    } <= set(wrote)
     assert not [name for name in wrote if name.startswith(".")]  # the lock, the marker, .hydra/: bookkeeping
 
 
 def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
     run_dir, _ = trained_run
-    import cifar_dist  # noqa: F401
     import numpy as np
     import tensorflow as tf
-
-    from cifar_dist.data import load_dataset
     from omegaconf import OmegaConf
 
+    import cifar_dist  # noqa: F401
     from cifar_dist.config.schema import DataConfig
+    from cifar_dist.data import load_dataset
 
     model = tf.keras.models.load_model(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")
     data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
@@ -65,7 +75,13 @@ def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
-    common = ["data=sample", "trainer.epochs=2", "trainer.tensorboard=false", "trainer.plot=false", f"hydra.run.dir={run_dir}"]
+    common = [
+        "data=sample",
+        "trainer.epochs=2",
+        "trainer.tensorboard=false",
+        "trainer.plot=false",
+        f"hydra.run.dir={run_dir}",
+    ]
     first = run_cli(*common, "trainer.max_epochs_per_run=1")
     assert_ok(first)
     m = read_metrics(run_dir)
@@ -101,8 +117,15 @@ def test_resume_false_refuses_to_overwrite_checkpoints(trained_run, tmp_path):
 def test_saved_config_is_enough_to_rerun(trained_run, tmp_path):
     run_dir, _ = trained_run
     rerun = tmp_path / "rerun"
-    proc = run_cli("--config-path", str(run_dir / ".hydra"), "--config-name", "config",
-                   "trainer.epochs=1", "trainer.tensorboard=false", f"hydra.run.dir={rerun}")
+    proc = run_cli(
+        "--config-path",
+        str(run_dir / ".hydra"),
+        "--config-name",
+        "config",
+        "trainer.epochs=1",
+        "trainer.tensorboard=false",
+        f"hydra.run.dir={rerun}",
+    )
     assert_ok(proc)
     m = read_metrics(rerun)
     assert m["complete"] and m["run"]["data"] == read_metrics(run_dir)["run"]["data"]
@@ -128,8 +151,15 @@ def test_bad_values_fail_before_training(tmp_path):
 
 def test_local_multirun_trains_each_point_in_its_own_dir_and_summarizes(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    proc = run_cli("-m", "optimizer.lr=1e-4,3e-4", "data=sample", "trainer.epochs=1", "trainer.tensorboard=false",
-                   "trainer.plot=false", f"hydra.sweep.dir={sweep_dir}")
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,3e-4",
+        "data=sample",
+        "trainer.epochs=1",
+        "trainer.tensorboard=false",
+        "trainer.plot=false",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
     assert_ok(proc)
     runs = {read_metrics(sweep_dir / str(n))["run"]["lr_config"]: read_metrics(sweep_dir / str(n)) for n in (0, 1)}
     assert set(runs) == {1e-4, 3e-4}

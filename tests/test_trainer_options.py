@@ -1,5 +1,6 @@
 """Trainer options of issue 5: precision=mixed/auto, jit_compile fails in one line where it cannot work, peak RSS
 is recorded."""
+
 import pytest
 
 from cifar_dist.errors import CifarDistError
@@ -32,8 +33,14 @@ def test_jit_compile_cli_fails_fast_in_one_line(tmp_path):
 @pytest.mark.skipif(not cpu_supports_bfloat16(), reason="this CPU has no bfloat16 instructions")
 def test_mixed_precision_trains_one_epoch_in_bfloat16_and_records_memory(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("debug=fast", "trainer.epochs=1", "trainer.precision=mixed", "trainer.verbose=0",
-                   f"hydra.run.dir={run_dir}", timeout=600)
+    proc = run_cli(
+        "debug=fast",
+        "trainer.epochs=1",
+        "trainer.precision=mixed",
+        "trainer.verbose=0",
+        f"hydra.run.dir={run_dir}",
+        timeout=600,
+    )
     assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["precision"] == "mixed_bfloat16"
@@ -42,14 +49,17 @@ def test_mixed_precision_trains_one_epoch_in_bfloat16_and_records_memory(tmp_pat
     assert len(m["peak_rss_mb_per_rank"]) == 1 and 100 < m["peak_rss_mb_per_rank"][0] < 24 * 1024
 
 
-@pytest.mark.parametrize("precision, on_gpu, cpu_bf16, policy", [
-    ("float32", True, True, "float32"),
-    ("mixed", True, False, "mixed_float16"),
-    ("mixed", False, True, "mixed_bfloat16"),
-    ("auto", True, False, "mixed_float16"),
-    ("auto", False, True, "mixed_bfloat16"),
-    ("auto", False, False, "float32"),  # no native bfloat16: auto falls back, mixed refuses (below)
-])
+@pytest.mark.parametrize(
+    "precision, on_gpu, cpu_bf16, policy",
+    [
+        ("float32", True, True, "float32"),
+        ("mixed", True, False, "mixed_float16"),
+        ("mixed", False, True, "mixed_bfloat16"),
+        ("auto", True, False, "mixed_float16"),
+        ("auto", False, True, "mixed_bfloat16"),
+        ("auto", False, False, "float32"),  # no native bfloat16: auto falls back, mixed refuses (below)
+    ],
+)
 def test_precision_policy_per_hardware(precision, on_gpu, cpu_bf16, policy):
     assert precision_policy(precision, on_gpu, cpu_bf16) == policy
 
@@ -64,9 +74,17 @@ def test_experiment_fast_trains_on_this_cpu_whatever_its_bfloat16_support(tmp_pa
     # experiment=fast asks for precision=auto: bfloat16 where the CPU has it, float32 elsewhere,
     # never the "needs bfloat16 instructions" error it gave on CPUs without avx512_bf16.
     run_dir = tmp_path / "run"
-    proc = run_cli("experiment=fast", "data=sample", "trainer.epochs=1", "trainer.warmup_epochs=0",
-                   "trainer.lr_decay_epochs=[]", "trainer.verbose=0", "trainer.tensorboard=false",
-                   f"hydra.run.dir={run_dir}", timeout=600)
+    proc = run_cli(
+        "experiment=fast",
+        "data=sample",
+        "trainer.epochs=1",
+        "trainer.warmup_epochs=0",
+        "trainer.lr_decay_epochs=[]",
+        "trainer.verbose=0",
+        "trainer.tensorboard=false",
+        f"hydra.run.dir={run_dir}",
+        timeout=600,
+    )
     assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["precision"] == ("mixed_bfloat16" if cpu_supports_bfloat16() else "float32")

@@ -5,6 +5,7 @@ find cuda drivers", E-level "Unable to register cuDNN factory", "failed call
 to cuInit") is quiet by default (``TF_CPP_MIN_LOG_LEVEL`` set before
 TensorFlow loads unless the user set it).
 """
+
 import json
 import math
 
@@ -19,8 +20,16 @@ def test_a_diverging_run_stops_with_one_line_and_the_console_has_no_tensorflow_n
     run_dir = tmp_path / "run"
     env = cli_env()
     env.pop("TF_CPP_MIN_LOG_LEVEL")  # what a user's shell has: cifar_dist must quiet TensorFlow itself
-    proc = run_cli("data=sample", "optimizer=sgd", "optimizer.lr=1e30", "trainer.epochs=3", "trainer.verbose=0",
-                   f"hydra.run.dir={run_dir}", env=env, timeout=300)
+    proc = run_cli(
+        "data=sample",
+        "optimizer=sgd",
+        "optimizer.lr=1e30",
+        "trainer.epochs=3",
+        "trainer.verbose=0",
+        f"hydra.run.dir={run_dir}",
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = error_lines(proc)
     assert len(errors) == 1 and "training diverged: the loss became nan" in errors[0], proc.stderr[-3000:]

@@ -5,6 +5,7 @@ checks only the trainer.) Each rank records the files it creates or renames
 in the run dir through a Python audit hook, so "only rank 0 writes" is
 checked on what the processes actually did.
 """
+
 import json
 import os
 import shutil
@@ -48,15 +49,25 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     (hook_dir / "sitecustomize.py").write_text(AUDIT_HOOK)
     env = cli_env(
         PYTHONPATH=os.pathsep.join(filter(None, [str(hook_dir), os.environ.get("PYTHONPATH")])),
-        AUDIT_RUN_DIR=str(run_dir), AUDIT_OUT=str(audit), CIFAR_DIST_CHILD="1",
+        AUDIT_RUN_DIR=str(run_dir),
+        AUDIT_OUT=str(audit),
+        CIFAR_DIST_CHILD="1",
     )
     cmd = ["mpirun", "-np", "2", "--bind-to", "core"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     for name in ("PYTHONPATH", "AUDIT_RUN_DIR", "AUDIT_OUT", "CIFAR_DIST_CHILD", "TF_CPP_MIN_LOG_LEVEL", "PATH"):
         cmd += ["-x", name]
-    cmd += [sys.executable, "-m", "cifar_dist", "data=sample", "trainer.epochs=2", "trainer.epoch_policy=shard",
-            f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    cmd += [
+        sys.executable,
+        "-m",
+        "cifar_dist",
+        "data=sample",
+        "trainer.epochs=2",
+        "trainer.epoch_policy=shard",
+        f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=null",
+    ]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert_ok(proc)
 
@@ -74,10 +85,10 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     assert any(p.endswith("metrics.json") for p in writes[0])
 
     # The test metrics reduced over two slices equal scoring the saved model in one process.
-    import cifar_dist  # noqa: F401
     import tensorflow as tf
     from omegaconf import OmegaConf
 
+    import cifar_dist  # noqa: F401
     from cifar_dist.config.schema import DataConfig
     from cifar_dist.data import load_dataset
 

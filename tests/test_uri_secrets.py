@@ -1,5 +1,6 @@
 """A tracking URI's secrets (password, SAS query tokens) are masked everywhere the rest of the URI appears
 (issue 31, hostile 7): the console, the job log, ``--cfg job`` and a typo's one-line error."""
+
 from conftest import assert_ok, one_error_line, run_cli
 
 URI = "http://alice:S3cretPW@127.0.0.1:9/x?sig=SIGsecret&se=2031-01-01T00%3A00Z&sp=racwdl&sv=2022-11-02&token=TOKsecret"
@@ -12,9 +13,17 @@ def leaked(text: str) -> list:
 
 def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("data=sample", "trainer.epochs=1", "trainer.verbose=0", "trainer.plot=false", "tracking=mlflow",
-                   f"tracking.uri='{URI}'", "tracking.http_max_retries=0", "tracking.http_timeout_s=5",
-                   f"hydra.run.dir={run_dir}")
+    proc = run_cli(
+        "data=sample",
+        "trainer.epochs=1",
+        "trainer.verbose=0",
+        "trainer.plot=false",
+        "tracking=mlflow",
+        f"tracking.uri='{URI}'",
+        "tracking.http_max_retries=0",
+        "tracking.http_timeout_s=5",
+        f"hydra.run.dir={run_dir}",
+    )
     assert_ok(proc)
     text = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
     assert "127.0.0.1:9" in text and leaked(text) == [], text[-3000:]  # the guard's warning names the server

@@ -7,6 +7,7 @@ commands, batch scripts and job files must carry ``--config-dir``,
 ``--config-name``, ``hydra.searchpath`` and the user's modules, and what
 cannot be carried is refused in one line before anything is submitted.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from cifar_dist.launchers.ranks.rank_env import python_path, rank_environment
+from cifar_dist.launchers.user_sources import Carried, CarryError
 from conftest import assert_ok, cli_env, error_lines, run_cli
-from fake_azure.fixtures import cli_env as azure_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
+from fake_azure.fixtures import cli_env as azure_env  # noqa: F401
+from fake_azure.fixtures import launcher_overrides
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from user_project import USER_ARGS, write_user_project
-
-from cifar_dist.launchers.user_sources import CarryError, Carried
-from cifar_dist.launchers.ranks.rank_env import python_path, rank_environment
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,8 @@ def searchpath(project: Path) -> str:
 def child_of(command: list) -> list:
     """The app's own argv inside a rank command: what follows ``python -m cifar_dist``."""
     at = command.index("--")
-    assert command[at + 2:at + 4] == ["-m", "cifar_dist"], command
-    return command[at + 4:]
+    assert command[at + 2 : at + 4] == ["-m", "cifar_dist"], command
+    return command[at + 4 :]
 
 
 def assert_carried(child: list, project: Path, config_name: str = "myrun") -> None:
@@ -67,14 +68,21 @@ def without(args: list, *keys: str) -> list:
 
 
 def _dry_run_commands(stdout: str) -> list:
-    return [shlex.split(line) for line in stdout.splitlines() if line.startswith("mpirun ") or line.startswith("horovodrun ")]
+    return [
+        shlex.split(line)
+        for line in stdout.splitlines()
+        if line.startswith("mpirun ") or line.startswith("horovodrun ")
+    ]
 
 
 # ---- the rule, from Hydra's record --------------------------------------------------------------
 def _hydra_record(*sources, config_name="config"):
-    return SimpleNamespace(runtime=SimpleNamespace(config_sources=[
-        SimpleNamespace(provider=p, schema=s, path=path) for p, s, path in sources]),
-        job=SimpleNamespace(config_name=config_name))
+    return SimpleNamespace(
+        runtime=SimpleNamespace(
+            config_sources=[SimpleNamespace(provider=p, schema=s, path=path) for p, s, path in sources]
+        ),
+        job=SimpleNamespace(config_name=config_name),
+    )
 
 
 def test_the_rule_reads_hydras_record_and_finds_only_the_users_own_modules(tmp_path, monkeypatch):
@@ -82,19 +90,29 @@ def test_the_rule_reads_hydras_record_and_finds_only_the_users_own_modules(tmp_p
     (tmp_path / "mypkg").mkdir()
     (tmp_path / "mypkg" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    hc = _hydra_record(("hydra", "pkg", "hydra.conf"), ("main", "file", "/u/primary"), ("command-line", "file", "/u/conf"),
-                       ("hydra.searchpath in command-line", "file", "/u/more"), ("schema", "structured", ""),
-                       config_name="mine")
-    cfg = {"model": {"_target_": "mymodels.build"}, "data": {"_target_": "mypkg.data.make"},
-           "launcher": {"_target_": "cifar_dist.launchers.local.LocalLauncher"},
-           "trainer": {"cb": [{"_target_": "tensorflow.keras.callbacks.Callback"}]}}
+    hc = _hydra_record(
+        ("hydra", "pkg", "hydra.conf"),
+        ("main", "file", "/u/primary"),
+        ("command-line", "file", "/u/conf"),
+        ("hydra.searchpath in command-line", "file", "/u/more"),
+        ("schema", "structured", ""),
+        config_name="mine",
+    )
+    cfg = {
+        "model": {"_target_": "mymodels.build"},
+        "data": {"_target_": "mypkg.data.make"},
+        "launcher": {"_target_": "cifar_dist.launchers.local.LocalLauncher"},
+        "trainer": {"cb": [{"_target_": "tensorflow.keras.callbacks.Callback"}]},
+    }
     carried = Carried.from_hydra(hc, cfg)
     assert carried.hydra_args() == ["--config-path", "/u/primary", "--config-dir", "/u/conf", "--config-name", "mine"]
     assert carried.search_dirs == ("/u/more",)
     assert {m.name: m.key for m in carried.modules} == {"mymodels": "model._target_", "mypkg": "data._target_"}
     assert carried.code_roots() == [str(tmp_path.resolve())]  # installed tensorflow, cifar_dist: not carried
     # A plain launch carries nothing: the children's command is as before.
-    plain = Carried.from_hydra(_hydra_record(("main", "pkg", "cifar_dist.conf")), {"model": {"_target_": "cifar_dist.models.seed_cnn.build"}})
+    plain = Carried.from_hydra(
+        _hydra_record(("main", "pkg", "cifar_dist.conf")), {"model": {"_target_": "cifar_dist.models.seed_cnn.build"}}
+    )
     assert plain.hydra_args() == [] and plain.code_roots() == []
 
 
@@ -103,16 +121,26 @@ def test_the_rank_environment_puts_the_users_modules_first_on_pythonpath():
     assert env["PYTHONPATH"] == os.pathsep.join(["/u/project", "/x"])
     assert "PYTHONPATH" not in rank_environment(environ={"PYTHONPATH": "/x"})  # nothing to carry: inherited as before
     # A snapshot job: its own relative dir, never the launching machine's paths.
-    assert rank_environment(code_roots=["user/code"], environ={"PYTHONPATH": "/x"}, same_files=False)["PYTHONPATH"] == "user/code"
+    assert (
+        rank_environment(code_roots=["user/code"], environ={"PYTHONPATH": "/x"}, same_files=False)["PYTHONPATH"]
+        == "user/code"
+    )
     assert python_path([], {}) is None
 
 
 # ---- ranks that see this machine's files -------------------------------------------------------
 @pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
 def test_mpirun_and_gloo_ranks_get_the_config_dir_name_searchpath_and_modules(project, launcher):
-    proc = assert_ok(user_cli(project, searchpath(project), f"launcher={launcher}",
-                        "launcher.dry_run=true", f"hydra.run.dir={project / 'runs' / launcher}",
-                        flags=("--config-name", "myrun")))
+    proc = assert_ok(
+        user_cli(
+            project,
+            searchpath(project),
+            f"launcher={launcher}",
+            "launcher.dry_run=true",
+            f"hydra.run.dir={project / 'runs' / launcher}",
+            flags=("--config-name", "myrun"),
+        )
+    )
     (command,) = _dry_run_commands(proc.stdout)
     assert_carried(child_of(command), project)
 
@@ -124,8 +152,8 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
     from omegaconf import OmegaConf
 
     from cifar_dist.launchers.base import JobSpec
-    from cifar_dist.launchers.user_sources import UserModule
     from cifar_dist.launchers.ranks.concurrent_points import Batch
+    from cifar_dist.launchers.user_sources import UserModule
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     module = UserModule("model._target_", "mymodels", "/u/project", "/u/project/mymodels.py")
@@ -137,16 +165,32 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
     assert "PYTHONPATH" in runner.forwarded_names(env)
     assert runner.environment()["PYTHONPATH"] == "/elsewhere"  # no job, nothing added
     if launcher == "mpirun":  # a concurrent sweep's one mpirun: every point's modules
-        other = JobSpec(cfg=OmegaConf.create({}), output_dir=tmp_path, carried=Carried(modules=(
-            UserModule("data._target_", "mydata", "/u/data", "/u/data/mydata.py"),)))
+        other = JobSpec(
+            cfg=OmegaConf.create({}),
+            output_dir=tmp_path,
+            carried=Carried(modules=(UserModule("data._target_", "mydata", "/u/data", "/u/data/mydata.py"),)),
+        )
         assert Batch(runner, [job, other]).runner().environment(job, other)["PYTHONPATH"].split(os.pathsep)[:2] == [
-            "/u/project", "/u/data"]
+            "/u/project",
+            "/u/data",
+        ]
 
 
 def test_a_sweeps_points_run_concurrently_with_the_same_config_sources(project):
-    proc = assert_ok(user_cli(project, searchpath(project), "optimizer=quick", "optimizer.lr=0.01,0.02", "launcher=mpirun",
-                        "launcher.np=1", "launcher.concurrent=2", "launcher.dry_run=true",
-                        f"hydra.sweep.dir={project / 'runs' / 'sweep'}", flags=("-m", "--config-name", "myrun")))
+    proc = assert_ok(
+        user_cli(
+            project,
+            searchpath(project),
+            "optimizer=quick",
+            "optimizer.lr=0.01,0.02",
+            "launcher=mpirun",
+            "launcher.np=1",
+            "launcher.concurrent=2",
+            "launcher.dry_run=true",
+            f"hydra.sweep.dir={project / 'runs' / 'sweep'}",
+            flags=("-m", "--config-name", "myrun"),
+        )
+    )
     (command,) = _dry_run_commands(proc.stdout)
     programs = " ".join(command).split(" : ")
     assert len(programs) == 2
@@ -156,8 +200,16 @@ def test_a_sweeps_points_run_concurrently_with_the_same_config_sources(project):
 
 def test_slurm_jobs_and_job_arrays_carry_them(project):
     run_dir = project / "runs" / "slurm"
-    assert_ok(user_cli(project, searchpath(project), "launcher=slurm", "launcher.dry_run=true",
-                 f"hydra.run.dir={run_dir}", flags=("--config-name", "myrun")))
+    assert_ok(
+        user_cli(
+            project,
+            searchpath(project),
+            "launcher=slurm",
+            "launcher.dry_run=true",
+            f"hydra.run.dir={run_dir}",
+            flags=("--config-name", "myrun"),
+        )
+    )
     script = (run_dir / "slurm" / "job.sbatch").read_text()
     (srun,) = [shlex.split(line[:-2]) for line in script.splitlines() if line.startswith("srun ")]
     assert_carried(child_of(srun), project)
@@ -165,8 +217,16 @@ def test_slurm_jobs_and_job_arrays_carry_them(project):
     assert exports and shlex.split(exports[0])[1].split("=", 1)[1].split(os.pathsep)[0] == str(project.resolve())
 
     sweep = project / "runs" / "slurm-sweep"
-    assert_ok(user_cli(project, "optimizer.lr=0.01,0.02", "launcher=slurm", "launcher.dry_run=true",
-                 f"hydra.sweep.dir={sweep}", flags=("-m",)))
+    assert_ok(
+        user_cli(
+            project,
+            "optimizer.lr=0.01,0.02",
+            "launcher=slurm",
+            "launcher.dry_run=true",
+            f"hydra.sweep.dir={sweep}",
+            flags=("-m",),
+        )
+    )
     for point in ("0", "1"):
         text = (sweep / point / "slurm" / "job.sbatch").read_text()
         (srun,) = [shlex.split(line[:-2]) for line in text.splitlines() if line.startswith("srun ")]
@@ -193,8 +253,9 @@ def test_azureml_ships_the_users_files_and_points_the_command_at_them(project, f
     assert str(project) not in doc["command"]  # nothing of the launching machine's paths
 
 
-def test_batchai_uploads_the_users_files_and_the_node_composes_with_them(project, fake_azure, storage_key,
-                                                                      wheel_cache, tmp_path):
+def test_batchai_uploads_the_users_files_and_the_node_composes_with_them(
+    project, fake_azure, storage_key, wheel_cache, tmp_path
+):
     import subprocess
 
     from cifar_dist.launchers.batchai import node_entry
@@ -215,10 +276,17 @@ def test_batchai_uploads_the_users_files_and_the_node_composes_with_them(project
     assert sources["conf/0/model/tiny.yaml"] == str(project / "myconf" / "model" / "tiny.yaml")
     # The node composes the uploaded config with the copies as its search path (here: the originals).
     local = run_dir / "batchai"
-    argv = node_entry.hydra_argv(str(local), "job_config", str(tmp_path / "node"), 0,
-                                 [str(project / "myconf"), str(project / "more")])
-    node = subprocess.run([sys.executable, "-m", "cifar_dist", *argv, "--cfg", "job"], cwd=tmp_path,
-                          env={**cli_env(), "CIFAR_DIST_CHILD": "1"}, capture_output=True, text=True, timeout=120)
+    argv = node_entry.hydra_argv(
+        str(local), "job_config", str(tmp_path / "node"), 0, [str(project / "myconf"), str(project / "more")]
+    )
+    node = subprocess.run(
+        [sys.executable, "-m", "cifar_dist", *argv, "--cfg", "job"],
+        cwd=tmp_path,
+        env={**cli_env(), "CIFAR_DIST_CHILD": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert_ok(node)
     assert yaml.safe_load(node.stdout)["model"]["_target_"] == "mymodels.build"
 

@@ -8,6 +8,7 @@ The project is tests/user_project.py's: ``mymodels.build`` (a conv layer named `
 data=mine`` with the project folder as the working directory and NOT on the launching PYTHONPATH:
 whatever the ranks find, the launch carried to them.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ from slurm_cluster import missing_packages
 from user_project import QUIET, USER_ARGS, WIDTH, write_user_project
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-no_slurm = pytest.mark.skipif(bool(missing_packages()) or os.geteuid() != 0,
-                              reason="needs Slurm installed (scripts/install.sh as root) and root (SlurmUser=root)")
+no_slurm = pytest.mark.skipif(
+    bool(missing_packages()) or os.geteuid() != 0,
+    reason="needs Slurm installed (scripts/install.sh as root) and root (SlurmUser=root)",
+)
 TWO_RANKS = ("trainer.epoch_policy=shard",)
 
 
@@ -35,8 +38,19 @@ def project(tmp_path) -> Path:
 
 def train(project: Path, run_dir: Path, epochs: int, *launch: str, env=None):
     """The user's command, from their folder: ``--config-dir myconf model=tiny data=mine`` + a launcher."""
-    return assert_ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, f"trainer.epochs={epochs}", *launch, f"hydra.run.dir={run_dir}",
-                       cwd=project, env=env or cli_env(), timeout=900))
+    return assert_ok(
+        run_cli(
+            *USER_ARGS,
+            f"model.width={WIDTH}",
+            *QUIET,
+            f"trainer.epochs={epochs}",
+            *launch,
+            f"hydra.run.dir={run_dir}",
+            cwd=project,
+            env=env or cli_env(),
+            timeout=900,
+        )
+    )
 
 
 def assert_trained_the_users_model(run_dir: Path, ranks: int, epochs: int) -> dict:
@@ -55,7 +69,9 @@ def conv_filters(saved: Path) -> int:
 
     with h5py.File(saved, "r") as h5:
         kernels = []
-        h5["model_weights"]["mine_conv"].visititems(lambda name, obj: kernels.append(obj.shape) if "kernel" in name else None)
+        h5["model_weights"]["mine_conv"].visititems(
+            lambda name, obj: kernels.append(obj.shape) if "kernel" in name else None
+        )
     assert len(kernels) == 1, kernels
     return int(kernels[0][-1])
 
@@ -69,8 +85,18 @@ def resume_and_evaluate(project: Path, run_dir: Path, ranks: int, *launch: str, 
     m = assert_trained_the_users_model(run_dir, ranks, 2)
     assert len((run_dir / "training_log.csv").read_text().strip().splitlines()) == 1 + 2  # header, epochs 1 and 2
     out = run_dir.parent / "eval"
-    assert_ok(run_cli(*USER_ARGS[:2], "task=evaluate", "data=mine", f"evaluate.model={run_dir}", f"hydra.run.dir={out}",
-                cwd=project, env=env or cli_env(), timeout=600))
+    assert_ok(
+        run_cli(
+            *USER_ARGS[:2],
+            "task=evaluate",
+            "data=mine",
+            f"evaluate.model={run_dir}",
+            f"hydra.run.dir={out}",
+            cwd=project,
+            env=env or cli_env(),
+            timeout=600,
+        )
+    )
     ev = json.loads((out / "evaluation.json").read_text())
     assert ev["labelled"] == 128 and ev["correct"] == m["test"]["correct"]
 
@@ -103,5 +129,16 @@ def test_an_azureml_job_trains_the_users_project_from_its_snapshot(project, fake
     no PYTHONPATH of this machine: only what the snapshot holds can be imported."""
     run_dir = tmp_path / "runs" / "azureml"
     args = [a for a in aml_overrides(fake_aml, run_dir, snapshot_cache) if not a.startswith(("data=", "trainer."))]
-    assert_ok(run_cli(*USER_ARGS, f"model.width={WIDTH}", *QUIET, "trainer.epochs=1", *args, cwd=project, env=aml_env(fake_aml), timeout=600))
+    assert_ok(
+        run_cli(
+            *USER_ARGS,
+            f"model.width={WIDTH}",
+            *QUIET,
+            "trainer.epochs=1",
+            *args,
+            cwd=project,
+            env=aml_env(fake_aml),
+            timeout=600,
+        )
+    )
     assert_trained_the_users_model(run_dir, 1, 1)

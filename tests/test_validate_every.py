@@ -3,23 +3,27 @@
 The default (1) validating after every epoch is asserted by test_train_e2e.py
 (every epoch record has val_loss and val_accuracy).
 """
+
 import csv
 
 import pytest
 
-from conftest import assert_ok, compose_cfg, read_metrics, run_cli
-from cifar_dist.training.trainer import validation_epochs
 from cifar_dist.config.validation import ConfigError, validate
+from cifar_dist.training.trainer import validation_epochs
+from conftest import assert_ok, compose_cfg, read_metrics, run_cli
 
 
-@pytest.mark.parametrize("every, epochs, expected", [
-    (1, 5, 1),  # Keras' own every-epoch value: the seed's fit() call unchanged
-    (2, 3, [2, 3]),
-    (2, 4, [2, 4]),
-    (3, 7, [3, 6, 7]),
-    (0, 4, [4]),
-    (9, 4, [4]),
-])
+@pytest.mark.parametrize(
+    "every, epochs, expected",
+    [
+        (1, 5, 1),  # Keras' own every-epoch value: the seed's fit() call unchanged
+        (2, 3, [2, 3]),
+        (2, 4, [2, 4]),
+        (3, 7, [3, 6, 7]),
+        (0, 4, [4]),
+        (9, 4, [4]),
+    ],
+)
 def test_validation_epochs_are_every_kth_and_the_last(every, epochs, expected):
     assert validation_epochs(every, epochs) == expected
 
@@ -36,8 +40,14 @@ def test_speedrun_validates_only_at_the_end_and_the_default_every_epoch():
 
 def test_validate_every_2_over_3_epochs_validates_after_epochs_2_and_3(tmp_path):
     run_dir = tmp_path / "run"
-    proc = run_cli("debug=fast", "trainer.epochs=3", "trainer.validate_every=2", "trainer.verbose=0",
-                   f"hydra.run.dir={run_dir}", timeout=600)
+    proc = run_cli(
+        "debug=fast",
+        "trainer.epochs=3",
+        "trainer.validate_every=2",
+        "trainer.verbose=0",
+        f"hydra.run.dir={run_dir}",
+        timeout=600,
+    )
     assert_ok(proc)
     m = read_metrics(run_dir)
     assert [e["epoch"] for e in m["epochs"]] == [1, 2, 3]

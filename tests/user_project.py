@@ -12,6 +12,7 @@ and the tests run ``python -m cifar_dist --config-dir myconf model=tiny data=min
 with ``folder`` as the working directory (``python -m`` puts it on sys.path,
 as for a user), never on the tests' own PYTHONPATH.
 """
+
 from __future__ import annotations
 
 import textwrap

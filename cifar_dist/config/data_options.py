@@ -11,6 +11,7 @@ apply to every option) with the keys of its own:
 The class count comes from the data; models are built with it (see
 ``training/trainer.py``), so there is no second setting to keep in step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -144,4 +145,3 @@ SCHEMAS: Dict[str, Type[DataConfig]] = {
 def data_schema(name: Optional[str]) -> Type[DataConfig]:
     """The schema of the data option called ``name`` (DataConfig for cifar10 and sample)."""
     return SCHEMAS.get(str(name), DataConfig)
-

@@ -11,6 +11,7 @@ inside its loader. ``check_user_yaml`` parses a command line's config dirs
 first, with the same YAML loader, and names the file, line and column of the
 first error (``yaml_error``; ``conf/local``'s rules are in local_options.py).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,7 +46,9 @@ def local_dir() -> Path:
 
 def holds_options(directory: Path) -> bool:
     """True when ``directory`` has a group folder with a YAML option in it (``model/mine.yaml``)."""
-    return directory.is_dir() and any(next(group.glob("*.yaml"), None) for group in directory.iterdir() if group.is_dir())
+    return directory.is_dir() and any(
+        next(group.glob("*.yaml"), None) for group in directory.iterdir() if group.is_dir()
+    )
 
 
 def _yaml_files(directory: Path) -> Iterator[Path]:

@@ -10,6 +10,7 @@ resolver lists the groups of the sources the command really used
 (``hydra.runtime.config_sources``), Hydra's own groups and ``conf/local``'s
 folders left out (their options are listed under their groups).
 """
+
 from __future__ import annotations
 
 from typing import Iterator

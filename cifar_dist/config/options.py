@@ -12,6 +12,7 @@ The built-in options register when their modules are imported:
 ``cifar_dist.config.schema`` (data, model, optimizer, trainer, task, tracking) and
 every launcher module (``launchers.register_built_in``, found by pkgutil).
 """
+
 from __future__ import annotations
 
 from types import ModuleType

@@ -18,6 +18,7 @@ command line's group choices (as Hydra will), so the typed nodes are those
 of the options chosen. Anything it cannot judge is left to Hydra, which
 composes again and reports as before.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +76,9 @@ def option_problem(group: str, values: Sequence[Optional[str]], options: Sequenc
     """Why a value of ``group=...`` names no option of the group (``null`` deselects: allowed)."""
     for value in values:
         if value is not None and value != "null" and value not in options:
-            return (f"{group} has no option `{value}`{did_you_mean(value, options)} "
-                    f"(options: {', '.join(sorted(options))})")
+            return (
+                f"{group} has no option `{value}`{did_you_mean(value, options)} (options: {', '.join(sorted(options))})"
+            )
     return None
 
 
@@ -98,8 +100,9 @@ def _loader(args):
         config_dir = os.path.abspath(args.config_dir)
         if not os.path.isdir(config_dir):
             return None  # Hydra says so itself
-        search_path.prepend(provider="command-line", path=f"file://{config_dir}",
-                            anchor=SearchPathQuery(provider="schema"))
+        search_path.prepend(
+            provider="command-line", path=f"file://{config_dir}", anchor=SearchPathQuery(provider="schema")
+        )
     return ConfigLoaderImpl(config_search_path=search_path)
 
 
@@ -172,8 +175,8 @@ def replace_overrides(argv: Sequence[str], given: Sequence[str], new: Sequence[s
     """``argv`` with its overrides ``given`` (one run of words, as argparse reads them) replaced by ``new``
     where they stand; None when they are not one run (then Hydra reads ``argv`` as given)."""
     argv, given = list(argv), list(given)
-    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i:i + len(given)] == given), None)
-    return None if at is None else argv[:at] + list(new) + argv[at + len(given):]
+    at = next((i for i in range(len(argv) - len(given) + 1) if argv[i : i + len(given)] == given), None)
+    return None if at is None else argv[:at] + list(new) + argv[at + len(given) :]
 
 
 def primary_searchpath(args) -> List[str]:

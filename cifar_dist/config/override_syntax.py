@@ -12,6 +12,7 @@ A hint that prints a command or an override for the user to paste into a shell
 needs it, then the whole word for the shell, so pasting it runs nothing the
 path holds (``$(...)``, backticks, ``;``) and Hydra reads the path back unchanged.
 """
+
 from __future__ import annotations
 
 import re

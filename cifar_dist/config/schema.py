@@ -9,6 +9,7 @@ variant of an option is a subclass that changes defaults (``data=sample``).
 Launchers keep their options next to their code (``launchers/*.py``,
 ``launchers/*/config.py``); ``all_options.register_configs`` imports them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -158,7 +159,9 @@ class SgdwConfig(OptimizerConfig):
     momentum: float = 0.9
     nesterov: bool = True
     weight_decay: float = 5e-4
-    exclude_from_weight_decay: List[str] = field(default_factory=lambda: ["batch_normalization", "bias", "gamma", "beta"])
+    exclude_from_weight_decay: List[str] = field(
+        default_factory=lambda: ["batch_normalization", "bias", "gamma", "beta"]
+    )
     # {variable-name substring: lr factor}; airbench trains BatchNorm biases
     # ("beta") at 64x the lr. Empty = one lr for all.
     lr_multipliers: Dict[str, float] = field(default_factory=dict)

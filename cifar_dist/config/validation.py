@@ -5,6 +5,7 @@ which costs nothing), so that a zero batch size fails in a second, not after
 mpirun has started N processes or a cluster has been resized. Every problem
 found is listed in one line; nothing is checked piecemeal later.
 """
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,10 @@ def _model_problems(m: DictConfig, data: DictConfig) -> List[str]:
     known = num_classes_of(data)  # None for folder/custom: the trainer checks once the data is read
     asked = m.get("num_classes")
     if asked is not None and known is not None and asked != known:
-        found.append(f"model.num_classes={asked} must be {known} (data={data.name} has {known} classes; "
-                     "leave it unset to take it from the data)")
+        found.append(
+            f"model.num_classes={asked} must be {known} (data={data.name} has {known} classes; "
+            "leave it unset to take it from the data)"
+        )
     elif asked is not None and asked < 2:
         found.append(f"model.num_classes={asked} must be >= 2 (leave it unset to take it from the data)")
     if "input_shape" in m and list(m.input_shape) != CIFAR_IMAGE_SHAPE:
@@ -103,8 +106,10 @@ def _trainer_problems(t: DictConfig) -> List[str]:
     if t.keep_checkpoints < 0:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
     if t.validate_every < 0:
-        found.append(f"trainer.validate_every={t.validate_every} must be >= 0 (k: every k-th epoch and the last; "
-                     "0: the last only)")
+        found.append(
+            f"trainer.validate_every={t.validate_every} must be >= 0 (k: every k-th epoch and the last; "
+            "0: the last only)"
+        )
     if t.max_epochs_per_run < 0:
         found.append(f"trainer.max_epochs_per_run={t.max_epochs_per_run} must be >= 0 (0 = no limit)")
     if t.steps_per_execution < 1:
@@ -120,8 +125,10 @@ def _trainer_problems(t: DictConfig) -> List[str]:
     if sched.start_factor < 0 or sched.end_factor < 0:
         found.append("trainer.lr_schedule.start_factor/end_factor must be >= 0 (fractions of the peak lr)")
     if sched.kind != "none" and (t.warmup_epochs > 0 or t.lr_decay_epochs):
-        found.append("trainer.lr_schedule sets the lr at every step; drop trainer.warmup_epochs/lr_decay_epochs "
-                     "(its start_factor is the warmup)")
+        found.append(
+            "trainer.lr_schedule sets the lr at every step; drop trainer.warmup_epochs/lr_decay_epochs "
+            "(its start_factor is the warmup)"
+        )
     return found
 
 
@@ -136,8 +143,10 @@ def _task_problems(cfg: DictConfig) -> List[str]:
     launcher = cfg.get("launcher")
     stall = launcher.get("stall_shutdown_s") if isinstance(launcher, DictConfig) else None
     if stall is not None and stall != 0 and not stall >= MIN_STALL_SHUTDOWN_S:
-        found.append(f"launcher.stall_shutdown_s={stall} must be 0 (off) or >= {MIN_STALL_SHUTDOWN_S}: "
-                     "ranks beat every 2 s, a shorter timeout stops healthy jobs")
+        found.append(
+            f"launcher.stall_shutdown_s={stall} must be 0 (off) or >= {MIN_STALL_SHUTDOWN_S}: "
+            "ranks beat every 2 s, a shorter timeout stops healthy jobs"
+        )
     return found
 
 
@@ -171,12 +180,16 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
         return []
     found = []
     if engine.keras != 3:
-        found.append(f"engine=jax trains Keras 3 models: engine.keras={engine.keras} cannot apply "
-                     "(leave it at 3, or use engine=horovod for Keras 2)")
+        found.append(
+            f"engine=jax trains Keras 3 models: engine.keras={engine.keras} cannot apply "
+            "(leave it at 3, or use engine=horovod for Keras 2)"
+        )
     compression = str(getattr(cfg.trainer.compression, "value", cfg.trainer.compression))
     if compression != "none":
-        found.append(f"trainer.compression={compression} is Horovod's gradient compression; engine=jax reduces "
-                     "gradients inside XLA's step: use trainer.compression=none")
+        found.append(
+            f"trainer.compression={compression} is Horovod's gradient compression; engine=jax reduces "
+            "gradients inside XLA's step: use trainer.compression=none"
+        )
     return found
 
 

@@ -21,6 +21,7 @@ CIFAR sets come back as ``CifarArrays`` (in memory), the others as
 Batch files are decoded by a restricted unpickler (``batches.py``); any
 problem is a one-line ``DataError`` naming the file and the fix.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -54,8 +55,14 @@ def load_dataset(data_cfg, seed: int = 0):
         data = load_custom_streams(data_cfg, seed)
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
-    log.info("%s: %d train / %d test images, %d classes, from %s", name, data.train_size, data.test_size,
-             data.num_classes, data.source)
+    log.info(
+        "%s: %d train / %d test images, %d classes, from %s",
+        name,
+        data.train_size,
+        data.test_size,
+        data.num_classes,
+        data.source,
+    )
     return data
 
 

@@ -7,6 +7,7 @@ writes only regular files whose normalized names lie under
 writes into a temporary folder that is renamed into place only when complete,
 so a crash never leaves a half-extracted copy that looks usable.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,8 +20,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, read_bounded, reason
 from cifar_dist.atomic_files import fsync_dir
+from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, read_bounded, reason
 
 log = logging.getLogger("cifar_dist.data")
 
@@ -48,10 +49,14 @@ def _check_safe(member: tarfile.TarInfo, where: str, layout: Layout = CIFAR10) -
     """The member's normalized name; DataError for paths outside the archive and for anything but files and folders."""
     norm = _normalized(member.name)
     if norm is None:
-        raise DataError(f"{where} contains an unsafe path {member.name!r}; refusing it, get a clean copy of {layout.archive}")
+        raise DataError(
+            f"{where} contains an unsafe path {member.name!r}; refusing it, get a clean copy of {layout.archive}"
+        )
     if not (member.isreg() or member.isdir()):
-        raise DataError(f"{where} contains a link or special file {member.name!r}; "
-                        f"refusing it, get a clean copy of {layout.archive}")
+        raise DataError(
+            f"{where} contains a link or special file {member.name!r}; "
+            f"refusing it, get a clean copy of {layout.archive}"
+        )
     return norm
 
 
@@ -68,8 +73,10 @@ def _batch_files(tar: tarfile.TarFile, where: str, layout: Layout = CIFAR10):
             log.debug("skipping %s in %s", member.name, where)
             continue
         if member.size > layout.max_bytes:  # a decompression bomb, not data
-            raise DataError(f"{where}: {member.name} is {member.size} bytes, far more than a {layout.name} batch; "
-                            f"get a clean copy of {layout.archive}")
+            raise DataError(
+                f"{where}: {member.name} is {member.size} bytes, far more than a {layout.name} batch; "
+                f"get a clean copy of {layout.archive}"
+            )
         yield base, member
 
 
@@ -98,6 +105,7 @@ def load_tarball(path: Path, fix: str, layout: Layout = CIFAR10) -> CifarArrays:
 
 def load_folder(folder: Path, fix: str, layout: Layout = CIFAR10) -> CifarArrays:
     """CifarArrays from an extracted ``cifar-10-batches-py`` (or ``cifar-100-python``) folder."""
+
     def read(member: str) -> bytes | None:
         path = folder / member
         if not path.is_file():

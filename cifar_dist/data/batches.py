@@ -11,6 +11,7 @@ after a scan that refuses oversized memo indices (a cheap way to make the C
 unpickler allocate gigabytes). Every problem becomes a one-line DataError
 that names the file and says how to fix it.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -53,6 +54,7 @@ class Layout:
     CIFAR-10 and CIFAR-100 share the format (dicts of ``data`` rows and label
     lists) but differ in folder, file names, label key and class count.
     """
+
     name: str  # for messages: "CIFAR-10"
     archive: str  # the .tar.gz name
     folder: str  # the folder inside it
@@ -75,17 +77,35 @@ class Layout:
         return f"{hint} or use data=sample" if self.archive == CIFAR10_ARCHIVE else hint
 
 
-CIFAR10 = Layout("CIFAR-10", CIFAR10_ARCHIVE, BATCH_DIR, TRAIN_BATCHES, TEST_BATCH, META,
-                 b"labels", b"label_names", NUM_CLASSES, MAX_BATCH_BYTES)
+CIFAR10 = Layout(
+    "CIFAR-10",
+    CIFAR10_ARCHIVE,
+    BATCH_DIR,
+    TRAIN_BATCHES,
+    TEST_BATCH,
+    META,
+    b"labels",
+    b"label_names",
+    NUM_CLASSES,
+    MAX_BATCH_BYTES,
+)
 
 
 def cifar100_layout(label_mode: str) -> Layout:
     """CIFAR-100 (``cifar-100-python/train``, ``test``, ``meta``) with its 100 fine or 20 coarse labels."""
     fine = label_mode == "fine"
-    return Layout("CIFAR-100", "cifar-100-python.tar.gz", "cifar-100-python", ("train",), "test", "meta",
-                  b"fine_labels" if fine else b"coarse_labels",
-                  b"fine_label_names" if fine else b"coarse_label_names",
-                  100 if fine else 20, 192 << 20)  # its train file is 155 MB (50,000 images)
+    return Layout(
+        "CIFAR-100",
+        "cifar-100-python.tar.gz",
+        "cifar-100-python",
+        ("train",),
+        "test",
+        "meta",
+        b"fine_labels" if fine else b"coarse_labels",
+        b"fine_label_names" if fine else b"coarse_label_names",
+        100 if fine else 20,
+        192 << 20,
+    )  # its train file is 155 MB (50,000 images)
 
 
 class DataError(CifarDistError):
@@ -171,7 +191,9 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     def _charge(self, nbytes: int, what: str) -> None:
         if nbytes > self.budget:
-            raise pickle.UnpicklingError(f"{what} would need {nbytes} bytes, more than a CIFAR-10 batch ({MAX_BATCH_BYTES})")
+            raise pickle.UnpicklingError(
+                f"{what} would need {nbytes} bytes, more than a CIFAR-10 batch ({MAX_BATCH_BYTES})"
+            )
         self.budget -= nbytes
 
     def _array_bytes(self, shape, dtype) -> int:
@@ -266,7 +288,11 @@ def decode_class_names(meta: object, where: str, fix: str, layout: Layout = CIFA
     """``label_names`` from batches.meta (CIFAR-100: ``fine_label_names`` / ``coarse_label_names`` from meta)."""
     names = _field(meta, layout.names_key, where, fix)
     count, key = layout.num_classes, layout.names_key.decode()
-    if not isinstance(names, (list, tuple)) or len(names) != count or not all(isinstance(v, (bytes, str)) for v in names):
+    if (
+        not isinstance(names, (list, tuple))
+        or len(names) != count
+        or not all(isinstance(v, (bytes, str)) for v in names)
+    ):
         raise DataError(f"{where}: '{key}' is not a list of {count} names; {fix}")
     try:
         return tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in names)
@@ -279,7 +305,9 @@ def read_images(raw: bytes, where: str, fix: str, layout: Layout = CIFAR10) -> t
     return decode_images(unpickle(raw, where, fix, layout.max_bytes), where, fix, layout)
 
 
-def read_batch_file(path, fix: str = "check that it is a batch file of cifar-10-python.tar.gz") -> tuple[np.ndarray, np.ndarray]:
+def read_batch_file(
+    path, fix: str = "check that it is a batch file of cifar-10-python.tar.gz"
+) -> tuple[np.ndarray, np.ndarray]:
     """One data/test batch file on disk to (uint8 NHWC images, int64 labels), read as safely as the archives."""
     return read_images(read_bounded(path, fix), str(path), fix)
 
@@ -300,14 +328,16 @@ def read_bounded(path, fix: str, layout: Layout = CIFAR10) -> bytes:
     return raw
 
 
-def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str,
-             layout: Layout = CIFAR10) -> CifarArrays:
+def assemble(
+    read: Callable[[str], bytes | None], where: Callable[[str], str], source: str, fix: str, layout: Layout = CIFAR10
+) -> CifarArrays:
     """All batches of one copy of the data set, as CifarArrays.
 
     ``read(member)`` returns the bytes of ``cifar-10-batches-py/<member>`` or
     None when the copy lacks it; ``where(member)`` names it in errors. Train
     data is every data_batch_1..5 present (the packaged sample has 1..4).
     """
+
     def required(member: str) -> bytes:
         raw = read(member)
         if raw is None:
@@ -315,7 +345,9 @@ def assemble(read: Callable[[str], bytes | None], where: Callable[[str], str], s
         return raw
 
     meta = layout.meta
-    class_names = decode_class_names(unpickle(required(meta), where(meta), fix, layout.max_bytes), where(meta), fix, layout)
+    class_names = decode_class_names(
+        unpickle(required(meta), where(meta), fix, layout.max_bytes), where(meta), fix, layout
+    )
     train = []
     for member in layout.train:
         raw = read(member)

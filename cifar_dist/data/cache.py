@@ -6,6 +6,7 @@ downloads and extracts; the others block on the lock and then find the
 extracted folder. A finished copy is recognised by the folder's existence
 alone (it appears by an atomic rename), so readers need no lock.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,11 +46,15 @@ def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
     """The extracted ``cifar-10-batches-py`` folder in ``data.cache_dir``, downloaded and extracted once if needed."""
     cache_dir = Path(data_cfg.cache_dir).expanduser()
     if not data_cfg.download and not (cache_dir / layout.archive).is_file():
-        raise DataError(f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {layout.offline_hint}")
+        raise DataError(
+            f"{layout.name} is not in data.cache_dir={cache_dir} and data.download=false; {layout.offline_hint}"
+        )
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DataError(f"cannot create data.cache_dir={cache_dir} ({reason(exc)}); set data.cache_dir to a writable folder") from None
+        raise DataError(
+            f"cannot create data.cache_dir={cache_dir} ({reason(exc)}); set data.cache_dir to a writable folder"
+        ) from None
     folder = cache_dir / layout.folder
     with host_lock(cache_dir):
         if folder.is_dir():  # another process finished while we waited
@@ -61,8 +66,14 @@ def ensure_cached(data_cfg, layout: Layout = CIFAR10) -> Path:
         if archive.is_file():
             _check_cached_archive(archive, data_cfg, fix)
         else:
-            download(data_cfg.url, archive, data_cfg.md5, int(data_cfg.size_bytes), float(data_cfg.download_timeout_s),
-                     layout.offline_hint)
+            download(
+                data_cfg.url,
+                archive,
+                data_cfg.md5,
+                int(data_cfg.size_bytes),
+                float(data_cfg.download_timeout_s),
+                layout.offline_hint,
+            )
         return extract(archive, cache_dir, fix, layout)
 
 
@@ -70,7 +81,9 @@ def _check_cached_archive(archive: Path, data_cfg, fix: str) -> None:
     """A tarball someone put into the cache is extracted only if it is the one data.md5 names."""
     size = archive.stat().st_size
     if size != int(data_cfg.size_bytes) or file_md5(archive) != str(data_cfg.md5).lower():
-        raise DataError(f"{archive} is not the expected archive (size or md5 differ from data.size_bytes/data.md5); {fix}")
+        raise DataError(
+            f"{archive} is not the expected archive (size or md5 differ from data.size_bytes/data.md5); {fix}"
+        )
 
 
 def _remove_leftovers(cache_dir: Path) -> None:

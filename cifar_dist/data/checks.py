@@ -10,6 +10,7 @@ TensorFlow traceback mid-epoch (or a run that trains silently on wrong targets).
 - ``check_same_on_every_rank``: every rank read the same sizes and classes (a factory must return the
   same elements on every rank; otherwise the ranks run different numbers of steps and stall).
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,18 +49,26 @@ def bad_images(files: Sequence[Path], policy: str = REFUSE) -> FrozenSet[Path]:
     first, why = next(iter(bad.items()))
     count = f"{len(bad)} image files cannot be read" if len(bad) > 1 else "an image file cannot be read"
     if str(getattr(policy, "value", policy)) != SKIP:
-        raise DataError(f"{count}: {first} ({why}); remove or replace {'them' if len(bad) > 1 else 'it'}, "
-                        "or set data.bad_files=skip to leave them out")
-    log.warning("%s and %s left out (data.bad_files=skip): %s", count, "are" if len(bad) > 1 else "is",
-                ", ".join(str(f) for f in list(bad)[:5]) + (", ..." if len(bad) > 5 else ""))
+        raise DataError(
+            f"{count}: {first} ({why}); remove or replace {'them' if len(bad) > 1 else 'it'}, "
+            "or set data.bad_files=skip to leave them out"
+        )
+    log.warning(
+        "%s and %s left out (data.bad_files=skip): %s",
+        count,
+        "are" if len(bad) > 1 else "is",
+        ", ".join(str(f) for f in list(bad)[:5]) + (", ..." if len(bad) > 5 else ""),
+    )
     return frozenset(bad)
 
 
 def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> Optional[str]:
     """What is wrong with one (decoded image, label) element of a factory's dataset, or None."""
     if image.ndim == 4:
-        return (f"yields batches (images of shape {image.shape}); "
-                "return unbatched elements (drop .batch() or add .unbatch())")
+        return (
+            f"yields batches (images of shape {image.shape}); "
+            "return unbatched elements (drop .batch() or add .unbatch())"
+        )
     if image.ndim != 3 or image.shape[-1] != 3:
         return f"yields images of shape {image.shape}, not HxWx3; give every image 3 channels (RGB)"
     if label.ndim == 1 and label.shape[0] == num_classes:
@@ -69,12 +78,15 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> 
     if not np.issubdtype(label.dtype, np.integer):
         return f"yields {label.dtype} labels (e.g. {label.item()}); yield integer class indices (cast them to int64)"
     if not 0 <= int(label) < num_classes:
-        return (f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; "
-                f"number the classes 0..{num_classes - 1}")
+        return (
+            f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; "
+            f"number the classes 0..{num_classes - 1}"
+        )
     low, high = float(image.min()), float(image.max())
     if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
-        return (f"yields float images with values in [{low:.3g}, {high:.3g}], not [0, 1]; "
-                + ("divide them by 255 (or yield uint8)" if high > 1.5 else "scale them to [0, 1]"))
+        return f"yields float images with values in [{low:.3g}, {high:.3g}], not [0, 1]; " + (
+            "divide them by 255 (or yield uint8)" if high > 1.5 else "scale them to [0, 1]"
+        )
     return None
 
 
@@ -86,8 +98,10 @@ def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
     for split, dataset in (("train", streams.train), ("test", streams.test)):
         dtype = dataset.map(lambda x, y: (decode(x), y)).element_spec[0].dtype  # known without reading an element
         if not (dtype.is_floating or dtype in (tf.uint8, tf.uint16)):  # other integers would be scaled by their max
-            raise DataError(f"the {split} dataset of {where} yields {dtype.name} images; yield uint8 (0-255) or "
-                            "float images in [0, 1] (docs/data.md)")
+            raise DataError(
+                f"the {split} dataset of {where} yields {dtype.name} images; yield uint8 (0-255) or "
+                "float images in [0, 1] (docs/data.md)"
+            )
         for image, label in streams.images(dataset.take(count)):
             problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes))
             if problem:
@@ -96,16 +110,23 @@ def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
 
 def check_same_on_every_rank(data, allgather: Callable[[object], Sequence[object]]) -> None:
     """One line on every rank when the ranks did not read the same data (sizes, classes): named, not a stall."""
-    same_on_every_rank(f"{data.train_size} train / {data.test_size} test images, {len(data.class_names)} classes",
-                       tuple(data.class_names), data.source, allgather)
+    same_on_every_rank(
+        f"{data.train_size} train / {data.test_size} test images, {len(data.class_names)} classes",
+        tuple(data.class_names),
+        data.source,
+        allgather,
+    )
 
 
-def same_on_every_rank(summary: str, class_names: Sequence[str], source: str,
-                       allgather: Callable[[object], Sequence[object]]) -> None:
+def same_on_every_rank(
+    summary: str, class_names: Sequence[str], source: str, allgather: Callable[[object], Sequence[object]]
+) -> None:
     """``summary`` (what this rank read) and ``class_names`` gathered from every rank; one line when they differ."""
     seen = list(allgather((summary, tuple(class_names))))
     if all(s == seen[0] for s in seen):
         return
     parts = "; ".join(f"rank {r}: {s}" for r, (s, _) in enumerate(seen))
-    raise DataError(f"the ranks read different data ({parts}); {source} must give every rank the same "
-                    "elements in the same order (seed it with the seed it is given, not the rank)")
+    raise DataError(
+        f"the ranks read different data ({parts}); {source} must give every rank the same "
+        "elements in the same order (seed it with the seed it is given, not the rank)"
+    )

@@ -5,6 +5,7 @@ against the expected md5 and size, fsynced, and only then renamed over the
 destination name. A failed, truncated or tampered download is deleted and
 never replaces (or half-overwrites) a good copy.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cifar_dist.data.batches import DataError, reason
 from cifar_dist.atomic_files import atomic_path
+from cifar_dist.data.batches import DataError, reason
 
 log = logging.getLogger("cifar_dist.data")
 
@@ -43,7 +44,9 @@ def download(url: str, dest: Path, md5: str, size_bytes: int, timeout_s: float, 
         if got != size_bytes:
             raise DataError(f"download of {url} was cut short ({got} of {size_bytes} bytes); retry, or {hint}")
         if digest != md5.lower():
-            raise DataError(f"download of {url} has md5 {digest}, expected {md5}; the file or data.md5 is wrong: {hint}")
+            raise DataError(
+                f"download of {url} has md5 {digest}, expected {md5}; the file or data.md5 is wrong: {hint}"
+            )
     log.info("downloaded %s (%d bytes, md5 ok) to %s", url, size_bytes, dest)
     return dest
 
@@ -58,8 +61,10 @@ def _stream(url: str, out, size_bytes: int, timeout_s: float, hint: str) -> tupl
             while chunk := response.read(_CHUNK):
                 got += len(chunk)
                 if got > size_bytes:
-                    raise DataError(f"download of {url} is larger than data.size_bytes={size_bytes}; "
-                                    f"the URL or data.size_bytes is wrong: {hint}")
+                    raise DataError(
+                        f"download of {url} is larger than data.size_bytes={size_bytes}; "
+                        f"the URL or data.size_bytes is wrong: {hint}"
+                    )
                 digest.update(chunk)
                 out.write(chunk)
     except urllib.error.HTTPError as exc:

@@ -7,6 +7,7 @@ out for testing. Classes are the sorted folder names. Only file names are
 held in memory: each rank decodes the images of its own shard as training
 goes (PNG, JPEG, BMP, GIF), resized to ``data.image_size``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,13 @@ Files = List[Tuple[str, int]]  # (path, class index)
 
 def image_files(folder: Path) -> List[Path]:
     """Every image file under ``folder``, sorted; hidden ones (``._x.png``, in ``.folder/``) are not images."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in IMAGE_SUFFIXES
+        and p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
 
 
 def scan_classes(root: Path, left_out: AbstractSet[Path] = frozenset()) -> Dict[str, List[Path]]:
@@ -36,8 +42,10 @@ def scan_classes(root: Path, left_out: AbstractSet[Path] = frozenset()) -> Dict[
     found = {name: [f for f in image_files(root / name) if f not in left_out] for name in classes}
     empty = [name for name, files in found.items() if not files]
     if empty:
-        raise DataError(f"class folder {root / empty[0]} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); "
-                        "add images or remove the folder")
+        raise DataError(
+            f"class folder {root / empty[0]} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}); "
+            "add images or remove the folder"
+        )
     return found
 
 
@@ -46,27 +54,36 @@ def _labelled(found: Dict[str, List[Path]], class_names: Sequence[str]) -> Files
     return [(str(f), index[name]) for name, files in found.items() for f in files]
 
 
-def split_tree(root: Path, val_fraction: float, split_seed: int,
-               bad_files: str = REFUSE) -> Tuple[Files, Files, Tuple[str, ...]]:
+def split_tree(
+    root: Path, val_fraction: float, split_seed: int, bad_files: str = REFUSE
+) -> Tuple[Files, Files, Tuple[str, ...]]:
     """(train files, test files, class names) of DIR/train + DIR/test, or of one tree split by ``val_fraction``.
 
     Every image is read once first (``checks.bad_images``): an unreadable one is refused in one line, or left
     out with ``bad_files`` skip."""
     if not root.is_dir():
-        raise DataError(f"data.path={root} is not a folder; point it at DIR holding train/<class>/ and test/<class>/ (or <class>/)")
+        raise DataError(
+            f"data.path={root} is not a folder; point it at DIR holding train/<class>/ and test/<class>/ (or <class>/)"
+        )
     if (root / "train").is_dir() or (root / "test").is_dir():
         if not ((root / "train").is_dir() and (root / "test").is_dir()):
-            raise DataError(f"{root} has only one of train/ and test/; give both, or put the class folders directly in {root}")
+            raise DataError(
+                f"{root} has only one of train/ and test/; give both, or put the class folders directly in {root}"
+            )
         bad = bad_images(image_files(root / "train") + image_files(root / "test"), bad_files)
         train, test = scan_classes(root / "train", bad), scan_classes(root / "test", bad)
         if list(train) != list(test):
             differ = sorted(set(train) ^ set(test))
-            raise DataError(f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); "
-                            "use the same names in both")
+            raise DataError(
+                f"{root}/train and {root}/test have different class folders ({', '.join(differ)}); "
+                "use the same names in both"
+            )
         names = tuple(train)
         return _labelled(train, names), _labelled(test, names), names
     if not 0 < val_fraction < 1:
-        raise DataError(f"data.val_fraction={val_fraction} must be in (0, 1) to split the single tree {root} into train and test")
+        raise DataError(
+            f"data.val_fraction={val_fraction} must be in (0, 1) to split the single tree {root} into train and test"
+        )
     found = scan_classes(root, bad_images(image_files(root), bad_files))
     names = tuple(found)
     rng = np.random.default_rng(split_seed)
@@ -74,8 +91,10 @@ def split_tree(root: Path, val_fraction: float, split_seed: int,
     for name, files in found.items():
         held = set(rng.permutation(len(files))[: max(1, round(val_fraction * len(files)))].tolist())
         if len(held) == len(files):
-            raise DataError(f"class folder {root / name} has {len(files)} image(s), too few to hold out "
-                            f"data.val_fraction={val_fraction} for testing; add images or give train/ and test/ folders")
+            raise DataError(
+                f"class folder {root / name} has {len(files)} image(s), too few to hold out "
+                f"data.val_fraction={val_fraction} for testing; add images or give train/ and test/ folders"
+            )
         test_part[name] = [f for i, f in enumerate(files) if i in held]
         train_part[name] = [f for i, f in enumerate(files) if i not in held]
     return _labelled(train_part, names), _labelled(test_part, names), names
@@ -113,12 +132,18 @@ def load_folder_streams(data_cfg):
     if int(data_cfg.image_size) < 8:
         raise DataError(f"data.image_size={data_cfg.image_size} is too small; use 32 (CIFAR's size) or larger")
     root = Path(str(data_cfg.path)).expanduser()
-    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed),
-                                    data_cfg.bad_files)
+    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed), data_cfg.bad_files)
 
     def dataset(files: Files) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(([f for f, _ in files], np.asarray([c for _, c in files], np.int64)))
 
-    return DataStreams(train=dataset(train), test=dataset(test), num_classes=len(names), class_names=names,
-                       decode=decoder(int(data_cfg.image_size)), train_size=len(train), test_size=len(test),
-                       source=f"image folder {root} ({len(names)} classes)")
+    return DataStreams(
+        train=dataset(train),
+        test=dataset(test),
+        num_classes=len(names),
+        class_names=names,
+        decode=decoder(int(data_cfg.image_size)),
+        train_size=len(train),
+        test_size=len(test),
+        source=f"image folder {root} ({len(names)} classes)",
+    )

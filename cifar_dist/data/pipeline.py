@@ -9,6 +9,7 @@ All ranks get the same number of full batches per epoch (the remainder is
 dropped) and the same number of validation batches: a rank that runs one
 collective fewer than the others deadlocks the job.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,8 +84,12 @@ def translate_batch(images: tf.Tensor, seed: tf.Tensor, pixels: int) -> tf.Tenso
     ones, zeros = tf.ones([batch]), tf.zeros([batch])
     transforms = tf.stack([ones, zeros, -dx, zeros, ones, -dy, zeros, zeros], axis=1)
     return tf.raw_ops.ImageProjectiveTransformV3(
-        images=images, transforms=transforms, output_shape=tf.shape(images)[1:3], fill_value=tf.constant(0.0),
-        interpolation="NEAREST", fill_mode="REFLECT",
+        images=images,
+        transforms=transforms,
+        output_shape=tf.shape(images)[1:3],
+        fill_value=tf.constant(0.0),
+        interpolation="NEAREST",
+        fill_mode="REFLECT",
     )
 
 
@@ -96,7 +101,9 @@ def cutout_batch(images: tf.Tensor, seed: tf.Tensor, size: int) -> tf.Tensor:
     cy = tf.random.stateless_uniform([batch, 1, 1], seeds[0], 0, height, dtype=tf.int32)
     cx = tf.random.stateless_uniform([batch, 1, 1], seeds[1], 0, width, dtype=tf.int32)
     ys, xs = tf.range(height)[None, :, None], tf.range(width)[None, None, :]
-    inside = (ys >= cy - size // 2) & (ys < cy - size // 2 + size) & (xs >= cx - size // 2) & (xs < cx - size // 2 + size)
+    inside = (
+        (ys >= cy - size // 2) & (ys < cy - size // 2 + size) & (xs >= cx - size // 2) & (xs < cx - size // 2 + size)
+    )
     return images * tf.cast(~inside, images.dtype)[..., None]
 
 
@@ -110,8 +117,13 @@ def alternating_flip(images: tf.Tensor, image_bits: tf.Tensor, epoch: tf.Tensor)
 def augment_batch_all(batch, index, epoch, batch_seed, augment_cfg, image_bits):
     """Every configured augmentation of one batch; the seed's options draw exactly what they always drew."""
     alternating = augment_cfg.horizontal_flip and augment_cfg.alternating_flip
-    batch = augment_batch(batch, batch_seed, augment_cfg.width_shift, augment_cfg.height_shift,
-                          augment_cfg.horizontal_flip and not alternating)
+    batch = augment_batch(
+        batch,
+        batch_seed,
+        augment_cfg.width_shift,
+        augment_cfg.height_shift,
+        augment_cfg.horizontal_flip and not alternating,
+    )
     extra = tf.random.experimental.stateless_split(tf.random.experimental.stateless_fold_in(batch_seed, 1), num=2)
     if alternating:
         batch = alternating_flip(batch, tf.gather(image_bits, index), epoch)
@@ -196,7 +208,11 @@ def train_stream(
         index_batches = tf.reshape(order[:used], [steps, batch_size])
         steps_ds = tf.data.Dataset.range(steps)
         return tf.data.Dataset.zip(
-            (tf.data.Dataset.from_tensors(epoch).repeat(steps), steps_ds, tf.data.Dataset.from_tensor_slices(index_batches))
+            (
+                tf.data.Dataset.from_tensors(epoch).repeat(steps),
+                steps_ds,
+                tf.data.Dataset.from_tensor_slices(index_batches),
+            )
         )
 
     def load(epoch, step, index):

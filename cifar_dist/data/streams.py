@@ -24,6 +24,7 @@ The per-rank contract of a data factory (``data=custom data._target_=mydata.make
 - The first elements of each split are checked (``checks.check_elements``):
   HxWx3 images in [0, 1], integer labels in [0, num_classes), unbatched.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,17 @@ import numpy as np
 import tensorflow as tf
 
 from cifar_dist.data.batches import DataError
-from cifar_dist.data.pipeline import (_EPOCH_STRIDE, EvalStream, TrainStream, _prefetch, augment_batch_all,
-                                      checked_steps, without_model_thread)
-from cifar_dist.data.pipeline import eval_stream, train_stream
+from cifar_dist.data.pipeline import (
+    _EPOCH_STRIDE,
+    EvalStream,
+    TrainStream,
+    _prefetch,
+    augment_batch_all,
+    checked_steps,
+    eval_stream,
+    train_stream,
+    without_model_thread,
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +68,10 @@ class DataStreams:
             raise DataError(f"a data factory returned num_classes={self.num_classes}; it must be >= 2")
         names = tuple(self.class_names) or tuple(str(i) for i in range(int(self.num_classes)))
         if len(names) != int(self.num_classes):
-            raise DataError(f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; "
-                            "give one name per class")
+            raise DataError(
+                f"a data factory returned {len(names)} class_names for num_classes={self.num_classes}; "
+                "give one name per class"
+            )
         object.__setattr__(self, "class_names", names)
         for split in ("train", "test"):
             size = _size(getattr(self, split), split, getattr(self, f"{split}_size"))
@@ -70,8 +81,11 @@ class DataStreams:
     def images(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """``dataset`` with ``decode`` applied: (float32 image, int label) pairs."""
         decode = self.decode or (lambda x: x)
-        return dataset.map(lambda x, y: (tf.image.convert_image_dtype(decode(x), tf.float32), y),
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return dataset.map(
+            lambda x, y: (tf.image.convert_image_dtype(decode(x), tf.float32), y),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
 
     @property
     def image_shape(self) -> tuple:
@@ -97,13 +111,19 @@ def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
     (a generator, ``filter``); a dataset of unknown size is never read through to count it (it may be endless)."""
     n = int(dataset.cardinality())
     if n == tf.data.INFINITE_CARDINALITY:
-        raise DataError(f"the {split} dataset of the data factory is infinite (repeat()?); return one pass over the data")
+        raise DataError(
+            f"the {split} dataset of the data factory is infinite (repeat()?); return one pass over the data"
+        )
     if n == tf.data.UNKNOWN_CARDINALITY and not stated:
-        raise DataError(f"the {split} dataset of the data factory has a size TensorFlow cannot know (from_generator, "
-                        f"filter...); give DataStreams({split}_size=N), its number of elements")
+        raise DataError(
+            f"the {split} dataset of the data factory has a size TensorFlow cannot know (from_generator, "
+            f"filter...); give DataStreams({split}_size=N), its number of elements"
+        )
     if stated and n >= 0 and int(stated) != n:
-        raise DataError(f"the data factory says {split}_size={stated} but its {split} dataset holds {n} elements; "
-                        f"leave {split}_size unset or give {n}")
+        raise DataError(
+            f"the data factory says {split}_size={stated} but its {split} dataset holds {n} elements; "
+            f"leave {split}_size unset or give {n}"
+        )
     n = int(stated) if stated else n
     if n <= 0:
         raise DataError(f"the {split} dataset of the data factory is empty; check the data it reads")
@@ -111,8 +131,18 @@ def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
 
 
 def streamed_train(
-    data: DataStreams, *, batch_size: int, rank: int, size: int, shard: bool, seed: int,
-    initial_epoch: int, epochs: int, augment, shuffle_buffer: int = 0, prefetch: int = -1,
+    data: DataStreams,
+    *,
+    batch_size: int,
+    rank: int,
+    size: int,
+    shard: bool,
+    seed: int,
+    initial_epoch: int,
+    epochs: int,
+    augment,
+    shuffle_buffer: int = 0,
+    prefetch: int = -1,
 ) -> TrainStream:
     """This rank's batches for epochs [initial_epoch, epochs), streamed from ``data.train``.
 
@@ -134,10 +164,18 @@ def streamed_train(
     def epoch_batches(epoch):
         stream = epoch * _EPOCH_STRIDE + rank
         order = mine.shuffle(buffer, seed=seed * _EPOCH_STRIDE + stream, reshuffle_each_iteration=False).take(used)
-        images = order.map(lambda i, xy: (i, tf.image.convert_image_dtype(decode(xy[0]), tf.float32), xy[1]),
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(epoch).repeat(steps), tf.data.Dataset.range(steps),
-                                    images.batch(batch_size, drop_remainder=True)))
+        images = order.map(
+            lambda i, xy: (i, tf.image.convert_image_dtype(decode(xy[0]), tf.float32), xy[1]),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return tf.data.Dataset.zip(
+            (
+                tf.data.Dataset.from_tensors(epoch).repeat(steps),
+                tf.data.Dataset.range(steps),
+                images.batch(batch_size, drop_remainder=True),
+            )
+        )
 
     def load(epoch, step, batch):
         index, images, labels = batch
@@ -146,8 +184,12 @@ def streamed_train(
             images = augment_batch_all(images, index, epoch, batch_seed, augment, image_bits)
         return images, tf.one_hot(tf.cast(labels, tf.int32), data.num_classes)
 
-    ds = (tf.data.Dataset.range(initial_epoch, epochs).flat_map(epoch_batches)
-          .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(_prefetch(prefetch)))
+    ds = (
+        tf.data.Dataset.range(initial_epoch, epochs)
+        .flat_map(epoch_batches)
+        .map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .prefetch(_prefetch(prefetch))
+    )
     return TrainStream(without_model_thread(ds), steps, used)
 
 
@@ -159,17 +201,41 @@ def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, e
     if equal_shards:
         count = n // size
         mine = mine.take(count)
-    ds = (data.images(mine).batch(batch_size)
-          .map(lambda x, y: (x, tf.one_hot(tf.cast(y, tf.int32), data.num_classes)), num_parallel_calls=tf.data.AUTOTUNE)
-          .prefetch(tf.data.AUTOTUNE))
+    ds = (
+        data.images(mine)
+        .batch(batch_size)
+        .map(lambda x, y: (x, tf.one_hot(tf.cast(y, tf.int32), data.num_classes)), num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     return EvalStream(without_model_thread(ds), max(1, math.ceil(count / batch_size)) if count else 0, count)
 
 
-def train_input(data, *, batch_size: int, rank: int, size: int, shard: bool, seed: int, initial_epoch: int,
-                epochs: int, augment, shuffle_buffer: int = 0, prefetch: int = -1) -> TrainStream:
+def train_input(
+    data,
+    *,
+    batch_size: int,
+    rank: int,
+    size: int,
+    shard: bool,
+    seed: int,
+    initial_epoch: int,
+    epochs: int,
+    augment,
+    shuffle_buffer: int = 0,
+    prefetch: int = -1,
+) -> TrainStream:
     """This rank's training stream of any data set: in-memory CIFAR arrays or ``DataStreams``."""
-    common = dict(batch_size=batch_size, rank=rank, size=size, shard=shard, seed=seed, initial_epoch=initial_epoch,
-                  epochs=epochs, augment=augment, prefetch=prefetch)
+    common = dict(
+        batch_size=batch_size,
+        rank=rank,
+        size=size,
+        shard=shard,
+        seed=seed,
+        initial_epoch=initial_epoch,
+        epochs=epochs,
+        augment=augment,
+        prefetch=prefetch,
+    )
     if isinstance(data, DataStreams):
         return streamed_train(data, shuffle_buffer=shuffle_buffer, **common)
 
@@ -181,5 +247,12 @@ def eval_input(data, *, batch_size: int, rank: int, size: int, equal_shards: boo
     if isinstance(data, DataStreams):
         return streamed_eval(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
 
-    return eval_stream(data.x_test, data.y_test, batch_size=batch_size, rank=rank, size=size,
-                       equal_shards=equal_shards, num_classes=data.num_classes)
+    return eval_stream(
+        data.x_test,
+        data.y_test,
+        batch_size=batch_size,
+        rank=rank,
+        size=size,
+        equal_shards=equal_shards,
+        num_classes=data.num_classes,
+    )

@@ -1,4 +1,5 @@
 """What an evaluation reads: the model to score and the images to score it on."""
+
 from __future__ import annotations
 
 import glob
@@ -11,7 +12,8 @@ import numpy as np
 from cifar_dist.data import CifarArrays, load_dataset
 from cifar_dist.data.batches import read_batch_file
 from cifar_dist.data.checks import REFUSE, bad_images
-from cifar_dist.data.folder import decoder, image_files as _image_files
+from cifar_dist.data.folder import decoder
+from cifar_dist.data.folder import image_files as _image_files
 from cifar_dist.errors import CifarDistError
 from cifar_dist.evaluation import model_files
 from cifar_dist.evaluation.model_trust import code_in_model_file, trusted_module_layers
@@ -40,7 +42,9 @@ def resolve_model_path(model: str) -> Path:
             f"{path} holds neither {SEED_MODEL} nor checkpoints/checkpoint-NNN.h5; "
             "point evaluate.model at a training run dir or a .h5 model file"
         )
-    raise EvaluationInputError(f"evaluate.model={model}: no such file or directory; point it at a training run dir or a .h5 file")
+    raise EvaluationInputError(
+        f"evaluate.model={model}: no such file or directory; point it at a training run dir or a .h5 file"
+    )
 
 
 def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] = ()) -> None:
@@ -73,8 +77,13 @@ def trusted_layers_of(modules: Sequence[str]):
         ) from None
 
 
-def load_model(path: Path, num_classes: Optional[int], trust_model: bool = False, image_size: Optional[int] = 32,
-               trusted_modules: Sequence[str] = ()):
+def load_model(
+    path: Path,
+    num_classes: Optional[int],
+    trust_model: bool = False,
+    image_size: Optional[int] = 32,
+    trusted_modules: Sequence[str] = (),
+):
     """The Keras model in ``path`` (compile=False: scoring needs no optimizer), checked against the data's shapes.
 
     ``num_classes`` / ``image_size`` None: not known before the images are read; not checked here.
@@ -121,7 +130,9 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
             x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
         else:  # DataStreams: decoded here, in order (every rank reads the split and scores its part)
             x, y = data.arrays(spec)
-        return Images(x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})")
+        return Images(
+            x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})"
+        )
     path = Path(spec).expanduser()
     if path.is_dir() and _image_files(path):
         return _image_folder(path, default_class_names, image_size, data_cfg.get("bad_files", REFUSE))
@@ -141,8 +152,12 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
         x, y = read_batch_file(f)
         xs.append(x)
         ys.append(y)
-    return Images(np.concatenate(xs), np.concatenate(ys).astype(np.int64), tuple(default_class_names),
-                  ", ".join(str(f) for f in files))
+    return Images(
+        np.concatenate(xs),
+        np.concatenate(ys).astype(np.int64),
+        tuple(default_class_names),
+        ", ".join(str(f) for f in files),
+    )
 
 
 def _image_folder(folder: Path, class_names: Sequence[str], image_size: int, bad_files: str = REFUSE) -> Images:

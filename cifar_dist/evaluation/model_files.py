@@ -6,6 +6,7 @@
 anything from them; Keras 3 additionally loads with ``safe_mode`` unless the
 user trusts the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,9 @@ def load(path: Path, custom_objects: Dict[str, type], trust_model: bool):
         import keras  # lazy: Keras 3
 
         register_custom_objects(keras)  # this package's layers, under the names Keras 3 saved them by
-        return keras.saving.load_model(path, compile=False, safe_mode=not trust_model,
-                                       custom_objects=custom_objects or None)
+        return keras.saving.load_model(
+            path, compile=False, safe_mode=not trust_model, custom_objects=custom_objects or None
+        )
     import tensorflow as tf  # lazy: TensorFlow
 
     import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)

@@ -22,6 +22,7 @@ Resume needs no such check: it rebuilds the configured architecture and
 reads only arrays from a checkpoint (``checkpoints.restore``:
 ``model.load_weights`` plus the optimizer's arrays), never its code.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,7 @@ from typing import Any, Dict, Iterator, List, Sequence, Set
 
 from cifar_dist.evaluation.model_files import architecture, is_keras3_file
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
+from cifar_dist.keras_ops import PACKAGE
 
 # Layers whose config is code (bytecode, an op name or a method name to call).
 CODE_LAYERS = {"Lambda", "TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}
@@ -70,7 +72,7 @@ def own_layers() -> Set[str]:
     for value in vars(blocks).values():
         if isinstance(value, type) and issubclass(value, tf.keras.layers.Layer):
             registered = tf.keras.utils.get_registered_name(value)
-            if registered.startswith(blocks.PACKAGE + ">"):
+            if registered.startswith(PACKAGE + ">"):
                 names.add(registered)
     return names
 
@@ -84,9 +86,11 @@ def code_in_config(config: Any, builtins: Set[str], own: Set[str] = frozenset())
         registered = obj.get("registered_name")
         if name in own or registered in own:
             continue  # Scale, PatchWhitening...: the resnet9/airbench layers this package defines
-        foreign = (name not in builtins
-                   or (isinstance(module, str) and module.split(".")[0] not in KERAS_MODULES)
-                   or (registered not in (None, name)))
+        foreign = (
+            name not in builtins
+            or (isinstance(module, str) and module.split(".")[0] not in KERAS_MODULES)
+            or (registered not in (None, name))
+        )
         if foreign or name in CODE_LAYERS:
             label = (obj.get("config") or {}).get("name") if isinstance(obj.get("config"), dict) else None
             found.append(f"{name} {label!r}" if label else name)
@@ -101,8 +105,11 @@ def trusted_module_layers(modules: Sequence[str]) -> Dict[str, type]:
         module = importlib.import_module(name)
         for value in vars(module).values():
             flavor = flavor_of(value) if isinstance(value, type) else 0
-            if (flavor and issubclass(value, keras_module(flavor).layers.Layer)
-                    and value.__module__.split(".")[0] not in (*KERAS_MODULES, "tensorflow")):
+            if (
+                flavor
+                and issubclass(value, keras_module(flavor).layers.Layer)
+                and value.__module__.split(".")[0] not in (*KERAS_MODULES, "tensorflow")
+            ):
                 found[_registered_name(value, flavor)] = value
                 found[value.__name__] = value
     return found

@@ -4,6 +4,7 @@ Everything here works on the *gathered* predictions of all ranks, so the
 counts (accuracy, per-class accuracy, confusion matrix) are exactly those
 of a single-rank run, whatever the number of ranks.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,7 +17,9 @@ import numpy as np
 from cifar_dist.atomic_files import atomic_write_text, save_figure
 
 
-def summarize(labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, class_names: Sequence[str]) -> Dict[str, Any]:
+def summarize(
+    labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, class_names: Sequence[str]
+) -> Dict[str, Any]:
     """Loss, accuracy, per-class accuracy and confusion matrix of the labelled images (label >= 0)."""
     k = len(class_names)
     labelled = labels >= 0
@@ -29,8 +32,11 @@ def summarize(labels: np.ndarray, predicted: np.ndarray, losses: np.ndarray, cla
     per_class = {}
     for c in range(k):
         total = int(confusion[c].sum())
-        per_class[class_names[c]] = {"correct": int(confusion[c, c]), "total": total,
-                                     "accuracy": (confusion[c, c] / total) if total else None}
+        per_class[class_names[c]] = {
+            "correct": int(confusion[c, c]),
+            "total": total,
+            "accuracy": (confusion[c, c] / total) if total else None,
+        }
     out.update(
         loss=float(losses[labelled].mean()),
         accuracy=float((y == p).mean()),
@@ -45,13 +51,22 @@ def write_predictions(path: Path, labels, predicted, confidence, class_names, na
     """predictions.csv: index, (source,) label, predicted class, confidence."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    header = ["index"] + (["source"] if names is not None else []) + ["label", "label_name", "predicted", "predicted_name", "confidence"]
+    header = (
+        ["index"]
+        + (["source"] if names is not None else [])
+        + ["label", "label_name", "predicted", "predicted_name", "confidence"]
+    )
     w.writerow(header)
     for i in range(len(labels)):
         row = [i] + ([names[i]] if names is not None else [])
         label = int(labels[i])
-        row += [label if label >= 0 else "", class_names[label] if label >= 0 else "",
-                int(predicted[i]), class_names[int(predicted[i])], f"{float(confidence[i]):.6f}"]
+        row += [
+            label if label >= 0 else "",
+            class_names[label] if label >= 0 else "",
+            int(predicted[i]),
+            class_names[int(predicted[i])],
+            f"{float(confidence[i]):.6f}",
+        ]
         w.writerow(row)
     atomic_write_text(path, buf.getvalue())
 
@@ -71,8 +86,15 @@ def plot_confusion(matrix, class_names, path: Path, title: str) -> None:
     ax.set_ylabel("true label")
     for i in range(m.shape[0]):
         for j in range(m.shape[1]):
-            ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=7,
-                    color="white" if m[i, j] > m.max() / 2 else "black")
+            ax.text(
+                j,
+                i,
+                str(m[i, j]),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if m[i, j] > m.max() / 2 else "black",
+            )
     fig.colorbar(im, ax=ax)
     ax.set_title(title)
     fig.tight_layout()

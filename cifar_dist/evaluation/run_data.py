@@ -9,6 +9,7 @@ learnt, without repeating ``data=...`` (was: the default ``data=cifar10``, a 170
 and so does a primary config of the user's own (``--config-name``; a Batch AI node's uploaded config, which
 the launching command composed). Which one was used is logged and written to ``evaluation.json`` (``data``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,9 +18,9 @@ from typing import Optional, Sequence, Tuple
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME
 from cifar_dist.config.override_syntax import override_key
+from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
@@ -49,7 +50,9 @@ def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Seq
     model trained on JAX is scored on JAX, as its exact test was), else the config's."""
     run = training_run_dir(model_path)
     saved = run / SAVED_CONFIG if run is not None else None
-    named = overrides is None or any(key == "engine" or key.startswith("engine.") for key in map(override_key, overrides))
+    named = overrides is None or any(
+        key == "engine" or key.startswith("engine.") for key in map(override_key, overrides)
+    )
     if named or saved is None or not saved.is_file():
         return engine_of(cfg).name
     return engine_of(OmegaConf.load(saved)).name

@@ -6,6 +6,7 @@ gathered on rank 0, which writes evaluation.json, confusion_matrix.png and
 predictions.csv. Because whole per-image results are gathered (not
 per-rank averages), every count equals a single-rank run's.
 """
+
 from __future__ import annotations
 
 import logging
@@ -82,18 +83,31 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
     ev = cfg.evaluate
     expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
     of_data = str(ev.input) in ("test", "train") and cfg.data.name != "custom"  # else: known once read
-    model = load_model(model_path, expected, trust_model=bool(ev.get("trust_model", False)),
-                       image_size=cfg.data.get("image_size", 32) if of_data else None,
-                       trusted_modules=user_model_modules(cfg.model))
+    model = load_model(
+        model_path,
+        expected,
+        trust_model=bool(ev.get("trust_model", False)),
+        image_size=cfg.data.get("image_size", 32) if of_data else None,
+        trusted_modules=user_model_modules(cfg.model),
+    )
     num_classes = int(model.output_shape[-1])
-    images = load_images(str(ev.input), cfg.data, _default_class_names(cfg.data, num_classes, model_path),
-                         int(cfg.trainer.seed), image_size=model.input_shape[1] or 32)
+    images = load_images(
+        str(ev.input),
+        cfg.data,
+        _default_class_names(cfg.data, num_classes, model_path),
+        int(cfg.trainer.seed),
+        image_size=model.input_shape[1] or 32,
+    )
     if tuple(images.x.shape[1:]) != tuple(model.input_shape[1:]):
-        raise EvaluationInputError(f"{model_path} takes {tuple(model.input_shape[1:])} images but {images.source} "
-                                   f"gives {tuple(images.x.shape[1:])}; score it on images like those it was trained on")
+        raise EvaluationInputError(
+            f"{model_path} takes {tuple(model.input_shape[1:])} images but {images.source} "
+            f"gives {tuple(images.x.shape[1:])}; score it on images like those it was trained on"
+        )
     if len(images.class_names) != num_classes:
-        raise EvaluationInputError(f"{model_path} predicts {num_classes} classes but {images.source} has "
-                                   f"{len(images.class_names)}; evaluate it with the data it was trained on")
+        raise EvaluationInputError(
+            f"{model_path} predicts {num_classes} classes but {images.source} has "
+            f"{len(images.class_names)}; evaluate it with the data it was trained on"
+        )
     return model, images, num_classes
 
 
@@ -111,7 +125,9 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     same_on_every_rank(f"{len(images.x)} images", images.class_names, images.source, engine.allgather_object)
     if world.is_chief:
         log.info("data: %s", data_used)
-        log.info("scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size)
+        log.info(
+            "scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size
+        )
 
     mine = np.arange(world.rank, len(images.x), world.size)
     tta = ev.tta.value if hasattr(ev.tta, "value") else str(ev.tta)
@@ -139,13 +155,18 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     if "confusion_matrix" in result:
-        report.plot_confusion(result["confusion_matrix"]["matrix"], images.class_names, output_dir / "confusion_matrix.png",
-                              title=f"accuracy {result['accuracy']:.4f} on {result['labelled']} images")
+        report.plot_confusion(
+            result["confusion_matrix"]["matrix"],
+            images.class_names,
+            output_dir / "confusion_matrix.png",
+            title=f"accuracy {result['accuracy']:.4f} on {result['labelled']} images",
+        )
         log.info("Test loss: %.4f", result["loss"])
         log.info("Test accuracy: %.4f", result["accuracy"])
     if ev.predictions:
-        report.write_predictions(output_dir / "predictions.csv", images.labels, predicted, confidence,
-                                 images.class_names, images.names)
+        report.write_predictions(
+            output_dir / "predictions.csv", images.labels, predicted, confidence, images.class_names, images.names
+        )
     write_json(output_dir / EVALUATION_FILE, result)
     log.info("wrote %s", output_dir / EVALUATION_FILE)
     # The app reports metrics["test"]["accuracy"] as the job's result.

@@ -1,4 +1,5 @@
 """airbench94's net (Keller Jordan 2024: 94 % on CIFAR-10 in 2.6 s on one A100), in Keras, with a width knob."""
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -17,6 +17,7 @@ by ``cifar_dist.custom_objects.register_custom_objects(keras)``.
   filters (airbench's ``dirac_`` init), kept as initialised elsewhere.
 - ``Scale``: multiply by a constant (the logit scale of both nets).
 """
+
 from __future__ import annotations
 
 from types import ModuleType, SimpleNamespace
@@ -26,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from cifar_dist.keras_flavor import flavor_of, keras_module
-from cifar_dist.keras_ops import PACKAGE, keras_or_default, ops_of, per_keras, registered
+from cifar_dist.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
 def partial_identity(kernel: np.ndarray) -> np.ndarray:
@@ -88,8 +89,9 @@ def custom_layers(keras: ModuleType) -> SimpleNamespace:
         def build(self, input_shape):
             k, c = self.kernel_size, int(input_shape[-1])
             self.filters = 2 * k * k * c
-            self.kernel = self.add_weight(name="kernel", shape=(k, k, c, self.filters), initializer="glorot_uniform",
-                                          trainable=False)
+            self.kernel = self.add_weight(
+                name="kernel", shape=(k, k, c, self.filters), initializer="glorot_uniform", trainable=False
+            )
             self.bias = self.add_weight(name="bias", shape=(self.filters,), initializer="zeros", trainable=True)
             super().build(input_shape)
 
@@ -147,7 +149,7 @@ def patch_statistics(patches: tf.Tensor, chunk: int = 1 << 16):
 
     def rows():  # float64 copies of one chunk at a time
         for start in range(0, n, chunk):
-            yield tf.cast(patches[start:start + chunk], tf.float64)
+            yield tf.cast(patches[start : start + chunk], tf.float64)
 
     total = tf.zeros([d], tf.float64)
     for part in rows():
@@ -166,8 +168,16 @@ def batch_norm(x, momentum: float, scale: bool = True, name=None, keras: Optiona
     return layers.BatchNormalization(momentum=momentum, epsilon=1e-5, scale=scale, name=name)(x)
 
 
-def conv_bn(x, filters: int, momentum: float, pool: bool = False, activation: str = "relu",
-            identity_init: bool = False, scale: bool = True, keras: Optional[ModuleType] = None):
+def conv_bn(
+    x,
+    filters: int,
+    momentum: float,
+    pool: bool = False,
+    activation: str = "relu",
+    identity_init: bool = False,
+    scale: bool = True,
+    keras: Optional[ModuleType] = None,
+):
     """3x3 conv (no bias) [+ 2x2 max pool] + BatchNorm + activation: the unit of both nets."""
     keras = keras_or_default(keras)
     conv = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, kernel_initializer="he_uniform")

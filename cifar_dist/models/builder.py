@@ -21,6 +21,7 @@ Two readings of the same parameters, one per moment:
 
 A builder with ``**kwargs`` takes any key.
 """
+
 from __future__ import annotations
 
 import ast
@@ -55,22 +56,26 @@ class Parameters:
 def _split(target: str):
     module, _, attr = target.rpartition(".")
     if not module or not attr:
-        raise ConfigError(f"{target} is not module.function; name your builder as module.function "
-                          "(e.g. mymodels.build, with mymodels.py in the directory you run from)")
+        raise ConfigError(
+            f"{target} is not module.function; name your builder as module.function "
+            "(e.g. mymodels.build, with mymodels.py in the directory you run from)"
+        )
     return module, attr
 
 
 def _not_found(target: str, module: str, why: str) -> ConfigError:
     first = module.split(".")[0]
-    return ConfigError(f"cannot import {target} ({why}); run from the directory that holds "
-                       f"{first}.py (or its package), or add that directory to PYTHONPATH")
+    return ConfigError(
+        f"cannot import {target} ({why}); run from the directory that holds "
+        f"{first}.py (or its package), or add that directory to PYTHONPATH"
+    )
 
 
 def _module_source(target: str, module: str) -> Optional[Path]:
     """The source file of ``module``, found on sys.path as ``import`` would, without running any of it."""
     search: Optional[List[str]] = None
     spec = None
-    for depth, part in enumerate(module.split(".")):
+    for depth in range(len(module.split("."))):
         name = ".".join(module.split(".")[: depth + 1])
         if name in sys.modules and depth + 1 < len(module.split(".")):
             search = list(getattr(sys.modules[name], "__path__", []) or [])
@@ -86,7 +91,7 @@ def _module_source(target: str, module: str) -> Optional[Path]:
 def _function_parameters(fn: ast.AST, skip_first: bool) -> Parameters:
     """The names a ``def`` takes by keyword (not ``self`` of a class's ``__init__``); whether it has ``**kwargs``."""
     a = fn.args
-    positional = [*a.posonlyargs, *a.args][1 if skip_first else 0:]
+    positional = [*a.posonlyargs, *a.args][1 if skip_first else 0 :]
     positional_only = {p.arg for p in a.posonlyargs}
     names = [p.arg for p in positional if p.arg not in positional_only] + [p.arg for p in a.kwonlyargs]
     return Parameters(tuple(names), a.kwarg is not None)
@@ -130,8 +135,9 @@ def declared_parameters(target: str) -> Optional[Parameters]:
     node = _declared_in(tree, attr)
     if node is None:
         defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-        raise ConfigError(f"{source.name} defines no `{attr}`{did_you_mean(attr, defined)} (name a function or "
-                          f"class of {module})")
+        raise ConfigError(
+            f"{source.name} defines no `{attr}`{did_you_mean(attr, defined)} (name a function or class of {module})"
+        )
     if node == "bound":
         return None
     if isinstance(node, ast.ClassDef):
@@ -147,7 +153,9 @@ def signature_parameters(target: str) -> Parameters:
         builder = get_object(target)
     except Exception as exc:  # ImportError, AttributeError, an error inside the module: all "cannot be imported"
         cause = exc.__cause__ or exc
-        raise _not_found(target, module, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}") from None
+        raise _not_found(
+            target, module, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+        ) from None
     try:
         signature = inspect.signature(builder)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check against
@@ -162,17 +170,23 @@ def unknown_argument(target: str, keys: Iterable[str], params: Parameters) -> Op
     for a builder without ``num_classes``; None when it takes them all."""
 
     if not params.takes(DATA_ARGUMENT):
-        return "_target_", (f"{target} takes no `{DATA_ARGUMENT}` argument; add one (def "
-                            f"{target.rpartition('.')[2]}({DATA_ARGUMENT}, ...)): the trainer passes it the data's class count")
+        return "_target_", (
+            f"{target} takes no `{DATA_ARGUMENT}` argument; add one (def "
+            f"{target.rpartition('.')[2]}({DATA_ARGUMENT}, ...)): the trainer passes it the data's class count"
+        )
     for key in keys:
         if key == KERAS_ARGUMENT:
-            return key, (f"`{KERAS_ARGUMENT}` is not a model option: the trainer passes the Keras module the model is "
-                         "built with; remove it from the model config")
+            return key, (
+                f"`{KERAS_ARGUMENT}` is not a model option: the trainer passes the Keras module the model is "
+                "built with; remove it from the model config"
+            )
         if key in NOT_ARGUMENTS or params.takes(key):
             continue
         others = [n for n in params.names if n not in (DATA_ARGUMENT, KERAS_ARGUMENT)]
-        return key, (f"{target} has no parameter `{key}`{did_you_mean(key, others)} "
-                     f"(its parameters: {', '.join(others) or 'only num_classes'})")
+        return key, (
+            f"{target} has no parameter `{key}`{did_you_mean(key, others)} "
+            f"(its parameters: {', '.join(others) or 'only num_classes'})"
+        )
     return None
 
 
@@ -188,8 +202,12 @@ def builder_problem(target: str, keys: Iterable[str], params_of=declared_paramet
 
 def model_node_problem(model, params_of=declared_parameters) -> Optional[str]:
     """One line for a composed ``model`` node whose builder cannot be found or does not take one of its keys."""
-    if not isinstance(model, DictConfig) or "_target_" not in model or OmegaConf.is_missing(model, "_target_") \
-            or OmegaConf.is_interpolation(model, "_target_"):
+    if (
+        not isinstance(model, DictConfig)
+        or "_target_" not in model
+        or OmegaConf.is_missing(model, "_target_")
+        or OmegaConf.is_interpolation(model, "_target_")
+    ):
         return None
     target = str(model._target_)
     found = builder_problem(target, list(model.keys()), params_of)

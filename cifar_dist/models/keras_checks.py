@@ -8,13 +8,14 @@
   or the first checkpoint would fail after a whole epoch (or, worse, load as
   something else).
 """
+
 from __future__ import annotations
 
 import os
 
 from cifar_dist.errors import ConfigError
-from cifar_dist.models.checks import check_is_model
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, name
+from cifar_dist.models.checks import check_is_model
 
 
 class ModelKerasError(ConfigError):
@@ -28,9 +29,12 @@ def build_failure(exc: BaseException, target: str) -> ModelKerasError:
         return ModelKerasError(
             f"model._target_={target} mixes Keras: building it called into both Keras 3 (keras) and Keras 2 (tf.keras) "
             f"({type(cause).__name__}: {_first_line(cause)}); build every layer with one Keras "
-            "(import keras for Keras 3, or tf.keras for Keras 2)")
-    return ModelKerasError(f"model._target_={target} failed to build the model ({type(cause).__name__}: {_first_line(cause)}); "
-                           "fix the builder (try calling it in Python with num_classes=10)")
+            "(import keras for Keras 3, or tf.keras for Keras 2)"
+        )
+    return ModelKerasError(
+        f"model._target_={target} failed to build the model ({type(cause).__name__}: {_first_line(cause)}); "
+        "fix the builder (try calling it in Python with num_classes=10)"
+    )
 
 
 def _crossed_keras(exc: BaseException) -> bool:
@@ -63,14 +67,20 @@ def model_flavor(model, target: str) -> int:
     """The Keras of ``model`` (2 or 3), with every layer of that same Keras; one line otherwise."""
     check_is_model(model, target)
     flavor = flavor_of(model)
-    others = sorted({type(layer).__name__ for layer in model._flatten_layers(include_self=False)
-                     if flavor_of(layer) not in (flavor, 0)})
+    others = sorted(
+        {
+            type(layer).__name__
+            for layer in model._flatten_layers(include_self=False)
+            if flavor_of(layer) not in (flavor, 0)
+        }
+    )
     if others:
         raise ModelKerasError(
             f"model._target_={target} mixes Keras: a {name(flavor)} model with "
             f"{name(KERAS2 if flavor == KERAS3 else KERAS3)} "
             f"layers ({', '.join(others)}); build every layer with one Keras (import keras for Keras 3, "
-            "or tf.keras for Keras 2)")
+            "or tf.keras for Keras 2)"
+        )
     return flavor
 
 
@@ -79,7 +89,8 @@ def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
     if engine_name == "jax" and flavor != KERAS3:
         raise ModelKerasError(
             f"model._target_={target} builds a {name(flavor)} model, but engine=jax trains Keras 3 models only; "
-            "write it with `import keras` (docs/engines.md), or train it with engine=horovod")
+            "write it with `import keras` (docs/engines.md), or train it with engine=horovod"
+        )
     if flavor != KERAS3 or engine_name != "horovod":
         return
     import keras  # lazy: Keras 3
@@ -106,7 +117,8 @@ def import_failure(exc: ConfigError, engine_name: str) -> ConfigError:
 def _wrong_backend(backend: str) -> ModelKerasError:
     return ModelKerasError(
         f"Keras 3 is set to the {backend} backend here (KERAS_BACKEND or ~/.keras/keras.json), but engine=horovod "
-        "trains Keras 3 on TensorFlow's; unset KERAS_BACKEND (or set it to tensorflow)")
+        "trains Keras 3 on TensorFlow's; unset KERAS_BACKEND (or set it to tensorflow)"
+    )
 
 
 def check_saveable(model, target: str) -> None:
@@ -128,7 +140,8 @@ def check_saveable(model, target: str) -> None:
             "give each custom layer "
             "a get_config() returning its __init__ arguments and register it "
             "(@keras.saving.register_keras_serializable() for Keras 3, "
-            "@tf.keras.utils.register_keras_serializable() for Keras 2)") from None
+            "@tf.keras.utils.register_keras_serializable() for Keras 2)"
+        ) from None
 
 
 def check_model(model, target: str, engine_name: str) -> int:

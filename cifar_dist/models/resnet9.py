@@ -1,4 +1,5 @@
 """David Page's ResNet-9 (DAWNBench 2018: 94 % on CIFAR-10 in 24 epochs on one V100), with a width knob."""
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -1,4 +1,5 @@
 """The seed tutorial's CNN, layer for layer (Keras' examples/cifar10_cnn.py)."""
+
 from __future__ import annotations
 
 from typing import Sequence

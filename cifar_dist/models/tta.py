@@ -13,6 +13,7 @@ Written once for both Keras: the wrapper is built with the Keras that made
 ``model`` (``keras_flavor.flavor_of``), its ops in ``keras_ops.ops_of`` (no
 TensorFlow op, and no ``Lambda``, in a Keras 3 graph).
 """
+
 from __future__ import annotations
 
 from cifar_dist.keras_flavor import KERAS2, flavor_of, keras_module
@@ -28,7 +29,7 @@ def shift(images, dy: int, dx: int, ops=None):
     """Shift an NHWC batch by (dy, dx) whole pixels, reflecting at the borders (any image size)."""
     pad = max(abs(dy), abs(dx))
     padded = _ops(ops).pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]], mode="reflect")
-    return padded[:, pad - dy: _end(pad + dy), pad - dx: _end(pad + dx), :]
+    return padded[:, pad - dy : _end(pad + dy), pad - dx : _end(pad + dx), :]
 
 
 def _end(cut: int):
@@ -49,7 +50,9 @@ def views(images, mode: str, ops=None):
         return flipped
     if mode == "flip_translate":
         shifted = [shift(images, 1, 1, ops), shift(images, -1, -1, ops)]
-        return [(0.25, v) for _, v in flipped] + [(0.125, s) for s in shifted] + [(0.125, mirror(s, ops)) for s in shifted]
+        return (
+            [(0.25, v) for _, v in flipped] + [(0.125, s) for s in shifted] + [(0.125, mirror(s, ops)) for s in shifted]
+        )
     raise ValueError(f"unknown TTA mode {mode!r}; use none, flip or flip_translate")
 
 

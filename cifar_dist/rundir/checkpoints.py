@@ -11,6 +11,7 @@ never a half-written file under a checkpoint's name. On resume the newest
 checkpoint that actually loads wins; one that does not is reported and
 skipped, never deleted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -128,8 +129,9 @@ def read_optimizer_weights(path: Path) -> List[np.ndarray]:
 def restore(model, path: Path) -> None:
     """Load weights and optimizer state from ``path`` into a compiled ``model`` (its optimizer built)."""
     if path.suffix != model_suffix(model):
-        raise ValueError(f"a {model_suffix(model)} model cannot load a {path.suffix} checkpoint "
-                         "(it was written by the other Keras)")
+        raise ValueError(
+            f"a {model_suffix(model)} model cannot load a {path.suffix} checkpoint (it was written by the other Keras)"
+        )
     model.load_weights(path)
     if path.suffix == ".keras":  # Keras 3 loads the optimizer's state with the model's
         return

@@ -27,6 +27,7 @@ the data (``check_loaded_data``, one call in ``training/trainer.py``): recorded
 at a first start, compared on a resume, refused in the same one line on every
 rank (rank 0 decides, Horovod broadcasts it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,15 +73,22 @@ def folder_digest(data_cfg: Any) -> Optional[Dict[str, Any]]:
         return None
     root = Path(str(data_cfg.path)).expanduser().absolute()
     try:
-        train, test, names = split_tree(root, float(data_cfg.get("val_fraction", 0.2)), int(data_cfg.get("split_seed", 0)))
+        train, test, names = split_tree(
+            root, float(data_cfg.get("val_fraction", 0.2)), int(data_cfg.get("split_seed", 0))
+        )
     except (DataError, OSError):
         return None
 
     def listing(files) -> str:
         return _sha256("\n".join(f"{Path(p).relative_to(root)}\t{c}" for p, c in sorted(files)).encode())
 
-    return {"class_names": list(names), "train_images": len(train), "test_images": len(test),
-            "train_files": listing(train), "test_files": listing(test)}
+    return {
+        "class_names": list(names),
+        "train_images": len(train),
+        "test_images": len(test),
+        "train_files": listing(train),
+        "test_files": listing(test),
+    }
 
 
 def fingerprint(cfg: Any) -> Dict[str, Any]:
@@ -107,8 +115,11 @@ def _flat(record: Dict[str, Any]) -> Dict[str, Any]:
 def differences(old: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """What differs, part by part (only parts both sides have)."""
     old_flat, now_flat = _flat(old), _flat(now)
-    return [f"{k} (was {old_flat[k]}, now {now_flat[k]})"
-            for k in sorted(set(old_flat) & set(now_flat)) if old_flat[k] != now_flat[k]]
+    return [
+        f"{k} (was {old_flat[k]}, now {now_flat[k]})"
+        for k in sorted(set(old_flat) & set(now_flat))
+        if old_flat[k] != now_flat[k]
+    ]
 
 
 def recorded(run_dir: Path) -> Optional[Dict[str, Any]]:
@@ -129,15 +140,20 @@ def check_resume(run_dir: Path, cfg: Any) -> None:
 
 
 def _refusal(run_dir: Path, differing: List[str]) -> str:
-    return (f"{run_dir} holds checkpoints trained with other code or data: {'; '.join(differing)}. "
-            f"Put the old code or data back, re-run with {OVERRIDE}=true to resume anyway, "
-            "or choose a new hydra.run.dir")
+    return (
+        f"{run_dir} holds checkpoints trained with other code or data: {'; '.join(differing)}. "
+        f"Put the old code or data back, re-run with {OVERRIDE}=true to resume anyway, "
+        "or choose a new hydra.run.dir"
+    )
 
 
 def loaded_data_problem(run_dir: Path, cfg: Any, data: Any, resuming: bool) -> str:
     """Rank 0: compare (on a resume) and record what the loaded ``data`` is; the refusal, or ""."""
-    now = {"class_names": [str(n) for n in data.class_names], "train_images": int(data.train_size),
-           "test_images": int(data.test_size)}
+    now = {
+        "class_names": [str(n) for n in data.class_names],
+        "train_images": int(data.train_size),
+        "test_images": int(data.test_size),
+    }
     old = recorded(Path(run_dir)) or {}
     accept = bool(cfg.trainer.get("resume_despite_changes", False))
     differing = differences({"data_loaded": old.get("data_loaded", {})}, {"data_loaded": now})

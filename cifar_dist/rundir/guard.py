@@ -28,6 +28,7 @@ batch has ended, so points a concurrent launcher runs later stay locked too.
 With another Hydra launcher, the points are guarded when their job starts
 (``on_job_start``), after Hydra has written their ``.hydra/``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -39,8 +40,8 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from cifar_dist.errors import CifarDistError
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
+from cifar_dist.errors import CifarDistError
 from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
@@ -89,8 +90,11 @@ def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
         lock.release()
         raise
     if kept:
-        print(f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),
-              file=sys.stderr, flush=True)
+        print(
+            f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),
+            file=sys.stderr,
+            flush=True,
+        )
     return lock
 
 

@@ -18,6 +18,7 @@ refused with the job id, host and pid. ``holder_job`` reads the job back
 (a re-run that follows its own job recognises it), and the holder may add
 what it does to its record (``note_holder``: the launcher following a job).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -39,8 +40,10 @@ class RunDirInUse(CifarDistError):
     """Another live process holds the run dir; ``holder`` is its record."""
 
     def __init__(self, run_dir: Path, holder: str):
-        super().__init__(f"run dir {run_dir} is in use by {holder}; wait for that run to end "
-                         "(or stop it), or choose another hydra.run.dir")
+        super().__init__(
+            f"run dir {run_dir} is in use by {holder}; wait for that run to end "
+            "(or stop it), or choose another hydra.run.dir"
+        )
         self.holder = holder
 
 
@@ -67,8 +70,10 @@ def read_holder(fd: int) -> str:
 def write_holder(fd: int, job: Optional[str] = None) -> None:
     """The record: this process, or for ``job`` the batch script that started this helper (its parent)."""
     who = f"{job}: " if job else ""
-    record = f"{who}pid {os.getppid() if job else os.getpid()} on host {socket.gethostname()} " \
-             f"(since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+    record = (
+        f"{who}pid {os.getppid() if job else os.getpid()} on host {socket.gethostname()} "
+        f"(since {time.strftime('%Y-%m-%d %H:%M:%S')})\n"
+    )
     os.ftruncate(fd, 0)
     os.pwrite(fd, record.encode(), 0)
 
@@ -83,7 +88,11 @@ def note_holder(run_dir: Path, note: str) -> bool:
     try:
         holder = read_holder(fd)
         match = _PROCESS.search(holder)
-        if holder_job(holder) or not match or (int(match.group(1)), match.group(2)) != (os.getpid(), socket.gethostname()):
+        if (
+            holder_job(holder)
+            or not match
+            or (int(match.group(1)), match.group(2)) != (os.getpid(), socket.gethostname())
+        ):
             return False
         record = holder.split(")", 1)[0] + ")" + note + "\n"
         os.pwrite(fd, record.encode(), 0)
@@ -101,7 +110,7 @@ class RunDirLock:
         self.path = self.run_dir / LOCK_NAME
         self._fd: Optional[int] = None
 
-    def acquire(self) -> "RunDirLock":
+    def acquire(self) -> RunDirLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children (PEP 446)
         try:

@@ -18,6 +18,7 @@ The marker also tells a refused command whether it created the run dir
 itself (same pid and host, see ``created_below``), so that it can
 remove what it made and leave nothing behind under ``outputs/``.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,20 +30,35 @@ from pathlib import Path
 from typing import List
 
 from cifar_dist.atomic_files import is_temp_name
+from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.errors import CifarDistError
 from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
+from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
-from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.rundir.checkpoints import list_checkpoints
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
 # Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking).
 OUTPUT_NAMES = (
-    ".hydra", "cifar_dist.log", METRICS_FILE, "training_log.csv", "learning_curves.png", "tensorboard",
-    "checkpoints", "saved_models", "logs", EVALUATION_FILE, "confusion_matrix.png", "predictions.csv",
-    "mlflow_run.json", "slurm", "azureml", "batchai", LOCK_NAME, FINGERPRINT,
+    ".hydra",
+    "cifar_dist.log",
+    METRICS_FILE,
+    "training_log.csv",
+    "learning_curves.png",
+    "tensorboard",
+    "checkpoints",
+    "saved_models",
+    "logs",
+    EVALUATION_FILE,
+    "confusion_matrix.png",
+    "predictions.csv",
+    "mlflow_run.json",
+    "slurm",
+    "azureml",
+    "batchai",
+    LOCK_NAME,
+    FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
@@ -104,7 +120,8 @@ def refuse_foreign_sweep_dir(sweep_dir: Path) -> None:
     raise ForeignRunDir(
         f"sweep dir {sweep_dir} exists and is not the dir of a sweep (it holds {_listing(sweep_dir)}, no "
         f"{SWEEP_RECORD}); choose another hydra.sweep.dir: a new or empty folder, "
-        "or an earlier sweep's dir to re-run it")
+        "or an earlier sweep's dir to re-run it"
+    )
 
 
 def refuse_foreign(run_dir: Path) -> None:
@@ -114,7 +131,8 @@ def refuse_foreign(run_dir: Path) -> None:
     raise ForeignRunDir(
         f"run dir {run_dir} exists and was not made by cifar_dist (it holds {_listing(run_dir)}); choose another "
         f"hydra.run.dir, or adopt it (files a run would write are then moved aside as <name>.kept-<time>, "
-        f"never deleted) with: {shell_command('touch', Path(run_dir) / MARKER)}")
+        f"never deleted) with: {shell_command('touch', Path(run_dir) / MARKER)}"
+    )
 
 
 def keep_aside(run_dir: Path) -> List[Path]:
@@ -148,11 +166,13 @@ def claim(run_dir: Path, was: Owner, existed: Path) -> List[Path]:
         how = "created" if was is Owner.NEW else "adopted" if was is Owner.ADOPTED else "claimed"
         (Path(run_dir) / MARKER).write_text(
             f"{OURS}, {how} {time.strftime('%Y-%m-%d %H:%M:%S')} by pid {os.getpid()} "
-            f"on host {socket.gethostname()}\nbelow {existed}\n", "utf-8")
+            f"on host {socket.gethostname()}\nbelow {existed}\n",
+            "utf-8",
+        )
     return kept
 
 
-def created_below(run_dir: Path) -> "Path | None":
+def created_below(run_dir: Path) -> Path | None:
     """The folder that existed before this very process created ``run_dir``; None if another one made it."""
     try:
         lines = (Path(run_dir) / MARKER).read_text("utf-8", errors="replace").splitlines()
@@ -161,7 +181,7 @@ def created_below(run_dir: Path) -> "Path | None":
     mine = f"by pid {os.getpid()} on host {socket.gethostname()}"
     if len(lines) < 2 or not lines[0].startswith(f"{OURS}, created") or not lines[0].endswith(mine):
         return None
-    return Path(lines[1][len("below "):]) if lines[1].startswith("below ") else None
+    return Path(lines[1][len("below ") :]) if lines[1].startswith("below ") else None
 
 
 def only_scaffolding(run_dir: Path, with_log: bool = False) -> bool:
@@ -170,7 +190,8 @@ def only_scaffolding(run_dir: Path, with_log: bool = False) -> bool:
     run_dir = Path(run_dir)
     return run_dir.is_dir() and all(
         entry.name in SCAFFOLDING or (entry.name == JOB_LOG and (with_log or entry.stat().st_size == 0))
-        for entry in run_dir.iterdir())
+        for entry in run_dir.iterdir()
+    )
 
 
 def remove_if_created_here(run_dir: Path) -> bool:

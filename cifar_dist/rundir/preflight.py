@@ -16,6 +16,7 @@ first epoch has been trained. Two places check:
 * ``check_run_dir`` in ``app.main`` once the dir exists: the dir itself and
   the output folders in it that already exist.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,10 +28,10 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from cifar_dist.config.validation import validate
 from cifar_dist.errors import CifarDistError
 from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
-from cifar_dist.config.validation import validate
 
 # Folders the job writes into, inside the run dir (trainer, launchers).
 OUTPUT_SUBDIRS = ("checkpoints", "saved_models", "logs")
@@ -56,9 +57,11 @@ def _probe(directory: Path, what: str) -> None:
         raise RunDirError(f"cannot write to {what} {directory} ({exc.strerror or exc}); {FIX}") from None
     disk = os.statvfs(directory)
     if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
-        raise RunDirError(f"no space left on the device of {what} {directory} "
-                          f"({disk.f_bavail * disk.f_frsize} bytes free); free some space or choose another "
-                          "hydra.run.dir (hydra.sweep.dir for -m)")
+        raise RunDirError(
+            f"no space left on the device of {what} {directory} "
+            f"({disk.f_bavail * disk.f_frsize} bytes free); free some space or choose another "
+            "hydra.run.dir (hydra.sweep.dir for -m)"
+        )
 
 
 def check_future_dir(directory: Path, what: str = "run dir") -> None:

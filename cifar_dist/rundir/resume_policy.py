@@ -34,6 +34,7 @@ for every point of a sweep before it starts). Also refused there:
 finished run whose checkpoints are gone (that would silently replace its
 saved model).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -47,13 +48,33 @@ from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
 
 FIXED_GROUPS = ("data", "model", "optimizer", "trainer")
-FREE = frozenset((
-    "data.path", "data.cache_dir", "data.url", "data.download", "data.download_timeout_s", "data.prefetch",
-    "trainer.epochs", "trainer.max_epochs_per_run", "trainer.verbose", "trainer.keep_checkpoints",
-    "trainer.tensorboard", "trainer.plot", "trainer.save_model", "trainer.tta", "trainer.validate_every",
-    "trainer.intra_op_threads", "trainer.inter_op_threads", "trainer.onednn", "trainer.steps_per_execution",
-    "trainer.jit_compile", "trainer.deterministic", "trainer.resume", "trainer.resume_despite_changes",
-))
+FREE = frozenset(
+    (
+        "data.path",
+        "data.cache_dir",
+        "data.url",
+        "data.download",
+        "data.download_timeout_s",
+        "data.prefetch",
+        "trainer.epochs",
+        "trainer.max_epochs_per_run",
+        "trainer.verbose",
+        "trainer.keep_checkpoints",
+        "trainer.tensorboard",
+        "trainer.plot",
+        "trainer.save_model",
+        "trainer.tta",
+        "trainer.validate_every",
+        "trainer.intra_op_threads",
+        "trainer.inter_op_threads",
+        "trainer.onednn",
+        "trainer.steps_per_execution",
+        "trainer.jit_compile",
+        "trainer.deterministic",
+        "trainer.resume",
+        "trainer.resume_despite_changes",
+    )
+)
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 
 
@@ -86,14 +107,20 @@ def all_settings(cfg: DictConfig) -> Dict[str, Any]:
 
 def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:
     """The settings of ``cfg`` that a resume must keep, by dotted name."""
-    return {k: v for k, v in all_settings(cfg).items()
-            if k not in FREE and any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)}
+    return {
+        k: v
+        for k, v in all_settings(cfg).items()
+        if k not in FREE and any(k == g or k.startswith(g + ".") for g in FIXED_GROUPS)
+    }
 
 
 def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_label: str = "now ") -> List[str]:
     """``name (was X, now Y)`` for each setting that differs (keys one side lacks count too)."""
-    return [f"{k} ({was}{old.get(k, 'unset')}, {now_label}{now.get(k, 'unset')})"
-            for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)]
+    return [
+        f"{k} ({was}{old.get(k, 'unset')}, {now_label}{now.get(k, 'unset')})"
+        for k in sorted(set(old) | set(now))
+        if old.get(k) != now.get(k)
+    ]
 
 
 def differences(saved: DictConfig, new: DictConfig) -> List[str]:
@@ -114,19 +141,22 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
         if saved_model is not None:
             raise ResumeConflict(
                 f"{run_dir} holds a finished run ({saved_model.relative_to(run_dir)}) but no checkpoints to resume "
-                "from; choose a new hydra.run.dir (or move saved_models/ aside to train here from scratch)")
+                "from; choose a new hydra.run.dir (or move saved_models/ aside to train here from scratch)"
+            )
         return
     if resume == "false":
         raise ResumeConflict(
             f"{run_dir / 'checkpoints'} already holds checkpoints; resume with trainer.resume=true "
-            "or start a new run dir (hydra.run.dir=...)")
+            "or start a new run dir (hydra.run.dir=...)"
+        )
     saved = run_dir / SAVED_CONFIG
     differing = differences(OmegaConf.load(saved), cfg) if saved.is_file() else []  # none: written by hand
     if differing:
         raise ResumeConflict(
             f"{run_dir} holds checkpoints of another experiment; a resume must keep its settings, but these "
             f"differ: {'; '.join(differing)}. Re-run with the old values, or choose a new hydra.run.dir "
-            "(trainer.epochs, data.path, the launcher, ranks and speed settings may change)")
+            "(trainer.epochs, data.path, the launcher, ranks and speed settings may change)"
+        )
     check_resume(run_dir, cfg)
 
 

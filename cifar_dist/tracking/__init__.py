@@ -11,6 +11,7 @@ What a job calls is in ``job_hooks.py`` (``open_for_training``, ``after_job``,
 ``after_download``, ``import_run_dir``); this package module re-exports
 nothing, so no module of the package imports it back through its own name.
 """
+
 from cifar_dist.tracking.settings import quiet_mlflow
 
 quiet_mlflow()  # before anything imports MLflow, which reads it once

@@ -4,6 +4,7 @@ For what a job could not send (the tracking server was down), for run dirs
 downloaded from a cluster, or to copy runs to another tracker (``--uri``).
 Safe to repeat: runs are reused and only missing epochs are sent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,8 @@ from typing import List, Optional
 
 import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before anything imports TensorFlow)
 from cifar_dist.sweep_summary import read_point
-from cifar_dist.tracking.job_hooks import import_run_dir
 from cifar_dist.tracking.failure_guard import one_line
+from cifar_dist.tracking.job_hooks import import_run_dir
 from cifar_dist.tracking.sweep_parent import close_sweep
 
 
@@ -33,8 +34,10 @@ def plain(doc: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cifar_dist.tracking", description=plain(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="python -m cifar_dist.tracking",
+        description=plain(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="send a run dir (or every point of a sweep dir) to MLflow")
     imp.add_argument("path", type=Path, help="a run dir, or a sweep dir")
@@ -44,8 +47,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     dirs = job_dirs(args.path) if args.path.is_dir() else []
     if not dirs:
-        print(f"cifar_dist.tracking: error: {args.path} is neither a run dir (with .hydra/config.yaml) nor a "
-              "sweep dir holding some; give the folder a job wrote", file=sys.stderr)
+        print(
+            f"cifar_dist.tracking: error: {args.path} is neither a run dir (with .hydra/config.yaml) nor a "
+            "sweep dir holding some; give the folder a job wrote",
+            file=sys.stderr,
+        )
         return 2
     failed = []
     for run_dir in dirs:

@@ -1,4 +1,5 @@
 """The Keras callback that sends each epoch's metrics to the tracker as the epoch ends (rank 0 only)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict

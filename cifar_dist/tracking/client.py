@@ -9,6 +9,7 @@ store, so clients of one SQLite file are made under a file lock beside it
 (two first runs would otherwise both create them, and one fails with
 ``duplicate column name``).
 """
+
 from __future__ import annotations
 
 import contextlib

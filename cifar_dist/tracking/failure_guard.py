@@ -1,4 +1,5 @@
 """The tracker never makes a job fail: its first error becomes one warning line, then it stays quiet."""
+
 from __future__ import annotations
 
 import logging
@@ -40,7 +41,10 @@ class Guard:
             log.warning(
                 "tracking: %s failed at %s (%s); the job goes on without the tracker; send what is missing later "
                 "with: python -m cifar_dist.tracking import %s",
-                what, self.where, one_line(exc), self.run_dir,
+                what,
+                self.where,
+                one_line(exc),
+                self.run_dir,
             )
             return None
 

@@ -7,6 +7,7 @@
   (Batch AI's monitor; Slurm and Azure ML the same way): one call;
 * ``import_run_dir``: ``python -m cifar_dist.tracking import <run dir>``.
 """
+
 from __future__ import annotations
 
 import gc
@@ -48,8 +49,9 @@ class TrainingTracker:
     def finish(self, metrics: Dict[str, Any]) -> None:
         """After metrics.json and the saved model are written: fill gaps, test metrics, artifacts, status."""
         if self.run is not None:
-            self.guard.call("recording the run's results", _record_results, self.run, self.run_dir, metrics,
-                            self.log_model, False)
+            self.guard.call(
+                "recording the run's results", _record_results, self.run, self.run_dir, metrics, self.log_model, False
+            )
 
 
 def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[TrainingTracker]:
@@ -62,8 +64,9 @@ def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[Tr
     guard = Guard(redact(uri), run_dir)
     job = describe.load_job(run_dir, cfg)
 
-    run = guard.call("opening the run", TrackedRun.open, uri, conf.experiment, job,
-                     describe.live_tags(socket.gethostname(), ranks))
+    run = guard.call(
+        "opening the run", TrackedRun.open, uri, conf.experiment, job, describe.live_tags(socket.gethostname(), ranks)
+    )
     if run is not None:
         log.info("tracking: MLflow run %s at %s", run.run_id, redact(uri))
     return TrainingTracker(guard, run, Path(run_dir), bool(conf.log_model))
@@ -100,8 +103,13 @@ def after_download(run_dir: Path, succeeded: bool) -> None:
     guard.call("importing the downloaded run dir", import_run_dir, run_dir, failed=not succeeded)
 
 
-def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictConfig] = None,
-                   failed: bool = False, interrupted: bool = False) -> str:
+def import_run_dir(
+    run_dir: Path,
+    uri: Optional[str] = None,
+    cfg: Optional[DictConfig] = None,
+    failed: bool = False,
+    interrupted: bool = False,
+) -> str:
     """Send a run dir to the tracker, as its job would have: run, params, tags, every epoch, artifacts, status.
 
     Idempotent: the run the run dir names (``mlflow_run.json``) is reused
@@ -122,8 +130,9 @@ def import_run_dir(run_dir: Path, uri: Optional[str] = None, cfg: Optional[DictC
     return run.run_id
 
 
-def _record_results(run, run_dir: Path, results: Dict[str, Any], log_model: bool, failed: bool,
-                    interrupted: bool = False) -> None:
+def _record_results(
+    run, run_dir: Path, results: Dict[str, Any], log_model: bool, failed: bool, interrupted: bool = False
+) -> None:
     if results.get("ranks"):
         run.set_tags({"ranks": str(results["ranks"])})
     run.sync(results)

@@ -4,6 +4,7 @@ Everything is read from the run dir (``.hydra/`` written by the launching
 process, ``metrics.json``/``evaluation.json`` written by rank 0), so a live
 run, a resumed one and an import of a downloaded run dir record the same.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -86,7 +87,7 @@ def sweep_dir(job: JobRecord) -> Optional[Path]:
     except Exception:
         subdir = ""
     parts = Path(subdir).parts
-    if parts and job.run_dir.parts[-len(parts):] == parts:
+    if parts and job.run_dir.parts[-len(parts) :] == parts:
         return Path(*job.run_dir.parts[: -len(parts)])
     return job.run_dir.parent
 
@@ -141,8 +142,12 @@ def git_commit(source_root: Path) -> Optional[str]:
     if not (source_root / ".git").exists():
         return None
     try:  # best effort: a run without the commit is still described
-        proc = run_command(["git", "-C", str(source_root), "rev-parse", "HEAD"], "reading the git commit",
-                           "check `git rev-parse HEAD`", LOCAL_QUERY_TIMEOUT_S)
+        proc = run_command(
+            ["git", "-C", str(source_root), "rev-parse", "HEAD"],
+            "reading the git commit",
+            "check `git rev-parse HEAD`",
+            LOCAL_QUERY_TIMEOUT_S,
+        )
     except (OSError, CommandTimedOut):
         return None
     commit = proc.stdout.strip()

@@ -1,4 +1,5 @@
 """The run id kept in the run dir, so a resumed job (or an import) continues the same MLflow run."""
+
 from __future__ import annotations
 
 import json

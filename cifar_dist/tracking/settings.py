@@ -1,4 +1,5 @@
 """Where a job's runs go and how long a tracking server may take: the tracking config made concrete."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ def resolve_uri(configured: Optional[str], environ: Mapping[str, str] = os.envir
 def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of a ``sqlite:///`` URI (None for other stores)."""
     prefix = "sqlite:///"
-    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
+    return Path(uri[len(prefix) :]) if uri.startswith(prefix) else None
 
 
 def artifact_location(uri: str) -> Optional[str]:

@@ -4,6 +4,7 @@ Only this module (and sweep_parent.py, both through client.py) talks to MLflow, 
 with an explicit tracking URI and run id: no global active run, so nothing
 lingers between the points of an in-process sweep.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -23,8 +24,14 @@ from cifar_dist.tracking.sweep_parent import sweep_parent
 # MLflow's log_batch limits per request.
 MAX_METRICS, MAX_PARAMS, MAX_TAGS = 1000, 100, 100
 # Top-level run-dir files kept as artifacts (what exists of them).
-ARTIFACT_FILES = (METRICS_FILE, EVALUATION_FILE, "training_log.csv", "learning_curves.png",
-                  "confusion_matrix.png", "predictions.csv")
+ARTIFACT_FILES = (
+    METRICS_FILE,
+    EVALUATION_FILE,
+    "training_log.csv",
+    "learning_curves.png",
+    "confusion_matrix.png",
+    "predictions.csv",
+)
 ARTIFACT_DIRS = (".hydra",)  # as masked copies
 MODEL_DIR = "saved_models"
 TEXT_SUFFIXES = (".json", ".csv", ".yaml", ".yml", ".log", ".txt")  # uploaded with their secrets masked
@@ -58,7 +65,7 @@ class TrackedRun:
         return self.ref.run_id
 
     @classmethod
-    def open(cls, uri: str, experiment: str, job: describe.JobRecord, extra_tags: Dict[str, str]) -> "TrackedRun":
+    def open(cls, uri: str, experiment: str, job: describe.JobRecord, extra_tags: Dict[str, str]) -> TrackedRun:
         """The run this run dir already has at ``uri`` (set RUNNING again), else a new one, saved in the run dir."""
         client = client_for(uri)
         ref = read_ref(job.run_dir / RUN_FILE)
@@ -184,4 +191,4 @@ def _is_number(value: Any) -> bool:
 
 def _chunks(items: List[Any], size: int) -> Iterable[List[Any]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

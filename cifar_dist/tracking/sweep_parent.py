@@ -7,6 +7,7 @@ it as ``mlflow.parentRunId``, so MLflow's UI shows the points nested under
 the sweep. Nothing depends on how the sweep was launched: only the sweep
 dir, read from each point's ``.hydra/hydra.yaml``.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -2,6 +2,7 @@
 
 They are written through cifar_dist.atomic_files (atomic) and read through cifar_dist.results.
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,8 +33,9 @@ def trim_csv_log(path: Path, epochs_done: int) -> None:
     col = rows[0].index("epoch")
     data = [r for r in rows[1:] if len(r) > col and r[col].isdigit()]
     shift = 1 if data and data[0][col] == "0" else 0
-    kept = [rows[0]] + [r[:col] + [str(int(r[col]) + shift)] + r[col + 1:] for r in data
-                        if int(r[col]) + shift <= epochs_done]
+    kept = [rows[0]] + [
+        r[:col] + [str(int(r[col]) + shift)] + r[col + 1 :] for r in data if int(r[col]) + shift <= epochs_done
+    ]
     if kept == rows:
         return
     out = io.StringIO()
@@ -54,14 +56,17 @@ def read_metrics_to_resume(path: Path) -> Dict[str, Any]:
     try:
         metrics = load_json(path)
         epochs = metrics.get("epochs", []) if isinstance(metrics, dict) else None
-        if not isinstance(epochs, list) or not all(isinstance(e, dict) and isinstance(e.get("epoch"), int) for e in epochs):
+        if not isinstance(epochs, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("epoch"), int) for e in epochs
+        ):
             raise ValueError("not a cifar_dist metrics record")
         return metrics
     except (OSError, ValueError) as exc:
         kept = path.with_name(path.name + ".damaged")
         shutil.copyfile(path, kept)
         logging.getLogger(__name__).warning(
-            "%s is damaged (%s); kept as %s, starting a new record", path, str(exc).splitlines()[0], kept.name)
+            "%s is damaged (%s); kept as %s, starting a new record", path, str(exc).splitlines()[0], kept.name
+        )
         return {}
 
 

@@ -8,6 +8,7 @@ They subclass tf.keras's Callback and serve Keras 2 and Keras 3 models alike
 (Keras 3's ``fit`` calls any object with the callback methods): they touch
 only what both Keras' models have.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,11 +20,11 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 import tensorflow as tf
 
+from cifar_dist.atomic_files import write_json
 from cifar_dist.errors import CifarDistError
 from cifar_dist.keras_flavor import KERAS3, flavor_of
-from cifar_dist.rundir import checkpoints
-from cifar_dist.atomic_files import write_json
 from cifar_dist.keras_ops import current_lr
+from cifar_dist.rundir import checkpoints
 
 
 class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
@@ -203,7 +204,7 @@ class _Keras3Generator:
 
     def reset_from_seed(self, seed: int) -> None:
         state = self.generator.state
-        self.generator.state.assign(np.array([seed % (2 ** 31), 0], dtype=state.dtype))
+        self.generator.state.assign(np.array([seed % (2**31), 0], dtype=state.dtype))
 
 
 class StopAfterEpochs(tf.keras.callbacks.Callback):

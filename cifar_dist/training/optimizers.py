@@ -12,6 +12,7 @@ optimizers with the same maths: the legacy ``decay`` becomes an lr schedule
 already scaled to the world size by the trainer (a float or a schedule of
 the same Keras: ``schedules.build_schedule``).
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -48,8 +49,9 @@ def rmsprop(lr: float, decay: float = 1e-6, rho: float = 0.9, epsilon: float = 1
 
 def sgd(lr: float, momentum: float = 0.9, nesterov: bool = False, decay: float = 0.0, keras=None):
     if _is_keras3(keras):
-        return keras.optimizers.SGD(learning_rate=with_legacy_decay(lr, decay, keras), momentum=momentum,
-                                    nesterov=nesterov)
+        return keras.optimizers.SGD(
+            learning_rate=with_legacy_decay(lr, decay, keras), momentum=momentum, nesterov=nesterov
+        )
     import tensorflow as tf  # lazy: TensorFlow
 
     return tf.keras.optimizers.legacy.SGD(learning_rate=lr, momentum=momentum, nesterov=nesterov, decay=decay)
@@ -57,22 +59,34 @@ def sgd(lr: float, momentum: float = 0.9, nesterov: bool = False, decay: float =
 
 def adam(lr: float, decay: float = 0.0, beta_1: float = 0.9, beta_2: float = 0.999, epsilon: float = 1e-7, keras=None):
     if _is_keras3(keras):
-        return keras.optimizers.Adam(learning_rate=with_legacy_decay(lr, decay, keras), beta_1=beta_1, beta_2=beta_2,
-                                     epsilon=epsilon)
+        return keras.optimizers.Adam(
+            learning_rate=with_legacy_decay(lr, decay, keras), beta_1=beta_1, beta_2=beta_2, epsilon=epsilon
+        )
     import tensorflow as tf  # lazy: TensorFlow
 
-    return tf.keras.optimizers.legacy.Adam(
-        learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, decay=decay
-    )
+    return tf.keras.optimizers.legacy.Adam(learning_rate=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, decay=decay)
 
 
-def sgdw(lr, momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 5e-4,
-         exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta"), lr_multipliers=None, keras=None):
+def sgdw(
+    lr,
+    momentum: float = 0.9,
+    nesterov: bool = True,
+    weight_decay: float = 5e-4,
+    exclude_from_weight_decay=("batch_normalization", "bias", "gamma", "beta"),
+    lr_multipliers=None,
+    keras=None,
+):
     """Nesterov SGD with decoupled weight decay (and per-variable lr factors); ``lr`` may be a LearningRateSchedule."""
     if _is_keras3(keras):
         from cifar_dist.training.recipe.keras3_optimizers import SGDW  # lazy: TensorFlow, Keras 3
     else:
         from cifar_dist.training.recipe.sgdw import SGDW  # lazy: TensorFlow
 
-    return SGDW(learning_rate=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                exclude_from_weight_decay=list(exclude_from_weight_decay), lr_multipliers=dict(lr_multipliers or {}))
+    return SGDW(
+        learning_rate=lr,
+        momentum=momentum,
+        nesterov=nesterov,
+        weight_decay=weight_decay,
+        exclude_from_weight_decay=list(exclude_from_weight_decay),
+        lr_multipliers=dict(lr_multipliers or {}),
+    )

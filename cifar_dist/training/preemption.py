@@ -7,6 +7,7 @@ rank got the signal (one small allreduce), and if so all of them stop after
 that epoch, whose checkpoint rank 0 has just written. The job then requeues
 and resumes from it in the same run dir (``trainer.resume=auto``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,6 @@ import tensorflow as tf
 from cifar_dist.process_role import STOP_SIGNAL_ENV
 
 log = logging.getLogger(__name__)
-
 
 
 class StopOnSignal(tf.keras.callbacks.Callback):
@@ -42,8 +42,11 @@ class StopOnSignal(tf.keras.callbacks.Callback):
         # them must stop after the same epoch, or one would wait forever in the
         # next epoch's collectives. Every rank takes part at every epoch end.
         if self.engine.any_rank(self.requested):
-            log.warning("stop signal %s: stopping after epoch %d (its checkpoint is written); "
-                        "the job resumes from it", signal.Signals(self.signum).name, epoch + 1)
+            log.warning(
+                "stop signal %s: stopping after epoch %d (its checkpoint is written); the job resumes from it",
+                signal.Signals(self.signum).name,
+                epoch + 1,
+            )
             self.model.stop_training = True
 
 

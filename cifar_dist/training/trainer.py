@@ -22,6 +22,7 @@ TensorFlow). So TensorFlow, Keras, the engine and the project modules that
 import them at module level are imported inside the steps that run after
 ``start_run``; everything else is imported here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,28 +39,28 @@ from typing import Any, Dict, List
 import hydra.utils
 from omegaconf import DictConfig
 
+from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.config.schema import typed
+from cifar_dist.config.validation import validate
 from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
-from cifar_dist.atomic_files import remove_partials, write_json
 from cifar_dist.errors import CifarDistError, ConfigError
-from cifar_dist.models.builder import check_builder
-from cifar_dist.models import checks as model_checks
-from cifar_dist.results import METRICS_FILE
 from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
+from cifar_dist.models import checks as model_checks
+from cifar_dist.models.builder import check_builder
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
-from cifar_dist.rundir.fingerprint import check_loaded_data
+from cifar_dist.results import METRICS_FILE
 from cifar_dist.rundir import checkpoints
-from cifar_dist.training.recipe import hooks as recipe
+from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.engines import start_engine
 from cifar_dist.training.process.keras_setup import (
-    PrecisionError, precision_policy, prepare_keras,  # noqa: F401 (re-exported)
+    PrecisionError,  # noqa: F401 (re-exported)
+    prepare_keras,
 )
-from cifar_dist.config.validation import validate
+from cifar_dist.training.recipe import hooks as recipe
 
 log = logging.getLogger(__name__)
-
 
 
 class ResumeError(CifarDistError, RuntimeError):
@@ -132,8 +133,11 @@ def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int
         remove_partials(checkpoint_dir.parent, checkpoint_dir, checkpoint_dir.parent / "saved_models")
         existing = checkpoints.list_checkpoints(checkpoint_dir)
         if mode == "false" and existing:
-            decision = (False, f"{checkpoint_dir} already holds checkpoints; resume with trainer.resume=true "
-                               "or start a new run dir (hydra.run.dir=...)")
+            decision = (
+                False,
+                f"{checkpoint_dir} already holds checkpoints; resume with trainer.resume=true "
+                "or start a new run dir (hydra.run.dir=...)",
+            )
         elif mode in ("auto", "true") and existing:
             decision = (True, None)
         elif mode == "true":
@@ -145,8 +149,10 @@ def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int
         return 0
     restored = engine.restore_latest(model, checkpoint_dir)  # ENGINE: rank 0 alone (Horovod) or every process (JAX)
     if world.is_chief and restored.path is None:
-        decision = (-1, f"no checkpoint in {checkpoint_dir} loads ({'; '.join(restored.skipped)}); "
-                        "move them aside to start fresh")
+        decision = (
+            -1,
+            f"no checkpoint in {checkpoint_dir} loads ({'; '.join(restored.skipped)}); move them aside to start fresh",
+        )
     else:
         decision = (restored.epoch, None)
     epoch, error = engine.broadcast_object(decision)
@@ -164,13 +170,18 @@ def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, floa
     """
     logs = {}
     if stream.samples:
-        logs = model.evaluate(labels_for_each_output(stream.dataset, outputs), steps=stream.steps, verbose=0,
-                              return_dict=True)
+        logs = model.evaluate(
+            labels_for_each_output(stream.dataset, outputs), steps=stream.steps, verbose=0, return_dict=True
+        )
     # Keras reports a float32 mean; the count of correct images behind it is
     # exact after rounding, so the combined accuracy is an exact fraction.
-    mine = [(float(logs.get(f"{o}loss", 0.0)) * stream.samples,
-             round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)))
-            for o in outputs]
+    mine = [
+        (
+            float(logs.get(f"{o}loss", 0.0)) * stream.samples,
+            round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)),
+        )
+        for o in outputs
+    ]
     # ENGINE: one collective for the numbers of every rank; ranks that scored the same slice count once
     # (JAX: every process scores all of it, and its numbers are the whole job's).
     parts = list(dict(engine.allgather_object((engine.exact_test_slice(), (mine, stream.samples)))).values())
@@ -178,8 +189,14 @@ def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, floa
     results = []
     for i in range(len(outputs)):
         correct = sum(p[0][i][1] for p in parts)
-        results.append({"loss": sum(p[0][i][0] for p in parts) / total, "accuracy": correct / total,
-                        "correct": int(correct), "samples": int(total)})
+        results.append(
+            {
+                "loss": sum(p[0][i][0] for p in parts) / total,
+                "accuracy": correct / total,
+                "correct": int(correct),
+                "samples": int(total),
+            }
+        )
     return results
 
 
@@ -284,11 +301,18 @@ def start_run(cfg: DictConfig, output_dir: Path):
         raise import_failure(exc, cfg.engine.name) from None
     flavor = probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
     engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
-    policy = prepare_keras(flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu),
-                           bool(t.deterministic))
-    run = Run(cfg=cfg, engine=engine, output_dir=output_dir, epochs=planned_epochs(t, engine.world.size),
-              lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.size), flavor=flavor,
-              wall_start=wall_start)
+    policy = prepare_keras(
+        flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu), bool(t.deterministic)
+    )
+    run = Run(
+        cfg=cfg,
+        engine=engine,
+        output_dir=output_dir,
+        epochs=planned_epochs(t, engine.world.size),
+        lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.size),
+        flavor=flavor,
+        wall_start=wall_start,
+    )
     return run, policy
 
 
@@ -317,7 +341,9 @@ def probe_model_flavor(cfg) -> int:
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
     data = load_dataset(run.cfg.data, run.trainer.seed)
-    check_same_on_every_rank(data, run.engine.allgather_object)  # a factory giving ranks different data: named, no stall
+    check_same_on_every_rank(
+        data, run.engine.allgather_object
+    )  # a factory giving ranks different data: named, no stall
     if run.world.is_chief:
         log.info("data: %s", data.source)
         log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
@@ -328,8 +354,10 @@ def model_kwargs(model_cfg, data) -> Dict[str, Any]:
     """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
     asked = model_cfg.get("num_classes")
     if asked is not None and int(asked) != data.num_classes:
-        raise ConfigError(f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "
-                          "leave model.num_classes unset (it comes from the data)")
+        raise ConfigError(
+            f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "
+            "leave model.num_classes unset (it comes from the data)"
+        )
     return {"num_classes": data.num_classes}
 
 
@@ -350,8 +378,13 @@ def build_model(run: Run, data):
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
     lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
-    compile_distributed(run, model, make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor), compile_kwargs,
-                        steps_per_call(run.flavor, steps, t.steps_per_execution))
+    compile_distributed(
+        run,
+        model,
+        make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
+        compile_kwargs,
+        steps_per_call(run.flavor, steps, t.steps_per_execution),
+    )
     create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
 
@@ -374,8 +407,12 @@ def steps_per_call(flavor: int, steps_per_epoch: int, asked: int) -> int:
     if flavor == KERAS2 or steps_per_epoch % asked == 0:
         return asked
     fitting = max(d for d in range(1, min(asked, steps_per_epoch) + 1) if steps_per_epoch % d == 0)
-    log.info("trainer.steps_per_execution=%d runs as %d (Keras 3 needs a divisor of the epoch's %d steps)",
-             asked, fitting, steps_per_epoch)
+    log.info(
+        "trainer.steps_per_execution=%d runs as %d (Keras 3 needs a divisor of the epoch's %d steps)",
+        asked,
+        fitting,
+        steps_per_epoch,
+    )
     return fitting
 
 
@@ -391,8 +428,12 @@ def compile_distributed(run: Run, model, optimizer, compile_kwargs, steps_per_ex
     compression = t.compression.value
     if run.flavor == KERAS2:
         optimizer = run.engine.distributed_optimizer(optimizer, compression)
-    model.compile(optimizer=optimizer, **compile_kwargs, jit_compile=run.engine.xla_only or bool(t.jit_compile),
-                  steps_per_execution=steps_per_execution)
+    model.compile(
+        optimizer=optimizer,
+        **compile_kwargs,
+        jit_compile=run.engine.xla_only or bool(t.jit_compile),
+        steps_per_execution=steps_per_execution,
+    )
     if run.flavor == KERAS3:
         run.engine.distributed_optimizer(model.optimizer, compression)
 
@@ -425,8 +466,11 @@ def restore_or_start(run: Run, model) -> int:
     """The epoch to start after: rank 0 restores a checkpoint, every rank gets its weights."""
     initial_epoch = _decide_resume(run.world, run.engine, run.checkpoint_dir, str(run.trainer.resume).lower(), model)
     if run.world.is_chief and initial_epoch:
-        log.info("resuming after epoch %d from %s", initial_epoch,
-                 checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch))
+        log.info(
+            "resuming after epoch %d from %s",
+            initial_epoch,
+            checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch),
+        )
     # ENGINE: copy rank 0's initial (or restored) weights and optimizer state
     # to every rank before the first step. Horovod's Keras examples use
     # BroadcastGlobalVariablesCallback, which waits for the first batch to end
@@ -444,9 +488,17 @@ def make_streams(run: Run, data, initial_epoch: int):
 
     cfg, t, world = run.cfg, run.trainer, run.world
     train_data = train_input(
-        data, batch_size=t.batch_size, rank=world.rank, size=world.size, shard=t.epoch_policy.value == "shard",
-        seed=t.seed, initial_epoch=initial_epoch, epochs=run.epochs, augment=cfg.data.augment,
-        shuffle_buffer=cfg.data.shuffle_buffer, prefetch=cfg.data.prefetch,
+        data,
+        batch_size=t.batch_size,
+        rank=world.rank,
+        size=world.size,
+        shard=t.epoch_policy.value == "shard",
+        seed=t.seed,
+        initial_epoch=initial_epoch,
+        epochs=run.epochs,
+        augment=cfg.data.augment,
+        shuffle_buffer=cfg.data.shuffle_buffer,
+        prefetch=cfg.data.prefetch,
     )
     val_data = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=True)
     return train_data, val_data
@@ -510,13 +562,20 @@ def open_tracker(run: Run):
     return open_for_training(run.cfg, run.output_dir, run.world.size)
 
 
-def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float,
-                   tracker=None):
+def make_callbacks(
+    run: Run, model, train_data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None
+):
     """Keras callbacks in the order they must run: the engine's averaging first, writers (rank 0) last."""
 
     from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
-        AtomicCheckpoint, EpochCSVLogger, EpochTimer, MetricsRecorder, ReseedEachEpoch, StopAfterEpochs,
-        StopOnNonFiniteLoss)
+        AtomicCheckpoint,
+        EpochCSVLogger,
+        EpochTimer,
+        MetricsRecorder,
+        ReseedEachEpoch,
+        StopAfterEpochs,
+        StopOnNonFiniteLoss,
+    )
     from cifar_dist.training.preemption import stop_on_signal_from_env  # a Keras callback too
 
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
@@ -546,9 +605,13 @@ def make_callbacks(run: Run, model, train_data, metrics: Dict[str, Any], initial
         run_start = time.time()
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
-        callbacks.append(MetricsRecorder(
-            run.metrics_path, metrics,
-            on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start)))
+        callbacks.append(
+            MetricsRecorder(
+                run.metrics_path,
+                metrics,
+                on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
+            )
+        )
         callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
     if tracker is not None:  # TRACKING: log each epoch once it is on disk
         callbacks.append(tracker.callback())
@@ -563,21 +626,38 @@ def horovod_lr_callbacks(t, lr: float, steps: int, is_chief: bool) -> list:
     if t.warmup_epochs > 0:
         # HOROVOD: ramp the lr from lr/size to lr over the first epochs
         # (Goyal et al.), so the large effective batch does not diverge early.
-        found.append(hvd_keras.callbacks.LearningRateWarmupCallback(
-            initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0))
+        found.append(
+            hvd_keras.callbacks.LearningRateWarmupCallback(
+                initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0
+            )
+        )
     decays = sorted(t.lr_decay_epochs)
     for i, start in enumerate(decays):
         # HOROVOD: a step decay, lr x factor^(i+1) from the i-th decay epoch on. The multiplier is given as a
         # function of the epoch: Horovod reads a constant m as m ** (epoch - start), an exponential decay that
         # would give the decay's own first epoch the full lr again.
-        found.append(hvd_keras.callbacks.LearningRateScheduleCallback(
-            initial_lr=lr, multiplier=lambda epoch, m=t.lr_decay_factor ** (i + 1): m, start_epoch=start,
-            end_epoch=decays[i + 1] if i + 1 < len(decays) else None, steps_per_epoch=steps))
+        found.append(
+            hvd_keras.callbacks.LearningRateScheduleCallback(
+                initial_lr=lr,
+                multiplier=lambda epoch, m=t.lr_decay_factor ** (i + 1): m,
+                start_epoch=start,
+                end_epoch=decays[i + 1] if i + 1 < len(decays) else None,
+                steps_per_epoch=steps,
+            )
+        )
     return found
 
 
-def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float, tracker=None,
-           compile_kwargs=None):
+def finish(
+    run: Run,
+    model,
+    data,
+    metrics: Dict[str, Any],
+    initial_epoch: int,
+    previous_wall: float,
+    tracker=None,
+    compile_kwargs=None,
+):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
     from cifar_dist.data.streams import eval_input  # imports TensorFlow
 
@@ -600,8 +680,14 @@ def finish(run: Run, model, data, metrics: Dict[str, Any], initial_epoch: int, p
     if finished:
         rank, size = engine.exact_test_slice()  # ENGINE: this rank's slice (JAX: every process feeds all of it)
         test_stream = eval_input(data, batch_size=t.batch_size, rank=rank, size=size, equal_shards=False)
-        metrics.update(recipe.final_test(
-            model, lambda m, outputs=("",): _evaluate_exact(m, test_stream, engine, outputs), t.tta.value, compile_kwargs))
+        metrics.update(
+            recipe.final_test(
+                model,
+                lambda m, outputs=("",): _evaluate_exact(m, test_stream, engine, outputs),
+                t.tta.value,
+                compile_kwargs,
+            )
+        )
     if world.is_chief:
         _write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
@@ -626,10 +712,15 @@ def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done
         log.info("Test loss: %.4f", metrics["test"]["loss"])
         log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
     else:
-        log.info("stopped after epoch %d of %d (trainer.max_epochs_per_run or a stop signal); re-run to resume",
-                 done, run.epochs)
+        log.info(
+            "stopped after epoch %d of %d (trainer.max_epochs_per_run or a stop signal); re-run to resume",
+            done,
+            run.epochs,
+        )
     if t.plot and metrics["epochs"]:
-        plot_learning_curves(metrics["epochs"], run.output_dir / "learning_curves.png",
-                             title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, "
-                                   f"{run.world.size} rank(s)")
+        plot_learning_curves(
+            metrics["epochs"],
+            run.output_dir / "learning_curves.png",
+            title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, {run.world.size} rank(s)",
+        )
     write_json(run.metrics_path, metrics)

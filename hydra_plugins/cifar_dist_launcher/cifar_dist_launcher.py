@@ -2,6 +2,7 @@
 is the name Hydra sees (``hydra/launcher=cifar_dist``). The launcher itself is
 ``cifar_dist.launchers.sweep_launcher``; ``registration.register()`` makes this
 class and its config known to Hydra without relying on plugin discovery."""
+
 from cifar_dist.launchers import sweep_launcher
 
 

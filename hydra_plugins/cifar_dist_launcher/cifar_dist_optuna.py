@@ -2,6 +2,7 @@
 Optuna sweeper, maximising by default and keeping the study's results when trials fail.
 The behaviour is in ``cifar_dist.sweepers.optuna``; without the optuna extra
 this module defines nothing."""
+
 import logging
 from pathlib import Path
 from typing import Any, List
@@ -44,6 +45,7 @@ if OptunaSweeper is not None:
                 saved = behaviour.save_results(study, Path(str(impl.config.hydra.sweep.dir)))
                 failures = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)
                 raise behaviour.StudyStopped(
-                    behaviour.stopped_message(failures, len(study.trials), impl.max_failure_rate, saved)) from None
+                    behaviour.stopped_message(failures, len(study.trials), impl.max_failure_rate, saved)
+                ) from None
             finally:
                 logging.getLogger(behaviour._IMPL_LOGGER).removeFilter(quiet)

@@ -4,10 +4,11 @@ project's default) and ``hydra/sweeper=optuna`` (maximising the accuracy the job
 Explicit, because Hydra's discovery of ``hydra_plugins`` misses setuptools editable installs (Hydra issues
 #2359, #3252). It lives beside the shims: they import the behaviour they wrap, so what registers them
 stands above both (the app calls ``register()``, ``cifar_dist/all_options.py``)."""
+
 from hydra.core.plugins import Plugins
 
-from cifar_dist.launchers import sweep_launcher
 from cifar_dist.config.options import store_options
+from cifar_dist.launchers import sweep_launcher
 from cifar_dist.sweepers import optuna as optuna_sweeper
 from hydra_plugins.cifar_dist_launcher import cifar_dist_optuna
 from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher

@@ -1,10 +1,12 @@
 """The azure-identity credential a launcher signs in with (``launcher.credential``)."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from cifar_dist.launchers.base import LaunchError
 from hydra.utils import get_class
+
+from cifar_dist.launchers.base import LaunchError
 
 _CREDENTIALS = {
     "default": "azure.identity.DefaultAzureCredential",

@@ -1,4 +1,5 @@
 """azure-core's exceptions as one-line LaunchErrors that name the action and say what to do."""
+
 from __future__ import annotations
 
 import contextlib

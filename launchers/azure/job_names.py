@@ -1,4 +1,5 @@
 """Job names both Azure launchers give their jobs."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,7 @@
 """The source files an Azure job ships (Batch AI: built into a wheel; Azure ML:
 laid out as a code snapshot), and the content hash both cache them by.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -10,8 +11,8 @@ import shutil
 from pathlib import Path
 from typing import List, Mapping
 
-from cifar_dist.launchers.base import LaunchError
 import cifar_dist
+from cifar_dist.launchers.base import LaunchError
 
 _PROJECT_FILES = ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE")
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}

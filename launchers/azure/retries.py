@@ -7,6 +7,7 @@ retried by its RetryPolicy (honouring Retry-After). Each SDK takes these as
 keyword arguments of its client (azure-ai-ml passes them on to every pipeline;
 Batch AI's ARM client builds its RetryPolicy from them).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict

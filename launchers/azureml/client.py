@@ -6,6 +6,7 @@ retried by its RetryPolicy (honouring Retry-After), long-running operations
 are polled by the SDK's pollers. SDK errors become one-line LaunchErrors that
 say what to do.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -134,7 +135,10 @@ class Workspace:
             self.client.compute.begin_create_or_update(compute).result()
         log.info(
             "created compute %s: 0..%d x %s (%s), scales to 0 when idle",
-            compute.name, compute.max_instances, compute.size, compute.tier,
+            compute.name,
+            compute.max_instances,
+            compute.size,
+            compute.tier,
         )
 
     # --- jobs -----------------------------------------------------------------------

@@ -5,15 +5,15 @@ nothing from the Azure SDKs. Account names may come from the config or from
 the environment; credentials come only from azure-identity (no field here
 holds a key or a token).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
-
-from cifar_dist.launchers.base import LaunchError
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.base import LaunchError
 
 # Settings that may come from the environment when the config leaves them null
 # (AZURE_SUBSCRIPTION_ID is the one the Batch AI launcher and the az CLI read too).
@@ -138,7 +138,9 @@ def resolve_settings(conf: AzureMLLauncherConf, environ: Mapping[str, str]) -> S
     if conf.max_nodes is not None and conf.max_nodes < conf.instance_count:
         problems.append(f"launcher.max_nodes={conf.max_nodes} is below launcher.instance_count={conf.instance_count}")
     if conf.cloud not in KNOWN_CLOUDS and not conf.arm_endpoint:
-        problems.append(f"launcher.cloud={conf.cloud!r} is none of {list(KNOWN_CLOUDS)}: also set launcher.arm_endpoint")
+        problems.append(
+            f"launcher.cloud={conf.cloud!r} is none of {list(KNOWN_CLOUDS)}: also set launcher.arm_endpoint"
+        )
     if problems:
         raise LaunchError(
             "Azure ML launcher: "

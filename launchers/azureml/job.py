@@ -6,6 +6,7 @@ Pure functions, no Azure SDK: a dry run writes these files and stops; a real
 launch writes the same files, loads them with the SDK's own ``load_job`` and
 submits what it loaded, so what a user reviews is what gets submitted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,9 +19,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.user_sources import Shipped, without_searchpath
-from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
+from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.user_sources import Shipped, without_searchpath
 from cifar_dist.redaction import redact_text
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -46,7 +47,9 @@ def check_name(kind: str, value: str) -> None:
         )
 
 
-def remote_overrides(job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None) -> List[str]:
+def remote_overrides(
+    job: JobSpec, model_override: Optional[str] = None, shipped: Optional[Shipped] = None
+) -> List[str]:
     """The job's own overrides, pinned to the run dir mounted as the job's output
     (and, for task=evaluate, to the model mounted as its input), its search path
     pointing at the copies in the snapshot (``user_sources.Shipped``). The ranks log to
@@ -152,7 +155,9 @@ def job_document(
         "name": name,
         "display_name": conf.display_name or job.output_dir.name,
         "experiment_name": conf.experiment,
-        "description": redact_text(f"cifar_dist run {job.output_dir.name}: {' '.join(job.task_overrides) or 'defaults'}"),
+        "description": redact_text(
+            f"cifar_dist run {job.output_dir.name}: {' '.join(job.task_overrides) or 'defaults'}"
+        ),
         "code": str(code_dir),
         "command": rank_command(job, model_override, shipped),
         "environment": environment_reference(settings),
@@ -184,17 +189,36 @@ def compute_document(settings: Settings) -> Dict[str, Any]:
     }
 
 
-def az_commands(settings: Settings, name: str, job_file: Path, compute_file: Optional[Path], run_dir: Path) -> List[str]:
+def az_commands(
+    settings: Settings, name: str, job_file: Path, compute_file: Optional[Path], run_dir: Path
+) -> List[str]:
     """The az ml commands that do by hand what a real launch does: the cluster (when
     asked for), the job (followed), its outputs into the run dir."""
-    where = ["--subscription", settings.subscription_id, "--resource-group", settings.resource_group,
-             "--workspace-name", settings.workspace]
+    where = [
+        "--subscription",
+        settings.subscription_id,
+        "--resource-group",
+        settings.resource_group,
+        "--workspace-name",
+        settings.workspace,
+    ]
     commands = []
     if compute_file is not None:
         commands.append(shell_command("az", "ml", "compute", "create", "--file", str(compute_file), *where))
     commands.append(shell_command("az", "ml", "job", "create", "--file", str(job_file), *where, "--stream"))
     commands.append(
-        shell_command("az", "ml", "job", "download", "--name", name, "--output-name", OUTPUT_NAME,
-                      "--download-path", str(run_dir), *where)
+        shell_command(
+            "az",
+            "ml",
+            "job",
+            "download",
+            "--name",
+            name,
+            "--output-name",
+            OUTPUT_NAME,
+            "--download-path",
+            str(run_dir),
+            *where,
+        )
     )
     return commands

@@ -7,6 +7,7 @@ dir and load it with the SDK's own ``load_job`` -> (dry run: print the az ml
 commands, stop) -> ensure the compute -> submit (or find the job this run dir
 already submitted) -> the ClusterLauncher's loop follows every job.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,7 @@ import yaml
 from cifar_dist.atomic_files import atomic_write_text
 from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.job_names import job_name
+from cifar_dist.launchers.azureml.client import Workspace, import_sdk
 from cifar_dist.launchers.azureml.config import Settings, VmPriority, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.azureml.job import (
     COMPUTE_FILE,
@@ -35,8 +37,6 @@ from cifar_dist.launchers.azureml.monitor import AzureMLJob, job_status
 from cifar_dist.launchers.azureml.snapshot import source_snapshot
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher
-from cifar_dist.launchers.azureml.client import Workspace
-from cifar_dist.launchers.azureml.client import import_sdk
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,9 @@ class AzureMLLauncher(ClusterLauncher):
         for path in written:
             print(f"Dry run: wrote {path} (valid for azure-ai-ml's load_job; nothing was sent).")
         print("The same job by hand:")
-        commands = az_commands(prepared.settings, prepared.name, prepared.job_file, prepared.compute_file,
-                               prepared.spec.output_dir)
+        commands = az_commands(
+            prepared.settings, prepared.name, prepared.job_file, prepared.compute_file, prepared.spec.output_dir
+        )
         for command in commands:
             print("  " + command)
         return LaunchResult(exit_code=0, message=f"dry run: wrote {prepared.job_file}")
@@ -107,7 +108,8 @@ class AzureMLLauncher(ClusterLauncher):
             if existing is not None:
                 log.info(
                     "job %s of this run dir already exists (%s): following it instead of submitting again",
-                    prepared.name, job_status(existing),
+                    prepared.name,
+                    job_status(existing),
                 )
             else:
                 workspace.ensure_compute(prepared.compute_file)
@@ -115,7 +117,10 @@ class AzureMLLauncher(ClusterLauncher):
                 conf = self.conf
                 log.info(
                     "submitted Azure ML job %s to compute %s (%d node(s) x %d process(es)); outputs: run_dir",
-                    prepared.name, prepared.settings.compute, conf.instance_count, conf.process_count_per_instance,
+                    prepared.name,
+                    prepared.settings.compute,
+                    conf.instance_count,
+                    conf.process_count_per_instance,
                 )
         except BaseException:
             workspace.close()
@@ -177,7 +182,6 @@ def _load_job(job_file: Path) -> Any:
     """The SDK's own reading of job.yml: what ``az ml job create --file`` would submit."""
     # lazy: azure-ai-ml's schema library (the azure extra)
     from marshmallow.exceptions import ValidationError
-
 
     try:
         return import_sdk().load_job(job_file)

@@ -9,6 +9,7 @@ from Running to the queue and resumes from its last checkpoint in its
 outputs), and once the job has ended downloads its run_dir output into the
 local run dir, so the result looks like a local run's.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,13 +21,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cifar_dist.atomic_files import atomic_path
+from cifar_dist.config.override_syntax import shell_command
+from cifar_dist.launchers.azureml.client import sdk_errors
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
-from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.launchers.azureml.client import sdk_errors
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,11 @@ class AzureMLJob(ClusterJob):
         with sdk_errors(f"follow job {self.name}"):
             job = self.workspace.get_job(self.name)
             if job is None:
-                return LaunchResult(exit_code=1, message=f"Azure ML job {self.name} disappeared (deleted?); "
-                                    "re-run the same command to submit it again")
+                return LaunchResult(
+                    exit_code=1,
+                    message=f"Azure ML job {self.name} disappeared (deleted?); "
+                    "re-run the same command to submit it again",
+                )
             status = job_status(job)
             self.report(status)
             if status not in QUEUED:
@@ -92,7 +96,11 @@ class AzureMLJob(ClusterJob):
             then = "resumes from its last checkpoint in its outputs" if self.task == "train" else "scores again"
             log.warning(
                 "job %s went back from %s to %s (requeue %d: a preempted low-priority node); it %s",
-                self.name, self._status, status, self.requeues, then,
+                self.name,
+                self._status,
+                status,
+                self.requeues,
+                then,
             )
             self._log = _LogStream(offset=self._log.offset)  # ask for the new run's log link
             self._echo(b"\n")
@@ -122,7 +130,7 @@ class AzureMLJob(ClusterJob):
         if response.status_code not in (200, 206):
             self._log.url = None  # the link expired: ask for a new one next round
             return
-        data = response.content if response.status_code == 206 else response.content[self._log.offset:]
+        data = response.content if response.status_code == 206 else response.content[self._log.offset :]
         if response.status_code == 200 and len(response.content) < self._log.offset:
             data = response.content  # a requeued run writes its log afresh
             self._log.offset = 0
@@ -188,8 +196,18 @@ class AzureMLJob(ClusterJob):
             self.workspace.cancel_job(self.name)
             return LaunchResult(exit_code=130, message=f"interrupted; Azure ML job {self.name} canceled")
         settings = self.workspace.settings
-        show = shell_command("az", "ml", "job", "show", "--name", self.name, "--resource-group",
-                             settings.resource_group, "--workspace-name", settings.workspace)
+        show = shell_command(
+            "az",
+            "ml",
+            "job",
+            "show",
+            "--name",
+            self.name,
+            "--resource-group",
+            settings.resource_group,
+            "--workspace-name",
+            settings.workspace,
+        )
         return detached(f"Azure ML job {self.name}", rerun_or(show))
 
     def close(self) -> None:
@@ -200,4 +218,3 @@ def job_status(job) -> str:
     """The job's status by its service name (the SDK hands back a str enum or a plain str)."""
     status = job.status
     return str(getattr(status, "value", status))
-

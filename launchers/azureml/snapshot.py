@@ -12,6 +12,7 @@ Snapshots are cached by the content hash of all those files; the SDK hashes
 the folder again and uploads it as a code asset only when the workspace has
 no code version with that hash, so an unchanged tree is uploaded once.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -22,7 +23,11 @@ from cifar_dist.atomic_files import publish_dir
 from cifar_dist.launchers.azure.package_sources import content_hash, copy_files, source_files, source_root
 
 # Repository folder -> where setup.cfg's package_dir installs it.
-_INSTALLED_AS = {"cifar_dist": Path("cifar_dist"), "conf": Path("cifar_dist/conf"), "launchers": Path("cifar_dist/launchers")}
+_INSTALLED_AS = {
+    "cifar_dist": Path("cifar_dist"),
+    "conf": Path("cifar_dist/conf"),
+    "launchers": Path("cifar_dist/launchers"),
+}
 
 
 def source_snapshot(cache_dir: Path, user_files: Optional[Mapping[str, Path]] = None) -> Path:
@@ -41,4 +46,3 @@ def source_snapshot(cache_dir: Path, user_files: Optional[Mapping[str, Path]] = 
         copy_files(copies, staged)
         publish_dir(staged, target)  # a concurrent snapshot of the same hash is harmless
     return target
-

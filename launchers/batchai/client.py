@@ -6,6 +6,7 @@ retried by its RetryPolicy (honouring Retry-After, bounded in total time by
 ``retry_timeout_s``), long-running operations are polled by ARM polling.
 SDK errors become one-line LaunchErrors that say what to do.
 """
+
 from __future__ import annotations
 
 import logging
@@ -136,7 +137,10 @@ class BatchAIService:
             log.warning(
                 "cluster %s exists with vmPriority %s; launcher.vm_priority=%s applies only to a cluster "
                 "this launcher creates (use another launcher.cluster name to get a %s one)",
-                name, current_priority, wanted, wanted,
+                name,
+                current_priority,
+                wanted,
+                wanted,
             )
         scale = cluster.scale_settings
         if scale is not None and scale.auto_scale is not None:
@@ -210,6 +214,5 @@ class BatchAIService:
         options = self.models.JobsListOutputFilesOptions(outputdirectoryid=directory_id, linkexpiryinminutes=60)
         with azure_errors(f"list the output files of job {name}"):
             return {
-                f.name: f
-                for f in self._client.jobs.list_output_files(self._rg, self._ws, self._exp, name, options)
+                f.name: f for f in self._client.jobs.list_output_files(self._rg, self._ws, self._exp, name, options)
             }

@@ -6,16 +6,15 @@ or the environment (the variable names the tutorial and the az CLI used); the
 storage key comes *only* from the environment, never from a config file, so it
 cannot end up in ``.hydra/*.yaml`` dumps.
 """
+
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
-from cifar_dist.launchers.base import LaunchError
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.base import LaunchError
 
 # The az CLI's variable names for the storage account and its key.
 STORAGE_KEY_ENV = "AZURE_BATCHAI_STORAGE_KEY"

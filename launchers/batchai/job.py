@@ -5,6 +5,7 @@ Pure functions, no Azure SDK: the same dict is written by a dry run, checked
 against the shipped schema and (turned into SDK models) sent by a real launch,
 so what a user reviews is what gets submitted.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.user_sources import Shipped
-from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
+from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.redaction import MASK
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
@@ -83,9 +84,7 @@ def check_names(settings: Settings, layout: ShareLayout) -> None:
     if not re.match(r"^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$", layout.share):
         bad.append(f"launcher.share={layout.share!r} (3-63 lowercase letters, digits, single hyphens)")
     if bad:
-        raise LaunchError(
-            "invalid Batch AI names: " + ", ".join(bad) + "; use 1-64 letters, digits, '-' or '_'"
-        )
+        raise LaunchError("invalid Batch AI names: " + ", ".join(bad) + "; use 1-64 letters, digits, '-' or '_'")
 
 
 def iso8601_duration(delta: datetime.timedelta) -> str:
@@ -130,8 +129,14 @@ def check_counts(conf) -> None:
 def node_arguments(layout: ShareLayout, shipped: Optional[Shipped] = None) -> List[str]:
     """``node_entry.py``'s arguments: the composed config, the run dir, and the user's files
     copied beside them (``user_sources.Shipped``: every config dir a search dir, the modules' dir)."""
-    args = ["--config-dir", layout.on_node(layout.job_dir), "--config-name", CONFIG_NAME,
-            "--run-dir", layout.on_node(layout.run_dir)]
+    args = [
+        "--config-dir",
+        layout.on_node(layout.job_dir),
+        "--config-name",
+        CONFIG_NAME,
+        "--run-dir",
+        layout.on_node(layout.run_dir),
+    ]
     if shipped is not None:
         for rel in ([shipped.config_dir] if shipped.config_dir else []) + list(shipped.search_dirs):
             args += ["--search-dir", layout.on_node(f"{layout.job_dir}/{rel}")]
@@ -140,8 +145,14 @@ def node_arguments(layout: ShareLayout, shipped: Optional[Shipped] = None) -> Li
     return args
 
 
-def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
-                   secrets: Optional[Dict[str, str]] = None, shipped: Optional[Shipped] = None) -> Dict[str, Any]:
+def build_job_body(
+    settings: Settings,
+    layout: ShareLayout,
+    *,
+    reveal_key: bool,
+    secrets: Optional[Dict[str, str]] = None,
+    shipped: Optional[Shipped] = None,
+) -> Dict[str, Any]:
     """The job's ``properties`` (REST wire form, camelCase), a horovodSettings job.
 
     ``secrets`` become the job's secret variables (Batch AI never reports them
@@ -184,9 +195,7 @@ def build_job_body(settings: Settings, layout: ShareLayout, *, reveal_key: bool,
         "jobPreparation": {"commandLine": " && ".join(setup)},
         "containerSettings": {"imageSourceRegistry": {"image": conf.image}},
         "environmentVariables": [{"name": k, "value": v} for k, v in env.items()],
-        "constraints": {
-            "maxWallClockTime": iso8601_duration(datetime.timedelta(hours=conf.max_wall_clock_hours))
-        },
+        "constraints": {"maxWallClockTime": iso8601_duration(datetime.timedelta(hours=conf.max_wall_clock_hours))},
     }
     if secrets:
         body["secrets"] = [{"name": k, "value": v if reveal_key else MASK} for k, v in secrets.items()]
@@ -237,11 +246,18 @@ def az_cluster_file(body: Dict[str, Any]) -> Dict[str, Any]:
 def az_cluster_command(settings: Settings, cluster_file: Path) -> str:
     return shlex.join(
         [
-            "az", "batchai", "cluster", "create",
-            "--resource-group", settings.resource_group,
-            "--workspace", settings.workspace,
-            "--name", settings.cluster,
-            "--config-file", str(cluster_file),
+            "az",
+            "batchai",
+            "cluster",
+            "create",
+            "--resource-group",
+            settings.resource_group,
+            "--workspace",
+            settings.workspace,
+            "--name",
+            settings.cluster,
+            "--config-file",
+            str(cluster_file),
         ]
     )
 
@@ -267,26 +283,47 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
                 commands.append(
                     shlex.join(
                         ["az", "storage", "directory", "create", "--name", sub, "--share-name", layout.share, *account]
-                    ) + key
+                    )
+                    + key
                 )
         commands.append(
             shlex.join(
                 [
-                    "az", "storage", "file", "upload", "--share-name", layout.share, "--path", remote,
-                    "--source", str(local), *account,
+                    "az",
+                    "storage",
+                    "file",
+                    "upload",
+                    "--share-name",
+                    layout.share,
+                    "--path",
+                    remote,
+                    "--source",
+                    str(local),
+                    *account,
                 ]
-            ) + key
+            )
+            + key
         )
     create = shlex.join(
         [
-            "az", "batchai", "job", "create",
-            "--resource-group", settings.resource_group,
-            "--workspace", settings.workspace,
-            "--experiment", settings.conf.experiment,
-            "--name", layout.job,
-            "--cluster", settings.cluster,
-            "--config-file", str(job_file),
-            "--storage-account-name", settings.storage_account,
+            "az",
+            "batchai",
+            "job",
+            "create",
+            "--resource-group",
+            settings.resource_group,
+            "--workspace",
+            settings.workspace,
+            "--experiment",
+            settings.conf.experiment,
+            "--name",
+            layout.job,
+            "--cluster",
+            settings.cluster,
+            "--config-file",
+            str(job_file),
+            "--storage-account-name",
+            settings.storage_account,
         ]
     )
     if not settings.uses_key_vault:
@@ -294,4 +331,3 @@ def az_commands(settings: Settings, layout: ShareLayout, job_file: Path, uploads
         create += ' --storage-account-key "$AZURE_BATCHAI_STORAGE_KEY"'
     commands.append(create)
     return commands
-

@@ -7,6 +7,7 @@ experiment, cluster, share -> upload what changed -> submit (or find the job
 this run dir already submitted) -> follow it. As a ``ClusterLauncher`` it
 submits every point of a sweep first, then follows all of them in one loop.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,6 +22,7 @@ from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
+from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
 from cifar_dist.launchers.batchai.config import Settings, conf_from_kwargs, resolve_settings
 from cifar_dist.launchers.batchai.job import (
     ShareLayout,
@@ -36,12 +38,11 @@ from cifar_dist.launchers.batchai.job import (
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR, JobFollower
 from cifar_dist.launchers.batchai.schema import validate_cluster_file, validate_job_file
 from cifar_dist.launchers.batchai.scoring import ScoringPlan, apply_to_node_config, missing_on_share, plan_scoring
-from cifar_dist.launchers.user_sources import Shipped
 from cifar_dist.launchers.batchai.staging import Wheel, node_entry_source, node_job_config, package_wheel
-from cifar_dist.tracking.settings import node_credentials
-from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher
-from cifar_dist.launchers.batchai.client import STORAGE_AUTH_HINT, BatchAIService
 from cifar_dist.launchers.batchai.storage import FileShare, storage_client_kwargs
+from cifar_dist.launchers.cluster_base import ClusterJob, ClusterLauncher
+from cifar_dist.launchers.user_sources import Shipped
+from cifar_dist.tracking.settings import node_credentials
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,10 @@ class BatchAILauncher(ClusterLauncher):
     def engine_problems(self, engine: str) -> List[str]:
         """Batch AI (retired in 2019) runs Horovod's job type only; no JAX engine is offered on it."""
         if engine == "jax":
-            return ["launcher=batchai runs Batch AI's Horovod jobs (horovodSettings) only; use engine=horovod, "
-                    "or launcher=azureml / launcher=slurm for engine=jax"]
+            return [
+                "launcher=batchai runs Batch AI's Horovod jobs (horovodSettings) only; use engine=horovod, "
+                "or launcher=azureml / launcher=slurm for engine=jax"
+            ]
         return []
 
     def prepare(self, job: JobSpec) -> StagedJob:
@@ -131,8 +134,12 @@ class BatchAILauncher(ClusterLauncher):
         validate_job_file(doc)
         job_file = job.output_dir / "job.json"
         atomic_write_text(job_file, json.dumps(doc, indent=2) + "\n")
-        uploads = {layout.wheel: wheel.path, layout.config_file: config_file, layout.entry_file: entry_file,
-                   **{f"{layout.job_dir}/{rel}": local for rel, local in shipped.files.items()}}
+        uploads = {
+            layout.wheel: wheel.path,
+            layout.config_file: config_file,
+            layout.entry_file: entry_file,
+            **{f"{layout.job_dir}/{rel}": local for rel, local in shipped.files.items()},
+        }
         if scoring is not None:
             uploads.update(scoring.uploads)
             for item in scoring.items:
@@ -196,7 +203,11 @@ class BatchAILauncher(ClusterLauncher):
                 service.create_job(layout.job, body, key.reveal())
                 log.info(
                     "submitted Batch AI job %s to cluster %s (%d node(s)); outputs go to share %s/%s",
-                    layout.job, settings.cluster, conf.node_count, conf.share, layout.run_dir,
+                    layout.job,
+                    settings.cluster,
+                    conf.node_count,
+                    conf.share,
+                    layout.run_dir,
                 )
         except BaseException:
             service.close()

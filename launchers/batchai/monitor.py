@@ -2,6 +2,7 @@
 ``az batchai job show``, ``cluster show --query nodeStateCounts``, ``job file
 stream``, ``storage file download`` and ``cluster resize --target 0``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -10,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
+from cifar_dist.launchers.batchai.storage import read_from
 from cifar_dist.launchers.cluster_base import detached, rerun_or
 from cifar_dist.launchers.log_tail import print_tail
 from cifar_dist.results import read_results_or_warn
-from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.launchers.batchai.storage import read_from
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,11 @@ class JobFollower:
         )
         log.warning(
             "job %s was requeued by Batch AI (%s, requeue %d): %s; it runs again on another node %s",
-            self.name, "now " + state, self.requeues, why, then,
+            self.name,
+            "now " + state,
+            self.requeues,
+            why,
+            then,
         )
         for name, stream in self._streams.items():
             stream.url = None  # list the files again: the new run may have new ones
@@ -223,9 +228,20 @@ class JobFollower:
             log.warning("interrupted: terminating Batch AI job %s", self.name)
             self.service.terminate_job(self.name)
             return LaunchResult(exit_code=130, message=f"interrupted; Batch AI job {self.name} terminated")
-        show = shell_command("az", "batchai", "job", "show", "--resource-group", settings.resource_group,
-                             "--workspace", settings.workspace, "--experiment", settings.conf.experiment,
-                             "--name", self.name)
+        show = shell_command(
+            "az",
+            "batchai",
+            "job",
+            "show",
+            "--resource-group",
+            settings.resource_group,
+            "--workspace",
+            settings.workspace,
+            "--experiment",
+            settings.conf.experiment,
+            "--name",
+            self.name,
+        )
         return detached(f"Batch AI job {self.name}", rerun_or(show))
 
 
@@ -243,4 +259,3 @@ def _node_counts(cluster) -> str:
             ("unusable", counts.unusable_node_count),
         )
     )
-

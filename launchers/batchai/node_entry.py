@@ -8,6 +8,7 @@ downloads them from. It reads its rank as every rank wrapper does
 (``rank_exec.RANK_VARS``) and quotes the run dir with the project's one rule
 (``base.quote_override_value``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,10 @@ import os
 import runpy
 import sys
 from typing import List, Optional, Sequence
-from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
+
 from cifar_dist.config.override_syntax import quote_override_value, searchpath_override
 from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
 
 
 def _rank() -> int:
@@ -25,7 +27,9 @@ def _rank() -> int:
     return env_int(RANK_VARS, 0)
 
 
-def hydra_argv(config_dir: str, config_name: str, run_dir: str, rank: int, search_dirs: Sequence[str] = ()) -> List[str]:
+def hydra_argv(
+    config_dir: str, config_name: str, run_dir: str, rank: int, search_dirs: Sequence[str] = ()
+) -> List[str]:
     """Hydra arguments for this rank: rank 0 writes .hydra/ and cifar_dist_node.log,
     the others log to their own file and write no .hydra/ (all share one dir;
     the names differ from the launching side's cifar_dist.log, which the

@@ -6,10 +6,11 @@ schema.management.azure.com; a local stand-in is registered with
 published schemas (which require almost nothing) the launcher's own contract
 is checked: the fields a job or cluster sent by this launcher must always carry.
 """
+
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, Dict, List
 
@@ -91,8 +92,10 @@ def load_schema(name: str = SCHEMA_FILE) -> Dict[str, Any]:
 def _make_validator(contract: Dict[str, Any], schemas: Dict[str, Dict[str, Any]]):
     # jsonschema is only needed here (dry runs and before each submission).
     from jsonschema import Draft4Validator
+
     # lazy: jsonschema's registry (the azure extra)
     from referencing import Registry, Resource
+
     # lazy: jsonschema's registry (the azure extra)
     from referencing.jsonschema import DRAFT4
 
@@ -103,7 +106,7 @@ def _make_validator(contract: Dict[str, Any], schemas: Dict[str, Dict[str, Any]]
     return Draft4Validator(contract, registry=registry)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(kind: str = "job"):
     if kind == "cluster":
         return _make_validator(_CLUSTER_CONTRACT, {CLUSTER_SCHEMA_URI: load_schema(CLUSTER_SCHEMA_FILE)})

@@ -23,6 +23,7 @@ OmegaConf resolves on the node, where Batch AI sets the variable. Paths the
 nodes will read and nobody uploads are checked on the share before the job is
 submitted, so a wrong path fails in one line here, not minutes later there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,14 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cifar_dist.evaluation.inputs import EvaluationInputError, resolve_model_path
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import Settings
 from cifar_dist.launchers.batchai.monitor import LOCAL_SUBDIR
 from cifar_dist.rundir.checkpoints import SAVED_MODEL_NAME
-from omegaconf import open_dict
-from cifar_dist.evaluation.inputs import EvaluationInputError, resolve_model_path
 
 # Resolved by OmegaConf on the node (Batch AI sets the variable there).
 NODE_MOUNT_ROOT = "${oc.env:AZ_BATCHAI_JOB_MOUNT_ROOT}"
@@ -140,7 +140,6 @@ def _model(value: str, settings: Settings, cwd: Path) -> ShareInput:
     if path.is_dir() and (path / "job.json").is_file() and (path / LOCAL_SUBDIR).is_dir():
         return ShareInput(key, share, _trained_on_batchai(path, settings), True, f"the Batch AI training run {path}")
     if path.is_dir():
-
         try:
             path = resolve_model_path(str(path))
         except EvaluationInputError as exc:
@@ -173,8 +172,10 @@ def _trained_on_batchai(run_dir: Path, settings: Settings) -> str:
     match = _NODE_PATH.match(node_run_dir)
     mount = next((m for m in mounts if match and m.get("relativeMountPath") == match["mount"]), None)
     if match is None or mount is None or not match["rel"]:
-        raise LaunchError(f"{where}: its --run-dir {node_run_dir} is not on a share the job mounted; "
-                          "score its saved model file instead")
+        raise LaunchError(
+            f"{where}: its --run-dir {node_run_dir} is not on a share the job mounted; "
+            "score its saved model file instead"
+        )
     trained_share = str(mount.get("azureFileUrl", "")).rstrip("/").rsplit("/", 1)[-1]
     trained_account = mount.get("accountName")
     if (trained_account, trained_share) != (settings.storage_account, settings.conf.share):

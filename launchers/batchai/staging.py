@@ -6,6 +6,7 @@ The wheel is built from a copy of exactly the files that are hashed, and
 cached by that hash: an unchanged source tree is neither rebuilt nor (since
 the hash is part of its path on the share) uploaded again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,7 +58,9 @@ def package_wheel(prebuilt: Optional[str], cache_dir: Path) -> Wheel:
     if prebuilt:
         path = Path(prebuilt).expanduser().resolve()
         if not path.is_file() or path.suffix != ".whl":
-            raise LaunchError(f"launcher.package={prebuilt!r} is not a wheel file; build one with `pip wheel . --no-deps`")
+            raise LaunchError(
+                f"launcher.package={prebuilt!r} is not a wheel file; build one with `pip wheel . --no-deps`"
+            )
         return Wheel(path, file_hash(path))
     root = source_root()
     copies = {rel: root / rel for rel in source_files(root)}
@@ -76,11 +79,25 @@ def _build(copies: Dict[Path, Path], target: Path) -> Path:
         copy_files(copies, src)
         out = Path(tmp) / "out"
         cmd = [
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--disable-pip-version-check", "-q", "-w", str(out), str(src),
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(out),
+            str(src),
         ]
-        proc = run_command(cmd, "building the cifar_dist wheel", "build it yourself (`pip wheel . --no-deps`) and "
-                           "pass launcher.package=<the wheel>", BUILD_TIMEOUT_S, error=LaunchError)
+        proc = run_command(
+            cmd,
+            "building the cifar_dist wheel",
+            "build it yourself (`pip wheel . --no-deps`) and pass launcher.package=<the wheel>",
+            BUILD_TIMEOUT_S,
+            error=LaunchError,
+        )
         wheels = sorted(out.glob("cifar_dist-*.whl"))
         if proc.returncode != 0 or not wheels:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no wheel produced"]

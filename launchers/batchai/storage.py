@@ -6,6 +6,7 @@ the Content-MD5 the upload stored), so re-running a launch re-sends nothing
 that did not change. Retries of 429/5xx/timeouts are the storage SDK's own
 retry policy, configured from the launcher settings.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,6 +30,7 @@ class FileShare:
     def __init__(self, account_url: str, account_name: str, key: Secret, share: str, **client_kwargs: Any):
         # lazy: the azure extra (not installed for the other launchers)
         from azure.core.credentials import AzureNamedKeyCredential
+
         # lazy: the azure extra (not installed for the other launchers)
         from azure.storage.fileshare import ShareClient
 
@@ -71,6 +73,7 @@ class FileShare:
         """Upload unless the share already holds these bytes; True when uploaded."""
         # lazy: the azure extra (not installed for the other launchers)
         from azure.core.exceptions import ResourceNotFoundError
+
         # lazy: the azure extra (not installed for the other launchers)
         from azure.storage.fileshare import ContentSettings
 
@@ -143,6 +146,7 @@ def read_from(download_url: str, offset: int, **client_kwargs: Any) -> Optional[
     size); None when the URL has expired (403) or the file is gone (404)."""
     # lazy: the azure extra (not installed for the other launchers)
     from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
     # lazy: the azure extra (not installed for the other launchers)
     from azure.storage.fileshare import ShareFileClient
 

@@ -26,6 +26,7 @@ reported failed, with the reason): a rank that ended before joining its group
 (the others wait for it in MPI_Init / the split), and a point whose rank died
 while its other ranks never finish (stuck in a collective with the dead one).
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.ranks.hosts import check_slots
@@ -45,7 +47,6 @@ from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
-from cifar_dist.config.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def run_batches(launcher: MultiRankLauncher, jobs: Sequence[JobSpec]) -> List[La
     k = launcher.conf.concurrent
     results: List[LaunchResult] = []
     for start in range(0, len(jobs), k):
-        batch = Batch(launcher, jobs[start:start + k])
+        batch = Batch(launcher, jobs[start : start + k])
         try:
             results += batch.run()
         except CifarDistError as exc:  # e.g. mpirun missing: every point of the batch fails with it
@@ -105,18 +106,29 @@ class Batch:
         for job in self.jobs:
             (job.output_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
         runner_log = self.jobs[0].output_dir / LOG_DIR / RUNNER_LOG
-        log.info("concurrent sweep: points %s in one mpirun, %d group(s) of %d rank(s) (its output: %s): %s",
-                 self.points(), len(self.jobs), self.launcher.conf.np, runner_log, shlex.join(argv))
+        log.info(
+            "concurrent sweep: points %s in one mpirun, %d group(s) of %d rank(s) (its output: %s): %s",
+            self.points(),
+            len(self.jobs),
+            self.launcher.conf.np,
+            runner_log,
+            shlex.join(argv),
+        )
         started = time.time()
         outcome = Supervisor(
-            argv, cwd=self.jobs[0].original_cwd, env=env, log_file=runner_log,
-            kill_grace_s=self.launcher.conf.kill_grace_s, watch=lambda: self.stuck(started),
+            argv,
+            cwd=self.jobs[0].original_cwd,
+            env=env,
+            log_file=runner_log,
+            kill_grace_s=self.launcher.conf.kill_grace_s,
+            watch=lambda: self.stuck(started),
         ).run()
         if outcome.interrupted:
             log.error("interrupted: all ranks of points %s stopped; re-run the sweep to resume them", self.points())
             raise KeyboardInterrupt  # end the whole sweep, as Ctrl-C does without a launcher
         stopped = outcome.stopped_reason or (
-            f"mpirun exited with code {outcome.returncode}" if outcome.returncode else "")
+            f"mpirun exited with code {outcome.returncode}" if outcome.returncode else ""
+        )
         return [self.point_result(job, started, stopped, runner_log) for job in self.jobs]
 
     def point_result(self, job: JobSpec, started: float, stopped: str, runner_log: Path) -> LaunchResult:
@@ -128,9 +140,13 @@ class Batch:
         if len(records) == self.launcher.conf.np and not stopped:
             return LaunchResult(exit_code=0, metrics=read_results(job.output_dir))
         why = stopped or "some of its ranks left no exit record"
-        return LaunchResult(exit_code=1, message=(
-            f"point #{job.job_num} was stopped with the other points of its mpirun ({self.points()}): {why}; "
-            f"see {runner_log}; {rerun_hint(job.output_dir)} to resume it"))
+        return LaunchResult(
+            exit_code=1,
+            message=(
+                f"point #{job.job_num} was stopped with the other points of its mpirun ({self.points()}): {why}; "
+                f"see {runner_log}; {rerun_hint(job.output_dir)} to resume it"
+            ),
+        )
 
     def stuck(self, started: float) -> str:
         """Why the mpirun must be stopped because some ranks would otherwise wait forever ('' if none)."""
@@ -145,14 +161,21 @@ class Batch:
                     continue
                 rank = int(record["rank"])
                 if not Path(f"{marker_prefix(log_dir, rank)}.joined").exists():
-                    return (f"rank {rank} of point #{job.job_num} ended before joining its MPI group "
-                            "(every other rank would wait for it forever)")
+                    return (
+                        f"rank {rank} of point #{job.job_num} ended before joining its MPI group "
+                        "(every other rank would wait for it forever)"
+                    )
                 if record.get("exit_code"):
-                    waiting = [r for r in range(self.launcher.conf.np) if r not in ended
-                               and not Path(f"{marker_prefix(log_dir, r)}.left").exists()]
+                    waiting = [
+                        r
+                        for r in range(self.launcher.conf.np)
+                        if r not in ended and not Path(f"{marker_prefix(log_dir, r)}.left").exists()
+                    ]
                     if waiting:
-                        return (f"rank {rank} of point #{job.job_num} failed {grace:g}s ago and its rank(s) "
-                                f"{waiting} never finished (stuck in a collective with it)")
+                        return (
+                            f"rank {rank} of point #{job.job_num} failed {grace:g}s ago and its rank(s) "
+                            f"{waiting} never finished (stuck in a collective with it)"
+                        )
         return ""
 
 

@@ -18,6 +18,7 @@ hosts that do not share the run dir, never trigger it), and times are the
 launcher's own clock, so clock skew between hosts does not matter.
 Only the standard library: rank_exec imports this.
 """
+
 from __future__ import annotations
 
 import os
@@ -91,6 +92,8 @@ class HeartbeatWatch:
                 self._seen[rank] = (mtime, now, armed or mtime is not None)
             elif armed and now - changed_at > self.timeout_s:
                 self.stalled_rank = rank
-                return (f"rank {rank} stopped responding (no heartbeat for {now - changed_at:.0f}s: "
-                        "stopped, frozen or its host gone)")
+                return (
+                    f"rank {rank} stopped responding (no heartbeat for {now - changed_at:.0f}s: "
+                    "stopped, frozen or its host gone)"
+                )
         return ""

@@ -5,6 +5,7 @@ Shared by the mpirun and Gloo launchers so that both understand
 refuse, before anything starts, a launch that cannot work (more ranks than
 slots, a host that does not answer).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,7 @@ def parse_host(spec: str) -> Host:
     name, slots = text, None
     if text.startswith("["):
         end = text.find("]")
-        name, rest = text[1:end], text[end + 1:]
+        name, rest = text[1:end], text[end + 1 :]
         if rest.startswith(":"):
             slots = rest[1:]
     elif text.count(":") == 1:
@@ -108,8 +109,9 @@ def is_local(name: str) -> bool:
 def _local_addresses() -> set:
     """Addresses of this machine's interfaces (Linux: from `ip -o addr`)."""
     try:  # best effort: without the list, a host counts as remote by name
-        out = run_command(["ip", "-o", "addr"], "listing this machine's addresses", "check `ip -o addr`",
-                          LOCAL_QUERY_TIMEOUT_S).stdout
+        out = run_command(
+            ["ip", "-o", "addr"], "listing this machine's addresses", "check `ip -o addr`", LOCAL_QUERY_TIMEOUT_S
+        ).stdout
     except (OSError, CommandTimedOut):
         return set()
     found = set()
@@ -158,8 +160,13 @@ def check_reachable(hosts: Sequence[Host], remote_shell: Sequence[str], timeout_
             continue
         argv = [*remote_shell, host.name, "true"]
         try:
-            proc = run_command(argv, f"host {host.name}", "check the name, the network and passwordless ssh, "
-                               "or drop it from launcher.hosts", timeout_s, error=LaunchError)
+            proc = run_command(
+                argv,
+                f"host {host.name}",
+                "check the name, the network and passwordless ssh, or drop it from launcher.hosts",
+                timeout_s,
+                error=LaunchError,
+            )
         except FileNotFoundError:
             raise LaunchError(
                 f"remote shell {remote_shell[0]!r} not found; install openssh-client or set launcher.rsh_agent"

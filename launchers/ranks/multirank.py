@@ -9,6 +9,7 @@ stopping the job (``runner_supervisor``), and naming the rank that failed
 points go one after another through ``launch_all`` (mpirun's
 ``launcher.concurrent=k`` runs k of them at once: ``concurrent_points.py``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,23 +20,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
+from cifar_dist.environment import snapshot
 from cifar_dist.launchers.base import (
     RANK_GUARD_ENV,
     JobSpec,
+    Launcher,
     LaunchError,
     LaunchResult,
-    Launcher,
     quote_override_value,
 )
 from cifar_dist.launchers.ranks import hosts as hostlib
+from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
-from cifar_dist.results import read_results
-from cifar_dist.config.override_syntax import rerun_hint, shell_command
-from cifar_dist.environment import snapshot
-from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
+from cifar_dist.results import read_results
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,19 @@ RUNNER_LOG = "launcher.log"
 
 # Variables every rank needs, forwarded by name (never by value on the command line).
 ALWAYS_FORWARDED = (LEGACY_KERAS_ENV, RANK_GUARD_ENV, "PYTHONUNBUFFERED")
-FORWARDED_IF_SET = ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL", "HYDRA_FULL_ERROR", "TF_ENABLE_ONEDNN_OPTS",
-                    "CIFAR_DIST_TF_LOGS",
-                    # tracking=mlflow: rank 0 logs to the same tracker as a local run would
-                    "MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
-                    "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_INSECURE_TLS")
+FORWARDED_IF_SET = (
+    "PYTHONPATH",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "HYDRA_FULL_ERROR",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "CIFAR_DIST_TF_LOGS",
+    # tracking=mlflow: rank 0 logs to the same tracker as a local run would
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_INSECURE_TLS",
+)
 
 # Ranks other than 0 log to their own console (-> logs/rank.N.log) only, with
 # Hydra's usual line format, so that N ranks never append to the run's one
@@ -99,7 +108,7 @@ class MultiRankConf:
 class RunningJob:
     """One runner process for one job, started; ``wait()`` supervises it to the end."""
 
-    def __init__(self, launcher: "MultiRankLauncher", job: JobSpec, argv: List[str], env: Dict[str, str]):
+    def __init__(self, launcher: MultiRankLauncher, job: JobSpec, argv: List[str], env: Dict[str, str]):
         self.launcher = launcher
         self.job = job
         self.output_dir = job.output_dir
@@ -124,13 +133,17 @@ class RunningJob:
 
         log.info("launching %d ranks: %s", launcher.conf.np, shlex.join(self.argv))
         outcome = Supervisor(
-            self.argv, cwd=job.original_cwd, env=self.env, log_file=log_dir / RUNNER_LOG,
-            kill_grace_s=launcher.conf.kill_grace_s, watch=rank_failed_long_ago, line_filter=launcher.line_filter(),
+            self.argv,
+            cwd=job.original_cwd,
+            env=self.env,
+            log_file=log_dir / RUNNER_LOG,
+            kill_grace_s=launcher.conf.kill_grace_s,
+            watch=rank_failed_long_ago,
+            line_filter=launcher.line_filter(),
         ).run()
 
         if outcome.interrupted:
-            message = (f"interrupted: all ranks stopped; {rerun_hint(job.output_dir)} "
-                       "to resume from the last checkpoint")
+            message = f"interrupted: all ranks stopped; {rerun_hint(job.output_dir)} to resume from the last checkpoint"
             if job.multirun:
                 log.error("%s", message)
                 raise KeyboardInterrupt  # end the whole sweep, as Ctrl-C does without a launcher
@@ -199,8 +212,11 @@ class MultiRankLauncher(Launcher):
         """Cores each rank is bound to (0: no binding)."""
         if self.conf.bind_to == "none":
             return 0
-        local_ranks = self.conf.np if not self.hosts else max(
-            (h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.conf.np)
+        local_ranks = (
+            self.conf.np
+            if not self.hosts
+            else max((h.slots or 1 for h in self.hosts if is_local(h.name)), default=self.conf.np)
+        )
         cores = hostlib.local_cores()
         if self.conf.bind_to == "auto" and (not self.local_only or local_ranks > cores):
             return 0
@@ -209,7 +225,13 @@ class MultiRankLauncher(Launcher):
     def rank_command(self, job: JobSpec, group: Optional[int] = None, group_size: int = 0) -> List[str]:
         """The per-rank wrapper around the job; in a concurrent sweep, ``group`` is its
         MPI group (of ``group_size`` ranks) inside the one mpirun."""
-        wrapper = [self.conf.python, "-m", "cifar_dist.launchers.ranks.rank_exec", "--log-dir", str(job.output_dir / LOG_DIR)]
+        wrapper = [
+            self.conf.python,
+            "-m",
+            "cifar_dist.launchers.ranks.rank_exec",
+            "--log-dir",
+            str(job.output_dir / LOG_DIR),
+        ]
         if group is not None:
             wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.conf.np)]
         if self.cores_per_rank() and not self.binds_itself():
@@ -262,15 +284,19 @@ class MultiRankLauncher(Launcher):
         if self.conf.concurrent < 1:
             return [f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)"]
         if self.conf.concurrent > 1 and not self.splits_into_groups:
-            return [f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod world that "
-                    "cannot be split into groups; use launcher=mpirun or launcher.concurrent=1"]
+            return [
+                f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod world that "
+                "cannot be split into groups; use launcher=mpirun or launcher.concurrent=1"
+            ]
         return []
 
     def engine_problems(self, engine: str) -> List[str]:
         """engine=jax: JAX joins every process of the runner's world, which concurrent points would split."""
         if engine == "jax" and self.conf.concurrent > 1:
-            return [f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
-                    "engine=jax joins the whole mpirun; use launcher.concurrent=1 with engine=jax"]
+            return [
+                f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
+                "engine=jax joins the whole mpirun; use launcher.concurrent=1 with engine=jax"
+            ]
         return []
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:

@@ -22,6 +22,7 @@ Azure ML job, a Batch AI job) sets these for them:
 Light on purpose (no TensorFlow): the trainer's stop-signal callback reads
 ``STOP_SIGNAL_ENV`` from here.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,6 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from cifar_dist.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
 from cifar_dist.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
-
 
 
 def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:
@@ -65,8 +65,11 @@ def rank_environment(
     ``same_files``: the ranks see this machine's files (False: a job that runs
     from a snapshot, whose ``code_roots`` are relative to it).
     """
-    env = {RANK_GUARD_ENV: "1", "PYTHONUNBUFFERED": "1",
-           LEGACY_KERAS_ENV: legacy_keras(os.environ if environ is None else environ)}
+    env = {
+        RANK_GUARD_ENV: "1",
+        "PYTHONUNBUFFERED": "1",
+        LEGACY_KERAS_ENV: legacy_keras(os.environ if environ is None else environ),
+    }
     path = python_path(list(code_roots), environ if same_files else {}) if code_roots else None
     if path:
         env["PYTHONPATH"] = path

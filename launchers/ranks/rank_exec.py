@@ -29,6 +29,7 @@ watch on its parent pid catches the parent dying before that was set up.
 So whatever kills the launcher, no rank keeps training into the run dir.
 Only light modules are imported (no TensorFlow, no Horovod): this runs once per rank, per launch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from cifar_dist.atomic_files import write_json
-from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
 from cifar_dist.environment import snapshot
+from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
 # they come last: a batch script's own SLURM_PROCID=0 is inherited by ranks mpirun starts.
@@ -90,7 +91,7 @@ def core_share(cores: Sequence[int], local_rank: int, local_size: int) -> List[i
     if local_size < 1 or local_size > len(cores) or not 0 <= local_rank < local_size:
         return []
     per = len(cores) // local_size
-    return cores[local_rank * per:(local_rank + 1) * per]
+    return cores[local_rank * per : (local_rank + 1) * per]
 
 
 def _prctl_pdeathsig(sig: int) -> None:
@@ -104,9 +105,11 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     _prctl_pdeathsig(signal.SIGKILL)
 
 
-def stop_when_orphaned(parent: int, child: subprocess.Popen, interval: float = ORPHAN_CHECK_S,
-                       grace: float = ORPHAN_KILL_GRACE_S) -> threading.Thread:
+def stop_when_orphaned(
+    parent: int, child: subprocess.Popen, interval: float = ORPHAN_CHECK_S, grace: float = ORPHAN_KILL_GRACE_S
+) -> threading.Thread:
     """A daemon thread: once this process's parent is no longer ``parent``, SIGTERM the child, then SIGKILL."""
+
     def watch() -> None:
         while child.poll() is None:
             if os.getppid() != parent:
@@ -137,8 +140,14 @@ def _pump(fd: int, sinks: Sequence) -> None:
                 pass
 
 
-def run(log_dir: Path, command: List[str], bind_cores: bool = False, nonchief_args: Sequence[str] = (),
-        mpi_group: Optional[int] = None, group_size: int = 1) -> int:
+def run(
+    log_dir: Path,
+    command: List[str],
+    bind_cores: bool = False,
+    nonchief_args: Sequence[str] = (),
+    mpi_group: Optional[int] = None,
+    group_size: int = 1,
+) -> int:
     parent = os.getppid()
     _prctl_pdeathsig(signal.SIGTERM)  # the runner dies: SIGTERM here, passed on to the rank (forward below)
     rank = env_int(RANK_VARS, 0)
@@ -223,7 +232,9 @@ def write_exit_record(record: Path, rank: int, pid: int, returncode: int, mpi_gr
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cifar_dist.launchers.ranks.rank_exec", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cifar_dist.launchers.ranks.rank_exec", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--log-dir", required=True, type=Path)
     parser.add_argument("--bind-cores", action="store_true")
     parser.add_argument("--nonchief-arg", action="append", default=[])

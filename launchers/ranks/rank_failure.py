@@ -7,6 +7,7 @@ tell the true order; the runner's own messages are the fallback when a rank
 left no record (its wrapper was killed, or its host does not share the run
 dir).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from cifar_dist.config.override_syntax import rerun_hint
 from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
-from cifar_dist.config.override_syntax import rerun_hint
 from cifar_dist.rundir.checkpoints import list_checkpoints
 
 HOROVOD_SHUTDOWN = "Horovod has been shut down"
@@ -92,7 +93,9 @@ def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> R
     failed = sorted((r for r in read_exit_records(log_dir, np, since) if r.get("exit_code")), key=lambda r: r["time"])
 
     def victim(record: dict) -> bool:
-        return record.get("signal") in TEARDOWN_SIGNALS or HOROVOD_SHUTDOWN in tail(log_path(log_dir, record["rank"]), 60)
+        return record.get("signal") in TEARDOWN_SIGNALS or HOROVOD_SHUTDOWN in tail(
+            log_path(log_dir, record["rank"]), 60
+        )
 
     causes = [r for r in failed if not victim(r)]
     if causes:
@@ -115,8 +118,11 @@ def stalled_rank_failure(log_dir: Path, rank: int, reason: str) -> RankFailure:
 def _from_record(log_dir: Path, record: dict) -> RankFailure:
     rank = int(record["rank"])
     return RankFailure(
-        rank=rank, how=_describe(record["exit_code"], record.get("signal")), host=record.get("host", ""),
-        log=log_path(log_dir, rank), log_tail=tail(log_path(log_dir, rank)),
+        rank=rank,
+        how=_describe(record["exit_code"], record.get("signal")),
+        host=record.get("host", ""),
+        log=log_path(log_dir, rank),
+        log_tail=tail(log_path(log_dir, rank)),
     )
 
 
@@ -133,7 +139,10 @@ def _from_runner_output(log_dir: Path, runner_output: str) -> Optional[RankFailu
                 how = _describe(code, -code if code < 0 else None)
             path = log_path(log_dir, rank)
             return RankFailure(
-                rank=rank, how=how, host=groups.get("host") or "",
-                log=path if path.exists() else None, log_tail=tail(path),
+                rank=rank,
+                how=how,
+                host=groups.get("host") or "",
+                log=path if path.exists() else None,
+                log_tail=tail(path),
             )
     return None

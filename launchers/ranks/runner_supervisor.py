@@ -12,6 +12,7 @@ tracked while the job runs because MPI ranks live in process groups of their
 own and are re-parented once their runner has gone, so a process-group kill
 would miss them. Output is streamed to the console and copied to a log file.
 """
+
 from __future__ import annotations
 
 import collections
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -162,8 +163,13 @@ class Supervisor:
         # mpirun/horovodrun: a long-lived child, so no timeout (cifar_dist/external_commands.py is for short
         # commands); supervised instead: Ctrl-C and the watch stop it, then the kill grace, then its tree.
         proc = subprocess.Popen(
-            self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=functools.partial(_stop_with_launcher, os.getpid()),
         )
         reader = threading.Thread(target=self._pump, args=(proc.stdout,), daemon=True)

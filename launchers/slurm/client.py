@@ -9,8 +9,10 @@ it fails or says nothing; it is asked once, for who cancelled a job, and its
 silence is fine. Every failure of a command is a ``LaunchError`` with Slurm's
 own message.
 """
+
 from __future__ import annotations
 
+import pwd
 import re
 import subprocess
 from dataclasses import dataclass
@@ -19,14 +21,23 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from cifar_dist.external_commands import DEFAULT_TIMEOUT_S, run_command
 from cifar_dist.launchers.base import LaunchError
-import pwd
 
 # States after which the job will not run again by itself (a requeued job passes through
 # REQUEUED/REQUEUE_HOLD/REQUEUE_FED back to PENDING instead).
-FINISHED = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-    "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT",
-})
+FINISHED = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+    }
+)
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s[A-Za-z][A-Za-z0-9_:/]*=|$)")
 _INVALID_JOB = "Invalid job id"
 # squeue --Format fields, "|"-separated: array tasks as <array id>_<task>, -r lists pending tasks one by one.
@@ -34,10 +45,15 @@ _SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "NodeList", "RestartCnt", "ex
 _SQUEUE_FORMAT = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
 # What sbatch says when a setting does not fit the cluster, and the setting that says it.
 _REFUSAL_SETTINGS = (
-    ("partition", "launcher.partition"), ("account", "launcher.account"), ("qos", "launcher.qos"),
-    ("gres", "launcher.gres or launcher.gpus_per_node"), ("time limit", "launcher.time_min"),
+    ("partition", "launcher.partition"),
+    ("account", "launcher.account"),
+    ("qos", "launcher.qos"),
+    ("gres", "launcher.gres or launcher.gpus_per_node"),
+    ("time limit", "launcher.time_min"),
     ("node configuration", "launcher.nodes, ntasks_per_node, cpus_per_task, mem_gb or constraint"),
-    ("memory", "launcher.mem_gb"), ("constraint", "launcher.constraint"), ("feature", "launcher.constraint"),
+    ("memory", "launcher.mem_gb"),
+    ("constraint", "launcher.constraint"),
+    ("feature", "launcher.constraint"),
 )
 
 
@@ -68,11 +84,17 @@ def squeue_info(line: str) -> Optional[JobInfo]:
     values = [v.strip() for v in line.split("|")]
     if len(values) < len(_SQUEUE_FIELDS) or not values[0]:
         return None
-    job_id, state, reason, nodes, restarts, status = values[:len(_SQUEUE_FIELDS)]
+    job_id, state, reason, nodes, restarts, status = values[: len(_SQUEUE_FIELDS)]
     wait_status = int(status) if status.isdigit() else 0
-    return JobInfo(job_id=job_id, state=state.split("+")[0], reason=reason or "None", nodes=nodes,
-                   restarts=int(restarts) if restarts.isdigit() else 0,
-                   exit_code=wait_status >> 8, exit_signal=wait_status & 0x7F)
+    return JobInfo(
+        job_id=job_id,
+        state=state.split("+")[0],
+        reason=reason or "None",
+        nodes=nodes,
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        exit_code=wait_status >> 8,
+        exit_signal=wait_status & 0x7F,
+    )
 
 
 def job_info(fields: Mapping[str, str]) -> JobInfo:
@@ -97,8 +119,14 @@ class SlurmClient:
 
     def _run(self, argv: Sequence[str], what: str) -> subprocess.CompletedProcess:
         try:
-            return run_command(argv, f"Slurm ({what})", "is slurmctld up? check with `scontrol ping`, then re-run",
-                               self.timeout_s, self.env, error=LaunchError)
+            return run_command(
+                argv,
+                f"Slurm ({what})",
+                "is slurmctld up? check with `scontrol ping`, then re-run",
+                self.timeout_s,
+                self.env,
+                error=LaunchError,
+            )
         except FileNotFoundError:
             raise LaunchError(
                 f"{argv[0]} not found on PATH: run this on a Slurm login node, or install the client "
@@ -118,8 +146,14 @@ class SlurmClient:
         """Every job of ``job_ids`` squeue still lists (``12`` or an array task ``12_3``), in one call."""
         if not job_ids:
             return {}
-        argv = ["squeue", "--noheader", "--array", "--states=all", f"--jobs={','.join(job_ids)}",
-                f"--Format={_SQUEUE_FORMAT}"]
+        argv = [
+            "squeue",
+            "--noheader",
+            "--array",
+            "--states=all",
+            f"--jobs={','.join(job_ids)}",
+            f"--Format={_SQUEUE_FORMAT}",
+        ]
         done = self._run(argv, "squeue")
         if done.returncode != 0:
             if _INVALID_JOB in done.stderr:  # squeue says this only when it lists none of them
@@ -131,8 +165,9 @@ class SlurmClient:
     def cancelled_by(self, job_id: str) -> Optional[str]:
         """Who cancelled the job, where accounting records it (sacct: "CANCELLED by 1000"); else None."""
         try:
-            done = self._run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}",
-                              "--format=State"], "sacct")
+            done = self._run(
+                ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job_id}", "--format=State"], "sacct"
+            )
         except LaunchError:
             return None
         match = re.search(r"CANCELLED by (\d+)", done.stdout if done.returncode == 0 else "")

@@ -2,15 +2,15 @@
 
 Imported at every start (``launchers.register_built_in()``, which stores the schema): light imports only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Mapping, Optional
 
-
-from cifar_dist.launchers.base import LaunchError
 from cifar_dist.config.options import config_option
+from cifar_dist.launchers.base import LaunchError
 
 
 class OnInterrupt(str, Enum):
@@ -119,8 +119,9 @@ def problems(conf: SlurmLauncherConf) -> List[str]:
     if conf.gres and conf.gpus_per_node:
         problems.append("set launcher.gpus_per_node or launcher.gres, not both")
     if conf.signal_grace_s >= conf.time_min * 60:
-        problems.append(f"launcher.signal_grace_s={conf.signal_grace_s} must be below the time limit "
-                        f"({conf.time_min} min)")
+        problems.append(
+            f"launcher.signal_grace_s={conf.signal_grace_s} must be below the time limit ({conf.time_min} min)"
+        )
     if conf.poll_interval_s <= 0:
         problems.append(f"launcher.poll_interval_s={conf.poll_interval_s} must be > 0")
     bad_env = [k for k in conf.env if not k.replace("_", "a").isalnum() or k[:1].isdigit()]

@@ -10,6 +10,7 @@ rewrites ``.hydra/config.yaml`` (``follows_job_in``, called by the run-dir
 guard, ``cifar_dist/rundir/guard.py``): the run dir keeps describing the job it
 holds. Only how the launcher follows may change (``FOLLOW_ONLY``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,12 +19,14 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.errors import CifarDistError
-from cifar_dist.rundir.resume_policy import SAVED_CONFIG, all_settings, changed
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
+from cifar_dist.rundir.resume_policy import SAVED_CONFIG, all_settings, changed
 
 # launcher.* keys that change how this process follows the job, not the job.
-FOLLOW_ONLY = frozenset(f"launcher.{key}" for key in (
-    "wait", "poll_interval_s", "on_interrupt", "stream_output", "log_tail_lines", "dry_run"))
+FOLLOW_ONLY = frozenset(
+    f"launcher.{key}"
+    for key in ("wait", "poll_interval_s", "on_interrupt", "stream_output", "log_tail_lines", "dry_run")
+)
 
 
 class FollowConflict(CifarDistError):
@@ -55,4 +58,5 @@ def check_same_settings(run_dir: Path, cfg: DictConfig, job_id: str, info: JobIn
         raise FollowConflict(
             f"run dir {run_dir} holds Slurm job {job_id} ({info.state}), submitted with other settings: "
             f"{'; '.join(differing)}. Re-run with the job's settings to follow it, or cancel it (scancel {job_id}; "
-            "its checkpoints are kept) and re-run to go on with the new ones, or choose another hydra.run.dir")
+            "its checkpoints are kept) and re-run to go on with the new ones, or choose another hydra.run.dir"
+        )

@@ -11,6 +11,7 @@ run dir. Then every job is followed in one loop (``cluster.watch``), its
 state read from one ``squeue`` per round for all of them (queue.py);
 requeues, resubmissions and Ctrl-C act on each point's own array task.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
@@ -30,11 +32,9 @@ from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
-from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.rundir.lock import holder_job
 from cifar_dist.results import finished_run
+from cifar_dist.rundir.lock import holder_job, note_holder
 from cifar_dist.training.trainer import planned_epochs
-from cifar_dist.rundir.lock import note_holder
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,10 @@ class SlurmLauncher(ClusterLauncher):
 
     def report_dry_run(self, prepared: PreparedJob) -> LaunchResult:
         if prepared.running is not None:
-            print(f"Dry run: {prepared.job.output_dir} holds Slurm job {prepared.running.job_id} "
-                  f"({prepared.running.state}); its batch script {prepared.script} is left as it is")
+            print(
+                f"Dry run: {prepared.job.output_dir} holds Slurm job {prepared.running.job_id} "
+                f"({prepared.running.state}); its batch script {prepared.script} is left as it is"
+            )
             return LaunchResult(exit_code=0, message=f"dry run: Slurm job {prepared.running.job_id} is running")
         print(f"Dry run: wrote {prepared.script}; submit it by hand with: {shell_command('sbatch', prepared.script)}")
         print(prepared.script.read_text("utf-8"), end="", flush=True)
@@ -99,20 +101,40 @@ class SlurmLauncher(ClusterLauncher):
         job_id = self.client.submit(prepared.script, after)
         record_job_id(run_dir, job_id)
         conf = self.conf
-        log.info("submitted Slurm job %s: %d node(s) x %d rank(s), %d min; run dir %s",
-                 job_id, conf.nodes, conf.ntasks_per_node, conf.time_min, run_dir)
+        log.info(
+            "submitted Slurm job %s: %d node(s) x %d rank(s), %d min; run dir %s",
+            job_id,
+            conf.nodes,
+            conf.ntasks_per_node,
+            conf.time_min,
+            run_dir,
+        )
         if not conf.wait:
-            log.info("follow it with `squeue -j %s` and `tail -f %s`, or re-run the same command to wait for it",
-                     job_id, output_file(run_dir, job_id))
+            log.info(
+                "follow it with `squeue -j %s` and `tail -f %s`, or re-run the same command to wait for it",
+                job_id,
+                output_file(run_dir, job_id),
+            )
         return SlurmJob(self.client, conf, run_dir, prepared.script, job_id, prepared.task, states=states)
 
     def _follow(self, prepared: PreparedJob, states: Optional[JobStates]) -> SlurmJob:
         run_dir, job_id = prepared.job.output_dir, prepared.running.job_id
-        log.info("Slurm job %s of this run dir is %s: following it instead of submitting again",
-                 job_id, prepared.running.state)
+        log.info(
+            "Slurm job %s of this run dir is %s: following it instead of submitting again",
+            job_id,
+            prepared.running.state,
+        )
         record_job_id(run_dir, job_id)  # says so in the run dir's lock if this process holds it
-        return SlurmJob(self.client, self.conf, run_dir, prepared.script, job_id, prepared.task,
-                        follow_from_start=False, states=states)
+        return SlurmJob(
+            self.client,
+            self.conf,
+            run_dir,
+            prepared.script,
+            job_id,
+            prepared.task,
+            follow_from_start=False,
+            states=states,
+        )
 
     def finished(self, job: JobSpec) -> Optional[LaunchResult]:
         """A training run whose run dir records it finished with these epochs and ranks (a re-run of a
@@ -124,8 +146,12 @@ class SlurmLauncher(ClusterLauncher):
         metrics = finished_run(job.output_dir, planned_epochs(job.cfg.trainer, ranks), ranks)
         if metrics is None:
             return None
-        log.info("%s already finished its %d epoch(s) on %d rank(s): nothing to submit", job.output_dir,
-                 metrics["run"]["epochs"], ranks)
+        log.info(
+            "%s already finished its %d epoch(s) on %d rank(s): nothing to submit",
+            job.output_dir,
+            metrics["run"]["epochs"],
+            ranks,
+        )
         return LaunchResult(exit_code=0, metrics=metrics, message=f"{job.output_dir} had finished")
 
     # --- a sweep: one job array ---------------------------------------------------------
@@ -167,8 +193,9 @@ class SlurmLauncher(ClusterLauncher):
             elif new:
                 for i, job_id in zip(new, self._submit_array([prepared[i] for i in new], after)):
                     p = prepared[i]
-                    submitted[i] = SlurmJob(self.client, self.conf, p.job.output_dir, p.script, job_id, p.task,
-                                            states=states)
+                    submitted[i] = SlurmJob(
+                        self.client, self.conf, p.job.output_dir, p.script, job_id, p.task, states=states
+                    )
         except CifarDistError as exc:
             log.error("points %s were not submitted: %s", ", ".join(f"#{prepared[i].job.job_num}" for i in new), exc)
             results.update({i: LaunchResult(exit_code=2, message=str(exc)) for i in new if i not in submitted})
@@ -186,10 +213,19 @@ class SlurmLauncher(ClusterLauncher):
         ids = [f"{array_id}_{i}" for i in range(len(points))]
         for p, job_id in zip(points, ids):
             record_job_id(p.job.output_dir, job_id)
-        log.info("submitted Slurm job array %s: %d point(s) as tasks %s..%s%s, each %d node(s) x %d rank(s), "
-                 "%d min; its script %s", array_id, len(points), ids[0], ids[-1],
-                 f", {self.conf.concurrent} at a time" if self.conf.concurrent else "", self.conf.nodes,
-                 self.conf.ntasks_per_node, self.conf.time_min, script)
+        log.info(
+            "submitted Slurm job array %s: %d point(s) as tasks %s..%s%s, each %d node(s) x %d rank(s), "
+            "%d min; its script %s",
+            array_id,
+            len(points),
+            ids[0],
+            ids[-1],
+            f", {self.conf.concurrent} at a time" if self.conf.concurrent else "",
+            self.conf.nodes,
+            self.conf.ntasks_per_node,
+            self.conf.time_min,
+            script,
+        )
         if not self.conf.wait:
             log.info("follow it with `squeue -j %s`, or re-run the same command to wait for it", array_id)
         return ids
@@ -205,8 +241,10 @@ class SlurmLauncher(ClusterLauncher):
             script = self._array_script_path(new)
             script.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(script, array_script(self.conf, [p.job for p in new], array_dir(new)))
-            print(f"Dry run: wrote {script}, the job array of these points; "
-                  f"submit it by hand with: {shell_command('sbatch', script)}")
+            print(
+                f"Dry run: wrote {script}, the job array of these points; "
+                f"submit it by hand with: {shell_command('sbatch', script)}"
+            )
             print(script.read_text("utf-8"), end="", flush=True)
         return results
 
@@ -235,6 +273,9 @@ def _warn_if_requeue_cannot_resume(job: JobSpec, task: str) -> None:
     trainer = job.cfg.get("trainer")
     resume = str(trainer.get("resume", "auto")).lower() if trainer is not None else "auto"
     if task == "train" and resume != "auto":
-        log.warning("trainer.resume=%s: a requeued or resubmitted Slurm job restarts in the same run dir and will %s; "
-                    "use trainer.resume=auto", resume,
-                    "refuse to touch its checkpoints" if resume == "false" else "fail on its first start")
+        log.warning(
+            "trainer.resume=%s: a requeued or resubmitted Slurm job restarts in the same run dir and will %s; "
+            "use trainer.resume=auto",
+            resume,
+            "refuse to touch its checkpoints" if resume == "false" else "fail on its first start",
+        )

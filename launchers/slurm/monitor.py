@@ -13,6 +13,7 @@ job its time limit ended (TIMEOUT) is submitted again, up to
 job someone cancelled (``scancel``) is reported as cancelled, by whom where
 Slurm's accounting says, not by the signal its ranks got.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,18 +23,18 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached
 from cifar_dist.launchers.log_tail import tail
-from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.multirank import LOG_DIR
+from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
 from cifar_dist.results import read_results, training_complete
-from cifar_dist.config.override_syntax import rerun_hint, shell_command
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,17 @@ def recorded_job_id(run_dir: Path) -> Optional[str]:
 
 
 class SlurmJob(ClusterJob):
-    def __init__(self, client: SlurmClient, conf: SlurmLauncherConf, output_dir: Path, script: Path,
-                 job_id: str, task: str, follow_from_start: bool = True, states: Optional[JobStates] = None):
+    def __init__(
+        self,
+        client: SlurmClient,
+        conf: SlurmLauncherConf,
+        output_dir: Path,
+        script: Path,
+        job_id: str,
+        task: str,
+        follow_from_start: bool = True,
+        states: Optional[JobStates] = None,
+    ):
         self.client = client
         self.states = states or JobStates(client)
         self.conf = conf
@@ -141,11 +151,18 @@ class SlurmJob(ClusterJob):
     def _report(self, info: JobInfo) -> None:
         if self._restarts is not None and info.restarts > self._restarts:
             self.requeues += info.restarts - self._restarts
-            then = ("it runs again in the same run dir and resumes from its last checkpoint"
-                    if self.task == "train" else "it runs again")
+            then = (
+                "it runs again in the same run dir and resumes from its last checkpoint"
+                if self.task == "train"
+                else "it runs again"
+            )
             log.warning("%s was requeued (restart %d, now %s): %s", self.name, info.restarts, info.state, then)
         self._restarts = info.restarts
-        shown = (info.state, info.reason if info.state == "PENDING" else "", info.nodes if info.state == "RUNNING" else "")
+        shown = (
+            info.state,
+            info.reason if info.state == "PENDING" else "",
+            info.nodes if info.state == "RUNNING" else "",
+        )
         if shown == self._shown:
             return
         self._shown = shown
@@ -170,8 +187,14 @@ class SlurmJob(ClusterJob):
         record_job_id(self.output_dir, new_id)
         self.resubmits += 1
         self._switch_to(new_id, from_start=True)
-        log.warning("%s reached its time limit (TIMEOUT); resubmitted as %s (resubmission %d of %d): "
-                    "it resumes from its last checkpoint", old, self.name, self.resubmits, self.conf.max_resubmits)
+        log.warning(
+            "%s reached its time limit (TIMEOUT); resubmitted as %s (resubmission %d of %d): "
+            "it resumes from its last checkpoint",
+            old,
+            self.name,
+            self.resubmits,
+            self.conf.max_resubmits,
+        )
 
     # --- the end --------------------------------------------------------------------
 
@@ -179,7 +202,9 @@ class SlurmJob(ClusterJob):
         return read_results(self.output_dir)
 
     def _history(self) -> str:
-        parts = [f"{n} requeue(s)" for n in [self.requeues] if n] + [f"{n} resubmission(s)" for n in [self.resubmits] if n]
+        parts = [f"{n} requeue(s)" for n in [self.requeues] if n] + [
+            f"{n} resubmission(s)" for n in [self.resubmits] if n
+        ]
         return f" after {' and '.join(parts)}" if parts else ""
 
     def _result(self, info: JobInfo) -> LaunchResult:
@@ -197,8 +222,10 @@ class SlurmJob(ClusterJob):
         """Cancelled by someone else (this launcher's own Ctrl-C is ``interrupt``): not a rank's failure."""
         who = self.client.cancelled_by(self.job_id)
         by = f" by {who}" if who else " (scancel, or an administrator)"
-        message = (f"{self.name} was cancelled{by}{self._history()}; checkpoints in {self.output_dir / 'checkpoints'} "
-                   f"are kept: {rerun_hint(self.output_dir)} to resume")
+        message = (
+            f"{self.name} was cancelled{by}{self._history()}; checkpoints in {self.output_dir / 'checkpoints'} "
+            f"are kept: {rerun_hint(self.output_dir)} to resume"
+        )
         log.error("%s", message)
         return LaunchResult(exit_code=1, metrics=self._metrics(), message=message)
 
@@ -208,37 +235,48 @@ class SlurmJob(ClusterJob):
         if any(r.get("exit_code") for r in read_exit_records(log_dir, np, self.since)):
             return first_failure(log_dir, np, self.since, tail(self.stream.path, 60)).message(self.output_dir)
         lines = self.conf.log_tail_lines
-        hint = {"TIMEOUT": "raise launcher.time_min or launcher.max_resubmits",
-                "OUT_OF_MEMORY": "raise launcher.mem_gb"}.get(info.state, "see the job's output")
-        return (f"{hint}. Last lines of {self.stream.path}:\n{tail(self.stream.path, lines)}\n"
-                f"Checkpoints in {self.output_dir / 'checkpoints'} are kept: "
-                f"{rerun_hint(self.output_dir)} to resume.")
+        hint = {
+            "TIMEOUT": "raise launcher.time_min or launcher.max_resubmits",
+            "OUT_OF_MEMORY": "raise launcher.mem_gb",
+        }.get(info.state, "see the job's output")
+        return (
+            f"{hint}. Last lines of {self.stream.path}:\n{tail(self.stream.path, lines)}\n"
+            f"Checkpoints in {self.output_dir / 'checkpoints'} are kept: "
+            f"{rerun_hint(self.output_dir)} to resume."
+        )
 
     def _forgotten(self) -> LaunchResult:
         """The controller no longer knows the job (purged after MinJobAge): judge by its outputs."""
         metrics = self._metrics()
         if metrics is not None and (self.task == "evaluate" or metrics.get("complete")):
-            return LaunchResult(exit_code=0, metrics=metrics, message=f"{self.name} finished (no longer listed by Slurm)")
+            return LaunchResult(
+                exit_code=0, metrics=metrics, message=f"{self.name} finished (no longer listed by Slurm)"
+            )
         return LaunchResult(
-            exit_code=1, metrics=metrics,
+            exit_code=1,
+            metrics=metrics,
             message=f"{self.name} is no longer known to Slurm and left no finished result in {self.output_dir}; "
-                    f"see {self.stream.path}",
+            f"see {self.stream.path}",
         )
 
     def interrupt(self) -> LaunchResult:
         if self.conf.on_interrupt == OnInterrupt.detach:
             follow = shell_command("tail", "-f", self.stream.path)
-            return detached(self.name, f"follow it with `squeue -j {self.job_id}` and `{follow}`, "
-                                       "or re-run the same command to follow it and get its result")
+            return detached(
+                self.name,
+                f"follow it with `squeue -j {self.job_id}` and `{follow}`, "
+                "or re-run the same command to follow it and get its result",
+            )
         try:
             self.client.cancel(self.job_id)
         except LaunchError as exc:
             log.error("interrupted, but %s could not be cancelled: %s", self.name, exc)
-            return LaunchResult(exit_code=130, message=f"interrupted; cancel {self.name} yourself: scancel {self.job_id}")
+            return LaunchResult(
+                exit_code=130, message=f"interrupted; cancel {self.name} yourself: scancel {self.job_id}"
+            )
         log.warning("interrupted: cancelled %s (scancel %s)", self.name, self.job_id)
         return LaunchResult(
             exit_code=130,
             message=f"interrupted; {self.name} cancelled; {rerun_hint(self.output_dir)} to resume "
-                    "from its last checkpoint",
+            "from its last checkpoint",
         )
-

@@ -11,6 +11,7 @@ gone from its view) is asked for with ``scontrol show job`` in that round;
 one Slurm has forgotten is ``None``. A failed query fails every job's poll
 of that round alike (each counts its failed polls, monitor.py).
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Set

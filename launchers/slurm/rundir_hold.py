@@ -14,6 +14,7 @@ file, so it stays held after this process exits, until the job ends
 * 2: anything else holds it (a local run, another job): one line naming it on
   stderr, and the job ends there, before any rank has touched the run dir.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -27,20 +27,21 @@ A sweep's points are one job array (``array_script``): a dispatcher whose
 ``#SBATCH --array=0-(N-1)%k`` runs each point's own ``job.sbatch`` with
 the task's output in that point's run dir.
 """
+
 from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.launchers.ranks import rank_env
+from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.launchers.ranks.rank_env import STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
 from cifar_dist.rundir.lock import LOCK_NAME
-import sys
 
 SLURM_DIR = "slurm"  # in the run dir: the batch script, the job's output files, the ids submitted
 SCRIPT_NAME = "job.sbatch"
@@ -49,8 +50,9 @@ STOP_SIGNAL = "USR1"
 
 LOCK_FD = 9  # the batch script's descriptor on the run dir's lock file, open for the job's whole life
 # The job as the launcher knows it: 12, or 12_3 for task 3 of array 12.
-_JOB_ID = ('job_id="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}"; '
-           'job_id="${job_id:-$SLURM_JOB_ID}"')
+_JOB_ID = (
+    'job_id="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}"; job_id="${job_id:-$SLURM_JOB_ID}"'
+)
 
 
 def check_path(path: Path, what: str = "run dir") -> None:
@@ -58,8 +60,10 @@ def check_path(path: Path, what: str = "run dir") -> None:
     text = str(path)
     for char, why in (("\n", "a newline"), ("\\", "a backslash (it turns Slurm's file-name patterns off)")):
         if char in text:
-            raise LaunchError(f"{what} {text!r} holds {why}, which launcher=slurm cannot pass to sbatch; "
-                              "choose another hydra.run.dir (hydra.sweep.dir for -m)")
+            raise LaunchError(
+                f"{what} {text!r} holds {why}, which launcher=slurm cannot pass to sbatch; "
+                "choose another hydra.run.dir (hydra.sweep.dir for -m)"
+            )
 
 
 def slurm_file_name(path: Path) -> str:
@@ -144,7 +148,7 @@ def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
 def hold_run_dir_lines(run_dir: Path, python: str) -> List[str]:
     """Take the run dir's lock for the job's life (``rundir_hold.py``): refused, the job ends with its message."""
 
-    hold = f"{shlex.quote(python)} -m cifar_dist.launchers.slurm.rundir_hold --fd {LOCK_FD} --job \"$job_id\""
+    hold = f'{shlex.quote(python)} -m cifar_dist.launchers.slurm.rundir_hold --fd {LOCK_FD} --job "$job_id"'
     run_dir_q = shlex.quote(str(run_dir))
     return [
         "# The run dir's lock, held by this job until it ends (a second writer there is refused).",
@@ -204,17 +208,20 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
         "ranks=$!",
         "while :; do",
         '    wait "$ranks"; status=$?',
-        '    # wait returns early when the trap runs: keep waiting while the ranks live',
+        "    # wait returns early when the trap runs: keep waiting while the ranks live",
         '    if [ "$status" -gt 128 ] && kill -0 "$ranks" 2>/dev/null; then continue; fi',
         "    break",
         "done",
         "",
     ]
     if conf.signal_grace_s:
-        lines.append(_REQUEUE_IF_UNFINISHED.format(
-            python=q(python), run_dir=q(str(job.output_dir)),
-            max_resubmits=int(conf.max_resubmits),
-        ))
+        lines.append(
+            _REQUEUE_IF_UNFINISHED.format(
+                python=q(python),
+                run_dir=q(str(job.output_dir)),
+                max_resubmits=int(conf.max_resubmits),
+            )
+        )
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
 
@@ -233,20 +240,22 @@ def array_script(conf: SlurmLauncherConf, jobs: List[JobSpec], array_dir: Path) 
     array_out = f"--output={slurm_file_name(array_dir / SLURM_DIR)}/array-%A_%a.out"
     options = [array_out if opt.startswith("--output=") else opt for opt in sbatch_options(conf, jobs[0])]
     table = [f"    {i}) run_dir={q(str(job.output_dir))} ;;  # point #{job.job_num}" for i, job in enumerate(jobs)]
-    return "\n".join([
-        "#!/bin/bash",
-        f"# cifar_dist launcher=slurm: sweep points {', '.join(f'#{j.job_num}' for j in jobs)} as one job array;",
-        "# array task i runs the batch script in the run dir of row i below.",
-        *(sbatch_line(opt) for opt in options),
-        sbatch_line(f"--array={array_spec(len(jobs), conf.concurrent)}"),
-        "",
-        "set -u",
-        'case "$SLURM_ARRAY_TASK_ID" in',
-        *table,
-        '    *) echo "cifar_dist: no sweep point for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
-        "esac",
-        'mkdir -p "$run_dir/slurm"',
-        'exec >>"$run_dir/slurm/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1',
-        f'exec /bin/bash "$run_dir/{SLURM_DIR}/{SCRIPT_NAME}"',
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"# cifar_dist launcher=slurm: sweep points {', '.join(f'#{j.job_num}' for j in jobs)} as one job array;",
+            "# array task i runs the batch script in the run dir of row i below.",
+            *(sbatch_line(opt) for opt in options),
+            sbatch_line(f"--array={array_spec(len(jobs), conf.concurrent)}"),
+            "",
+            "set -u",
+            'case "$SLURM_ARRAY_TASK_ID" in',
+            *table,
+            '    *) echo "cifar_dist: no sweep point for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+            "esac",
+            'mkdir -p "$run_dir/slurm"',
+            'exec >>"$run_dir/slurm/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1',
+            f'exec /bin/bash "$run_dir/{SLURM_DIR}/{SCRIPT_NAME}"',
+            "",
+        ]
+    )

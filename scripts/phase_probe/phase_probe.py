@@ -15,6 +15,7 @@ of the package renamed or removed would not be timed (the breakdown merges
 its phase into the previous one): ``bench_phases.missing_functions()`` names
 it first, and the bench refuses to run (tests/test_bench_names.py).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -30,9 +31,21 @@ import time
 SPANS = {
     "cifar_dist.app": ("main", "select_launcher", "record_end", "end_of_job"),
     "cifar_dist.training.trainer": (
-        "train", "start_run", "start_engine", "load_data", "build_model", "restore_or_start", "make_streams",
-        "start_record", "open_tracker", "finish", "_evaluate_exact", "_write_record", "plot_learning_curves",
-        "write_json"),
+        "train",
+        "start_run",
+        "start_engine",
+        "load_data",
+        "build_model",
+        "restore_or_start",
+        "make_streams",
+        "start_record",
+        "open_tracker",
+        "finish",
+        "_evaluate_exact",
+        "_write_record",
+        "plot_learning_curves",
+        "write_json",
+    ),
     "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
     "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }

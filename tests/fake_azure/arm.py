@@ -20,6 +20,7 @@ service reported errors (the code and message are the fake's own: the launcher
 prints whatever the service sends). A requeued job starts again only after a
 client has seen it queued, so slow polling cannot miss the requeue.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -125,7 +126,11 @@ class BatchAIState:
                 job.start_time = datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
                 missing = self._missing_inputs(job)
                 if missing:
-                    self._fail(job, 127, [f"python: can't open file '{m}': [Errno 2] No such file or directory" for m in missing])
+                    self._fail(
+                        job,
+                        127,
+                        [f"python: can't open file '{m}': [Errno 2] No such file or directory" for m in missing],
+                    )
                     continue
                 if self.node_root is not None:
                     self._start_node(job)
@@ -138,7 +143,11 @@ class BatchAIState:
                 while job.lines_written < due:
                     job.lines_written += 1
                     job.polls = 0
-                    self.files.append(share, f"{out}/stdout.txt", f"Epoch {job.lines_written}/{STDOUT_LINES} - loss: 1.{9 - job.lines_written}\n".encode())
+                    self.files.append(
+                        share,
+                        f"{out}/stdout.txt",
+                        f"Epoch {job.lines_written}/{STDOUT_LINES} - loss: 1.{9 - job.lines_written}\n".encode(),
+                    )
                 if job.preempted < self.preemptions:
                     # Preempted at the end of the run, once a client has polled twice since the last
                     # stdout line (so a follower has seen it running and read all of its output).
@@ -148,7 +157,9 @@ class BatchAIState:
                 held = len(self.jobs) < self.finish_after_jobs and now - self._first_created() < self.hold_limit_s
                 if now - job.started_at >= job.running_s and not held:
                     if job.env("FAKE_OUTCOME") == "fail":
-                        self._fail(job, 3, ["Traceback (most recent call last):", "RuntimeError: planted training failure"])
+                        self._fail(
+                            job, 3, ["Traceback (most recent call last):", "RuntimeError: planted training failure"]
+                        )
                     elif self._node_config(job).get("task", {}).get("name") == "evaluate":
                         self._score(job, now)
                     else:
@@ -161,17 +172,24 @@ class BatchAIState:
         """Batch AI's answer to a preempted low-priority node: the job goes back to the queue."""
         job.preempted += 1
         job.state, job.created, job.started_at, job.lines_written, job.node, job.polls = "queued", now, None, 0, None, 0
-        job.errors = [{
-            "code": "NodePreempted",
-            "message": "The low-priority node running the job was preempted; the job was requeued",
-            "details": [{"name": "nodeId", "value": f"tvm-fake_{job.attempt}"}, {"name": "attempt", "value": str(job.attempt)}],
-        }]
+        job.errors = [
+            {
+                "code": "NodePreempted",
+                "message": "The low-priority node running the job was preempted; the job was requeued",
+                "details": [
+                    {"name": "nodeId", "value": f"tvm-fake_{job.attempt}"},
+                    {"name": "attempt", "value": str(job.attempt)},
+                ],
+            }
+        ]
         if self.node_root is None:
             share, out = self._stdouterr(job)
             self.files.write(share, f"{out}/stdout.txt", b"")  # the next run writes it afresh
 
     def _mounts(self, job: FakeJob) -> List[Tuple[str, str]]:
-        return [(m["azureFileUrl"].rstrip("/").rsplit("/", 1)[1], m["relativeMountPath"]) for m in self.props_shares(job)]
+        return [
+            (m["azureFileUrl"].rstrip("/").rsplit("/", 1)[1], m["relativeMountPath"]) for m in self.props_shares(job)
+        ]
 
     def _disk(self, job: FakeJob, share: str, path: str) -> Path:
         mount = next(m for s, m in self._mounts(job) if s == share)
@@ -187,9 +205,12 @@ class BatchAIState:
         run_share, run = self.run_dir(job)
         out_share, out = self._stdouterr(job)
         job.node = NodeRun(
-            self.node_root, hvd["pythonScriptFilePath"], hvd["commandLineArgs"],
+            self.node_root,
+            hvd["pythonScriptFilePath"],
+            hvd["commandLineArgs"],
             {e["name"]: e["value"] for e in job.props.get("environmentVariables", [])},
-            self._disk(job, out_share, out), self._disk(job, run_share, run),
+            self._disk(job, out_share, out),
+            self._disk(job, run_share, run),
             preempt=job.preempted < self.preemptions,
         )
         job.runs.append(job.node)
@@ -224,7 +245,7 @@ class BatchAIState:
     def _node_path(self, job: FakeJob, node_path: str) -> Tuple[str, str]:
         """$AZ_BATCHAI_JOB_MOUNT_ROOT/<mount>/<path> -> (share, path), through the job's mounts."""
         assert node_path.startswith(MOUNT_ROOT), node_path
-        mount, _, rest = node_path[len(MOUNT_ROOT):].partition("/")
+        mount, _, rest = node_path[len(MOUNT_ROOT) :].partition("/")
         for share in self.props_shares(job):
             if share["relativeMountPath"] == mount:
                 return share["azureFileUrl"].rstrip("/").rsplit("/", 1)[1], rest
@@ -285,22 +306,49 @@ class BatchAIState:
         elif model and tree.get(f"{model[1]}/saved_models/keras_cifar10_trained_model.h5") is not None:
             found = f"{model[1]}/saved_models/keras_cifar10_trained_model.h5"
         elif model:
-            checkpoints = sorted(k for k in tree if re.match(re.escape(model[1]) + r"/checkpoints/checkpoint-\d{3,}\.h5$", k))
+            checkpoints = sorted(
+                k for k in tree if re.match(re.escape(model[1]) + r"/checkpoints/checkpoint-\d{3,}\.h5$", k)
+            )
             found = checkpoints[-1] if checkpoints else None
         images = evaluate.get("input", "test")
         image_path = self._on_node(job, images)
-        if found is None or (images not in ("test", "train") and (image_path is None or not any(
-                k == image_path[1] or k.startswith(image_path[1] + "/") for k in self.files.shares.get(image_path[0], {})))):
+        if found is None or (
+            images not in ("test", "train")
+            and (
+                image_path is None
+                or not any(
+                    k == image_path[1] or k.startswith(image_path[1] + "/")
+                    for k in self.files.shares.get(image_path[0], {})
+                )
+            )
+        ):
             what = f"evaluate.model={evaluate['model']}" if found is None else f"evaluate.input={images}"
-            self._fail(job, 2, [f"cifar_dist: error: {what}: no such file or directory; point it at a training run dir or a .h5 file"])
+            self._fail(
+                job,
+                2,
+                [f"cifar_dist: error: {what}: no such file or directory; point it at a training run dir or a .h5 file"],
+            )
             return
         data = self.files.read(model[0], found)
-        job.scored = {"model": found, "model_sha256": hashlib.sha256(data).hexdigest(), "input": image_path[1] if image_path else images}
+        job.scored = {
+            "model": found,
+            "model_sha256": hashlib.sha256(data).hexdigest(),
+            "input": image_path[1] if image_path else images,
+        }
         share, run = self.run_dir(job)
-        result = {"model": found, "input": job.scored["input"], "ranks": job.props["horovodSettings"]["processCount"],
-                  "loss": 1.25, "accuracy": 0.5, "labelled": 4, "model_sha256": job.scored["model_sha256"]}
+        result = {
+            "model": found,
+            "input": job.scored["input"],
+            "ranks": job.props["horovodSettings"]["processCount"],
+            "loss": 1.25,
+            "accuracy": 0.5,
+            "labelled": 4,
+            "model_sha256": job.scored["model_sha256"],
+        }
         self.files.write(share, f"{run}/evaluation.json", json.dumps(result).encode())
-        self.files.write(share, f"{run}/predictions.csv", b"index,label,predicted,confidence\n0,cat,cat,0.9\n1,dog,cat,0.6\n")
+        self.files.write(
+            share, f"{run}/predictions.csv", b"index,label,predicted,confidence\n0,cat,cat,0.9\n1,dog,cat,0.6\n"
+        )
         self.files.write(share, f"{run}/confusion_matrix.png", b"\x89PNG\r\n\x1a\n fake")
         self.files.write(share, f"{run}/.hydra/config.yaml", b"node: side\n")
         job.state, job.exit_code, job.finished_at = "succeeded", 0, now
@@ -308,9 +356,17 @@ class BatchAIState:
     def _write_outputs(self, job: FakeJob) -> None:
         """What a training run leaves in its run dir (trainer.py's artifacts)."""
         share, run = self.run_dir(job)
-        self.files.write(share, f"{run}/saved_models/keras_cifar10_trained_model.h5", b"\x89HDF\r\n\x1a\n fake model " + job.name.encode())
+        self.files.write(
+            share,
+            f"{run}/saved_models/keras_cifar10_trained_model.h5",
+            b"\x89HDF\r\n\x1a\n fake model " + job.name.encode(),
+        )
         self.files.write(share, f"{run}/checkpoints/checkpoint-001.h5", b"\x89HDF\r\n\x1a\n fake checkpoint")
-        self.files.write(share, f"{run}/metrics.json", json.dumps({"test": {"accuracy": 0.625, "loss": 1.05}, "job": job.name}).encode())
+        self.files.write(
+            share,
+            f"{run}/metrics.json",
+            json.dumps({"test": {"accuracy": 0.625, "loss": 1.05}, "job": job.name}).encode(),
+        )
         self.files.write(share, f"{run}/training_log.csv", b"epoch,loss\n0,1.9\n")
         self.files.write(share, f"{run}/cifar_dist_node.log", b"[INFO] node log\n")
         self.files.write(share, f"{run}/.hydra/config.yaml", b"node: side\n")
@@ -353,7 +409,11 @@ class BatchAIState:
             return 404, {}, _err("OperationNotFound", op)
         if left > 0:
             self.operations[op] = left - 1
-            return 202, {"Retry-After": "0", "Location": f"{self.base_url()}/operations/{op}?api-version={API_VERSION}"}, {"status": "InProgress"}
+            return (
+                202,
+                {"Retry-After": "0", "Location": f"{self.base_url()}/operations/{op}?api-version={API_VERSION}"},
+                {"status": "InProgress"},
+            )
         return 200, {}, {"status": "Succeeded"}
 
     def _workspace(self, method, path, ws, body):
@@ -363,8 +423,13 @@ class BatchAIState:
             return 200, {}, self.workspaces[ws]
         if method == "PUT":
             location = json.loads(body)["location"]
-            self.workspaces[ws] = {"id": path, "name": ws, "type": "Microsoft.BatchAI/workspaces", "location": location,
-                                   "properties": {"provisioningState": "succeeded"}}
+            self.workspaces[ws] = {
+                "id": path,
+                "name": ws,
+                "type": "Microsoft.BatchAI/workspaces",
+                "location": location,
+                "properties": {"provisioningState": "succeeded"},
+            }
             return 202, self._lro("location"), None
         return 405, {}, _err("MethodNotAllowed", method)
 
@@ -387,7 +452,11 @@ class BatchAIState:
             return 200, {}, self._cluster_json(key)
         if method == "PUT":
             sent = json.loads(body)
-            self.clusters[key] = {"id": path, "name": key[1], "properties": {**sent["properties"], "provisioningState": "succeeded"}}
+            self.clusters[key] = {
+                "id": path,
+                "name": key[1],
+                "properties": {**sent["properties"], "provisioningState": "succeeded"},
+            }
             return 202, self._lro("async"), None
         if method == "PATCH":
             if key not in self.clusters:
@@ -448,7 +517,9 @@ class BatchAIState:
                     continue
                 account = self.props_shares(job)[0]["accountName"]
                 url = f"{self.base_url()}/{account}/{share}/{out}/{name}?sv=2017-04-17&sr=f&sp=r&sig=fakesignature"
-                files.append({"name": name, "fileType": "file", "downloadUrl": url, "properties": {"contentLength": len(data)}})
+                files.append(
+                    {"name": name, "fileType": "file", "downloadUrl": url, "properties": {"contentLength": len(data)}}
+                )
             return 200, {}, {"value": files}
         return 405, {}, _err("MethodNotAllowed", f"{method} {action}")
 
@@ -466,7 +537,12 @@ class BatchAIState:
             info["errors"] = job.errors
         if info:
             props["executionInfo"] = info
-        return {"id": job.path, "name": job.name, "type": "Microsoft.BatchAI/workspaces/experiments/jobs", "properties": props}
+        return {
+            "id": job.path,
+            "name": job.name,
+            "type": "Microsoft.BatchAI/workspaces/experiments/jobs",
+            "properties": props,
+        }
 
 
 def _err(code: str, message: str) -> Dict[str, Any]:

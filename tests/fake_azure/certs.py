@@ -1,6 +1,7 @@
 """A self-signed certificate for 127.0.0.1, so the real SDKs talk HTTPS to the
 fake servers (bearer tokens and shared keys never travel over plain http, as
 in production) and trust it through REQUESTS_CA_BUNDLE."""
+
 from __future__ import annotations
 
 import datetime
@@ -41,8 +42,6 @@ def make_self_signed(directory: Path, dns_names: Sequence[str] = ()) -> Tuple[Pa
     cert_path, key_path = directory / "fake_azure.crt", directory / "fake_azure.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_path, key_path

@@ -1,6 +1,7 @@
 """A TokenCredential for the fake ARM server: hands out whatever token
 $FAKE_AZURE_TOKEN holds (the server accepts only the one it was told).
 Selected with ``launcher.credential=fake_azure.credential.FakeTokenCredential``."""
+
 from __future__ import annotations
 
 import os

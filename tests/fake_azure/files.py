@@ -1,6 +1,7 @@
 """The Azure File service calls the storage SDK makes: share and directory
 create, file create + put-range, properties (HEAD), ranged GET (416 at
 offset == size) and directory listing. State is an in-memory tree."""
+
 from __future__ import annotations
 
 import base64
@@ -54,7 +55,9 @@ class FileStore:
 
 
 def _error(status: int, code: str, message: str) -> Tuple[int, Dict[str, str], bytes]:
-    body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>'
+    body = (
+        f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>'
+    )
     return status, {"x-ms-error-code": code, "Content-Type": "application/xml"}, body.encode()
 
 
@@ -128,7 +131,9 @@ def handle_file_request(
             return 200, props, bytes(entry.data)
         start, end = _parse_range(ask)
         if start >= size:
-            status, hdrs, err = _error(416, "InvalidRange", "The range specified is invalid for the current size of the resource.")
+            status, hdrs, err = _error(
+                416, "InvalidRange", "The range specified is invalid for the current size of the resource."
+            )
             return status, {**hdrs, "Content-Range": f"bytes */{size}"}, err
         end = min(end if end is not None else size - 1, size - 1)
         return 206, {**props, "Content-Range": f"bytes {start}-{end}/{size}"}, bytes(entry.data[start : end + 1])
@@ -146,9 +151,9 @@ def _listing(share: str, path: str, tree: Dict[str, Optional[StoredFile]]) -> by
     prefix = f"{path}/" if path else ""
     entries: List[str] = []
     for key in sorted(tree):
-        if not key.startswith(prefix) or "/" in key[len(prefix):] or key == path:
+        if not key.startswith(prefix) or "/" in key[len(prefix) :] or key == path:
             continue
-        name = escape(key[len(prefix):])
+        name = escape(key[len(prefix) :])
         entry = tree[key]
         if entry is None:
             entries.append(f"<Directory><Name>{name}</Name><Properties /></Directory>")

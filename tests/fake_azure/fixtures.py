@@ -2,6 +2,7 @@
 FakeAzure, a planted storage key, and the overrides and environment that point
 ``python -m cifar_dist launcher=batchai`` at the fake with small polling
 intervals (start it with conftest's run_cli/start_cli)."""
+
 from __future__ import annotations
 
 import base64

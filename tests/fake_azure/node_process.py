@@ -7,6 +7,7 @@ Preemption: with ``preempt``, the process group is killed (SIGKILL) as soon as
 ``run_dir/checkpoints`` holds a finished checkpoint; the double then puts the
 job back in its queue and the next attempt starts a fresh process.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,13 +23,27 @@ CHECKPOINT = re.compile(r"^checkpoint-\d{3,}\.h5$")
 
 
 class NodeProcess:
-    def __init__(self, argv: Sequence[str], *, env: Dict[str, str], cwd: Path, stdout: IO, stderr: Union[IO, int],
-                 run_dir: Path, preempt: bool):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Dict[str, str],
+        cwd: Path,
+        stdout: IO,
+        stderr: Union[IO, int],
+        run_dir: Path,
+        preempt: bool,
+    ):
         self.run_dir = run_dir
         self.preempted = False  # killed by the fake's "preemption", not failed on its own
         self.checkpoints_at_kill: List[str] = []
         self.proc = subprocess.Popen(
-            list(argv), env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+            list(argv),
+            env=env,
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
         if preempt:
@@ -37,7 +52,11 @@ class NodeProcess:
     def _preempt_after_first_checkpoint(self) -> None:
         folder = self.run_dir / "checkpoints"
         while self.proc.poll() is None:
-            done = sorted(p.name for p in folder.glob("checkpoint-*.h5") if CHECKPOINT.match(p.name)) if folder.is_dir() else []
+            done = (
+                sorted(p.name for p in folder.glob("checkpoint-*.h5") if CHECKPOINT.match(p.name))
+                if folder.is_dir()
+                else []
+            )
             if done:
                 self.checkpoints_at_kill = done
                 self.preempted = True

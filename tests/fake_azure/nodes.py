@@ -17,6 +17,7 @@ finished checkpoint, and the job goes back to queued, as Batch AI requeued a
 job whose low-priority node was taken away; the next run starts a fresh
 process on the same share.
 """
+
 from __future__ import annotations
 
 import os
@@ -83,20 +84,30 @@ class Mirror:
 class NodeRun(NodeProcess):
     """One run of a job's entry script (one attempt; a requeued job gets a new one)."""
 
-    def __init__(self, root: Path, script: str, args: str, env: Dict[str, str], stdouterr: Path,
-                 run_dir: Path, preempt: bool):
+    def __init__(
+        self, root: Path, script: str, args: str, env: Dict[str, str], stdouterr: Path, run_dir: Path, preempt: bool
+    ):
         stdouterr.mkdir(parents=True, exist_ok=True)
         expand = lambda text: text.replace(MOUNT_ROOT_VAR, str(root))  # noqa: E731  (Batch AI expands it)
         node_env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_"))}
         node_env.update(env)
-        node_env.update({
-            "AZ_BATCHAI_JOB_MOUNT_ROOT": str(root),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), node_env.get("PYTHONPATH", "")) if p),
-            "PYTHONUNBUFFERED": "1",
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-        })
+        node_env.update(
+            {
+                "AZ_BATCHAI_JOB_MOUNT_ROOT": str(root),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), node_env.get("PYTHONPATH", "")) if p),
+                "PYTHONUNBUFFERED": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+            }
+        )
         # A new run writes its stdout.txt/stderr.txt afresh (what Batch AI did on a retry is not
         # documented; the launcher copes with either).
         with open(stdouterr / "stdout.txt", "wb") as out, open(stdouterr / "stderr.txt", "wb") as err:
-            super().__init__([sys.executable, expand(script), *shlex.split(expand(args))], env=node_env, cwd=root,
-                             stdout=out, stderr=err, run_dir=run_dir, preempt=preempt)
+            super().__init__(
+                [sys.executable, expand(script), *shlex.split(expand(args))],
+                env=node_env,
+                cwd=root,
+                stdout=out,
+                stderr=err,
+                run_dir=run_dir,
+                preempt=preempt,
+            )

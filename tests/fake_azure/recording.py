@@ -4,6 +4,7 @@ request is recorded (``Recorded``, so tests can assert what the real SDKs sent)
 and may be answered by an injected fault (``Fault``: 429/503 + Retry-After)
 before the double's own ``answer`` sees it.
 """
+
 from __future__ import annotations
 
 import json
@@ -97,15 +98,18 @@ class RecordingHTTPS:
                     fault.hits += 1
                     record.status = fault.status
                     code = self.throttled_code if fault.status == 429 else "ServiceUnavailable"
-                    return fault.status, {"Retry-After": fault.retry_after, "Content-Type": "application/json"}, json.dumps(
-                        {"error": {"code": code, "message": "try later"}}
-                    ).encode()
+                    return (
+                        fault.status,
+                        {"Retry-After": fault.retry_after, "Content-Type": "application/json"},
+                        json.dumps({"error": {"code": code, "message": "try later"}}).encode(),
+                    )
             status, out_headers, data = self.answer(method, host, path, query, headers, body)
             record.status = status
             return status, out_headers, data
 
-    def answer(self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str],
-               body: bytes) -> Answer:
+    def answer(
+        self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes
+    ) -> Answer:
         raise NotImplementedError
 
 
@@ -117,7 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         headers = {k.lower(): v for k, v in self.headers.items()}
-        status, out_headers, data = self.double.dispatch(self.command, headers.get("host", ""), self.path, headers, body)
+        status, out_headers, data = self.double.dispatch(
+            self.command, headers.get("host", ""), self.path, headers, body
+        )
         self.send_response(status)
         for key, value in out_headers.items():
             if key.lower() != "content-length":

@@ -7,6 +7,7 @@ SDKs sent, with injectable faults (429/503 + Retry-After; both in
     /operations/<id>                  -> long-running operation status
     /<account>/<share>/<path>         -> files.handle_file_request
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ class FakeAzure(RecordingHTTPS):
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self, cert_dir: Path) -> "FakeAzure":
+    def start(self, cert_dir: Path) -> FakeAzure:
         self.serve(cert_dir)
         return self
 
@@ -55,8 +56,11 @@ class FakeAzure(RecordingHTTPS):
     def arm_requests(self, method: Optional[str] = None, contains: str = "") -> List[Recorded]:
         with self.lock:
             return [
-                r for r in self.requests
-                if r.path.startswith("/subscriptions/") and (method is None or r.method == method) and contains in r.path
+                r
+                for r in self.requests
+                if r.path.startswith("/subscriptions/")
+                and (method is None or r.method == method)
+                and contains in r.path
             ]
 
     def job_creates(self) -> List[Recorded]:
@@ -68,12 +72,17 @@ class FakeAzure(RecordingHTTPS):
 
     # --- answers ---------------------------------------------------------------------------
 
-    def answer(self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str],
-               body: bytes) -> Answer:
+    def answer(
+        self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes
+    ) -> Answer:
         self.batchai.advance()
         if path.startswith("/subscriptions/") or path.startswith("/operations/"):
             if headers.get("authorization") != f"Bearer {self.token}":
-                status, out_headers, payload = 401, {}, {"error": {"code": "AuthenticationFailed", "message": "The access token is invalid."}}
+                status, out_headers, payload = (
+                    401,
+                    {},
+                    {"error": {"code": "AuthenticationFailed", "message": "The access token is invalid."}},
+                )
             else:
                 status, out_headers, payload = self.batchai.handle(method, path, query, body)
             data = json.dumps(payload).encode() if payload is not None else b""

@@ -2,6 +2,7 @@
 uploads, log links and output downloads: put (single shot or blocks + block
 list), get (ranged), properties, metadata, list by prefix. Signed (SAS ``sig``)
 or shared-key requests only."""
+
 from __future__ import annotations
 
 import datetime
@@ -22,7 +23,9 @@ class Blob:
 
     @property
     def etag(self) -> str:
-        return '"0x' + hashlib.md5(self.data + repr(sorted(self.metadata.items())).encode()).hexdigest()[:16].upper() + '"'
+        return (
+            '"0x' + hashlib.md5(self.data + repr(sorted(self.metadata.items())).encode()).hexdigest()[:16].upper() + '"'
+        )
 
 
 class BlobStore:
@@ -42,7 +45,7 @@ class BlobStore:
         with self.lock:
             for (c, prefix), folder in self.live.items():
                 if c == container and name.startswith(prefix):
-                    path = folder / name[len(prefix):]
+                    path = folder / name[len(prefix) :]
                     return Blob(path.read_bytes()) if path.is_file() else None
             return self.containers.get(container, {}).get(name)
 
@@ -63,7 +66,7 @@ class BlobStore:
         """Write the blobs under ``prefix/`` into a local folder (what a job's mounted input shows)."""
         names = self.names(container, prefix.rstrip("/") + "/") or ([prefix] if self.get(container, prefix) else [])
         for name in names:
-            rel = name[len(prefix):].lstrip("/") or Path(name).name
+            rel = name[len(prefix) :].lstrip("/") or Path(name).name
             dest = folder / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(self.get(container, name).data)
@@ -84,7 +87,7 @@ def _headers(blob: Blob) -> Dict[str, str]:
 
 
 def _metadata(headers: Dict[str, str]) -> Dict[str, str]:
-    return {k[len("x-ms-meta-"):]: v for k, v in headers.items() if k.startswith("x-ms-meta-")}
+    return {k[len("x-ms-meta-") :]: v for k, v in headers.items() if k.startswith("x-ms-meta-")}
 
 
 def _error(status: int, code: str) -> Tuple[int, Dict[str, str], bytes]:
@@ -92,8 +95,9 @@ def _error(status: int, code: str) -> Tuple[int, Dict[str, str], bytes]:
     return status, {"x-ms-error-code": code, "Content-Type": "application/xml"}, body.encode()
 
 
-def handle_blob_request(store: BlobStore, method: str, path: str, query: Dict[str, str], headers: Dict[str, str],
-                        body: bytes) -> Tuple[int, Dict[str, str], bytes]:
+def handle_blob_request(
+    store: BlobStore, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes
+) -> Tuple[int, Dict[str, str], bytes]:
     if not (query.get("sig") or headers.get("authorization", "").startswith(f"SharedKey {store.account}:")):
         return _error(403, "AuthenticationFailed")
     container, _, name = path.lstrip("/").partition("/")
@@ -141,10 +145,12 @@ def _ranged(blob: Blob, spec: Optional[str]) -> Tuple[int, Dict[str, str], bytes
     end = min(int(end_s), size - 1) if end_s else size - 1
     if start >= size:
         return 416, {"Content-Range": f"bytes */{size}"}, b""
-    return 206, {**_headers(blob), "Content-Range": f"bytes {start}-{end}/{size}"}, blob.data[start:end + 1]
+    return 206, {**_headers(blob), "Content-Range": f"bytes {start}-{end}/{size}"}, blob.data[start : end + 1]
 
 
-def _container(store: BlobStore, method: str, container: str, query: Dict[str, str]) -> Tuple[int, Dict[str, str], bytes]:
+def _container(
+    store: BlobStore, method: str, container: str, query: Dict[str, str]
+) -> Tuple[int, Dict[str, str], bytes]:
     if method == "PUT":
         if container in store.containers:
             return _error(409, "ContainerAlreadyExists")

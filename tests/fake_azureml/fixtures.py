@@ -1,6 +1,7 @@
 """pytest fixtures and helpers for the Azure ML launcher tests: a running
 FakeAzureML (jobs run for real below the test's folder) and
 ``python -m cifar_dist launcher=azureml`` pointed at it."""
+
 from __future__ import annotations
 
 from pathlib import Path

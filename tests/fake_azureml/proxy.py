@@ -4,6 +4,7 @@ azure-ai-ml reaches a datastore at ``https://<account>.blob.<storage endpoint>``
 a host name no local resolver knows; the SDKs honour ``HTTPS_PROXY`` (requests
 does), so tests point it here and the tunnel ends at the fake, whose
 certificate names that host."""
+
 from __future__ import annotations
 
 import socket
@@ -17,7 +18,7 @@ class ConnectProxy:
         self.tunnelled = []  # host:port of every CONNECT
         self._sock: Optional[socket.socket] = None
 
-    def start(self) -> "ConnectProxy":
+    def start(self) -> ConnectProxy:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ Preemption (``fake_azure.node_process``): the process group is killed (SIGKILL)
 as soon as the run dir holds a finished checkpoint; the job then goes back to
 the queue and runs again.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,12 @@ class NodeRun(NodeProcess):
 
     def __init__(self, state, job, preempt: bool):
         props = job.props
-        processes = props["resources"]["instanceCount"] * (props.get("distribution") or {}).get("processCountPerInstance", 1)
-        assert processes == 1, "the fake runs one process per job: launcher.instance_count=1, process_count_per_instance=1"
+        processes = props["resources"]["instanceCount"] * (props.get("distribution") or {}).get(
+            "processCountPerInstance", 1
+        )
+        assert processes == 1, (
+            "the fake runs one process per job: launcher.instance_count=1, process_count_per_instance=1"
+        )
         self.attempt = job.attempt
         folder = state.node_root / job.name
         self.code = _materialize_code(state, props["codeId"], folder / "code")
@@ -41,15 +46,28 @@ class NodeRun(NodeProcess):
         for name in props.get("outputs") or {}:
             command = command.replace("${{outputs.%s}}" % name, str(folder / "outputs" / name))
         for name, item in (props.get("inputs") or {}).items():
-            command = command.replace("${{inputs.%s}}" % name, str(_materialize_input(state, item["uri"], folder / "inputs" / name)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_", "HTTPS_PROXY", "https_proxy"))}
+            command = command.replace(
+                "${{inputs.%s}}" % name, str(_materialize_input(state, item["uri"], folder / "inputs" / name))
+            )
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AZURE_", "FAKE_AZURE", "CIFAR_DIST_", "HTTPS_PROXY", "https_proxy"))
+        }
         env.pop("PYTHONPATH", None)  # the code asset, not the source tree, is what runs
         env.update(props.get("environmentVariables") or {})  # the job's own (PYTHONPATH=user/code), as on a node
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         with open(log_file, "wb") as out:
-            super().__init__(["bash", "-c", command], env=env, cwd=self.code, stdout=out, stderr=subprocess.STDOUT,
-                             run_dir=self.outputs, preempt=preempt)
+            super().__init__(
+                ["bash", "-c", command],
+                env=env,
+                cwd=self.code,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                run_dir=self.outputs,
+                preempt=preempt,
+            )
 
 
 def _materialize_code(state, code_id: str, folder: Path) -> Path:
@@ -65,7 +83,13 @@ def _materialize_code(state, code_id: str, folder: Path) -> Path:
 def _materialize_input(state, uri: str, folder: Path) -> Path:
     job_output = _JOB_OUTPUT.match(uri)
     if job_output:
-        return state.node_root / job_output.group("job") / "outputs" / job_output.group("output") / (job_output.group("path") or "")
+        return (
+            state.node_root
+            / job_output.group("job")
+            / "outputs"
+            / job_output.group("output")
+            / (job_output.group("path") or "")
+        )
     match = _DATASTORE_PATH.match(uri)
     assert match, f"the fake cannot mount input {uri}"
     from .workspace import CONTAINER

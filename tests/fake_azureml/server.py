@@ -9,6 +9,7 @@ request so tests can assert what the real SDK did, with injectable faults
 Reach it directly at ``url`` (ARM, run history) and, for the blob host names,
 through ``proxy.url`` (an HTTP CONNECT proxy: tests set HTTPS_PROXY to it).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,7 @@ class FakeAzureML(RecordingHTTPS):
     def blob_host(self) -> str:
         return f"{self.account}.blob.{self.storage_suffix}"
 
-    def start(self, cert_dir: Path) -> "FakeAzureML":
+    def start(self, cert_dir: Path) -> FakeAzureML:
         self.serve(cert_dir, dns_names=[self.blob_host])
         self.proxy = ConnectProxy(("127.0.0.1", self._server.server_address[1])).start()
         self.state = AzureMLState(self.blobs, lambda: self.url, f"https://{self.blob_host}", self.node_root)
@@ -73,15 +74,20 @@ class FakeAzureML(RecordingHTTPS):
 
     # --- answers ---------------------------------------------------------------------------
 
-    def answer(self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str],
-               body: bytes) -> Answer:
+    def answer(
+        self, method: str, host: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes
+    ) -> Answer:
         if host.split(":")[0] == self.blob_host:
             return handle_blob_request(self.blobs, method, path, query, headers, body)
         if path == "/discovery":
             return 200, {"Content-Type": "application/json"}, json.dumps(self.state.discovery()).encode()
         if headers.get("authorization") != f"Bearer {self.token}":
             error = {"error": {"code": "InvalidAuthenticationToken", "message": "The access token is invalid."}}
-            return 401, {"Content-Type": "application/json", "WWW-Authenticate": 'Bearer error="invalid_token"'}, json.dumps(error).encode()
+            return (
+                401,
+                {"Content-Type": "application/json", "WWW-Authenticate": 'Bearer error="invalid_token"'},
+                json.dumps(error).encode(),
+            )
         status, out_headers, payload = self.state.handle(method, path, query, body)
         data = json.dumps(payload).encode() if payload is not None else b""
         return status, {"Content-Type": "application/json", **out_headers}, data

@@ -21,6 +21,7 @@ GET history/v1.0/.../runs/<name>/details (logFiles); POST history/v1.0/.../runda
 GET datastores?isDefault=true -> datastore + listSecrets -> HEAD and list
 azureml/<name>/run_dir/ -> ranged GETs of each blob.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,19 @@ from .runner import NodeRun
 
 DATASTORE = "workspaceblobstore"
 CONTAINER = "azureml-blobstore"
-_WS = (r"^/subscriptions/(?P<sub>[^/]+)/resource[gG]roups/(?P<rg>[^/]+)/providers/"
-       r"Microsoft\.MachineLearningServices/workspaces/(?P<ws>[^/]+)")
-_ARM = re.compile(_WS + r"(?:/(?P<kind>computes|codes|environments|jobs|datastores)"
-                  r"(?:/(?P<name>[^/]+)(?:/versions(?:/(?P<version>[^/]+))?)?(?:/(?P<action>[A-Za-z]+))?)?)?$")
-_HISTORY = re.compile(r"^/history/v1\.0" + _WS[1:] + r"(?:/experiment(?:s|ids)/[^/]+)?/(?:runs|rundata)(?:/(?P<run>[^/]+))?(?:/(?P<what>details))?$")
+_WS = (
+    r"^/subscriptions/(?P<sub>[^/]+)/resource[gG]roups/(?P<rg>[^/]+)/providers/"
+    r"Microsoft\.MachineLearningServices/workspaces/(?P<ws>[^/]+)"
+)
+_ARM = re.compile(
+    _WS + r"(?:/(?P<kind>computes|codes|environments|jobs|datastores)"
+    r"(?:/(?P<name>[^/]+)(?:/versions(?:/(?P<version>[^/]+))?)?(?:/(?P<action>[A-Za-z]+))?)?)?$"
+)
+_HISTORY = re.compile(
+    r"^/history/v1\.0"
+    + _WS[1:]
+    + r"(?:/experiment(?:s|ids)/[^/]+)?/(?:runs|rundata)(?:/(?P<run>[^/]+))?(?:/(?P<what>details))?$"
+)
 STEPS = ("NotStarted", "Queued", "Preparing", "Running", "Finalizing")
 TERMINAL = ("Completed", "Failed", "Canceled")
 
@@ -93,8 +102,18 @@ class AzureMLState:
 
     def discovery(self) -> Dict[str, str]:
         url = self.base_url()
-        return {"api": url, "catalog": url, "experimentation": url, "gallery": url, "history": url,
-                "hyperdrive": url, "labeling": url, "modelmanagement": url, "pipelines": url, "studio": url}
+        return {
+            "api": url,
+            "catalog": url,
+            "experimentation": url,
+            "gallery": url,
+            "history": url,
+            "hyperdrive": url,
+            "labeling": url,
+            "modelmanagement": url,
+            "pipelines": url,
+            "studio": url,
+        }
 
     # --- dispatch ----------------------------------------------------------------------
 
@@ -110,7 +129,13 @@ class AzureMLState:
 
     def _arm(self, method: str, path: str, m, query: Dict[str, str], body: Optional[Dict[str, Any]]):
         kind, name, version, action = m.group("kind"), m.group("name"), m.group("version"), m.group("action")
-        ws_id = path.split("/computes")[0].split("/codes")[0].split("/environments")[0].split("/jobs")[0].split("/datastores")[0]
+        ws_id = (
+            path.split("/computes")[0]
+            .split("/codes")[0]
+            .split("/environments")[0]
+            .split("/jobs")[0]
+            .split("/datastores")[0]
+        )
         if kind is None:
             return 200, {}, self._workspace(ws_id, m.group("ws"))
         if kind == "datastores":
@@ -125,26 +150,39 @@ class AzureMLState:
 
     def _workspace(self, ws_id: str, name: str) -> Dict[str, Any]:
         url = self.base_url()
-        return self.workspaces.setdefault(ws_id, {
-            "id": ws_id, "name": name, "type": "Microsoft.MachineLearningServices/workspaces", "location": "eastus",
-            "kind": "Default",
-            "properties": {
-                "workspaceId": str(uuid.uuid4()), "friendlyName": name, "discoveryUrl": f"{url}/discovery",
-                "mlFlowTrackingUri": f"azureml://eastus.api.azureml.ms/mlflow/v1.0{ws_id}",
-                "storageAccount": f"{ws_id.split('/providers')[0]}/providers/Microsoft.Storage/storageAccounts/"
-                                  f"{self.blobs.account}",
-                "provisioningState": "Succeeded",
+        return self.workspaces.setdefault(
+            ws_id,
+            {
+                "id": ws_id,
+                "name": name,
+                "type": "Microsoft.MachineLearningServices/workspaces",
+                "location": "eastus",
+                "kind": "Default",
+                "properties": {
+                    "workspaceId": str(uuid.uuid4()),
+                    "friendlyName": name,
+                    "discoveryUrl": f"{url}/discovery",
+                    "mlFlowTrackingUri": f"azureml://eastus.api.azureml.ms/mlflow/v1.0{ws_id}",
+                    "storageAccount": f"{ws_id.split('/providers')[0]}/providers/Microsoft.Storage/storageAccounts/"
+                    f"{self.blobs.account}",
+                    "provisioningState": "Succeeded",
+                },
             },
-        })
+        )
 
     def _datastore(self, ws_id: str, name: Optional[str], action: Optional[str]):
         if action == "listSecrets":
             return 200, {}, {"secretsType": "Sas", "sasToken": f"sv=2021-08-06&sr=c&sp=racwl&sig={self.sas_sig}"}
         ds = {
-            "id": f"{ws_id}/datastores/{DATASTORE}", "name": DATASTORE,
+            "id": f"{ws_id}/datastores/{DATASTORE}",
+            "name": DATASTORE,
             "properties": {
-                "datastoreType": "AzureBlob", "accountName": self.blobs.account, "containerName": CONTAINER,
-                "endpoint": "core.windows.net", "protocol": "https", "isDefault": True,
+                "datastoreType": "AzureBlob",
+                "accountName": self.blobs.account,
+                "containerName": CONTAINER,
+                "endpoint": "core.windows.net",
+                "protocol": "https",
+                "isDefault": True,
                 "credentials": {"credentialsType": "AccountKey"},
             },
         }
@@ -171,26 +209,38 @@ class AzureMLState:
     def _versioned(self, method, ws_id, kind, name, version, action, query, body):
         store = self.codes if kind == "codes" else self.environments
         if version is None:  # list; by content hash the service searches the whole workspace
-            wanted = query.get("hash")   # (the SDK asks under a fresh name for anonymous code)
-            items = [v for (n, _), v in store.items() if (
-                v["properties"].get("properties", {}).get("hash_sha256") == wanted if wanted else n == name)]
+            wanted = query.get("hash")  # (the SDK asks under a fresh name for anonymous code)
+            items = [
+                v
+                for (n, _), v in store.items()
+                if (v["properties"].get("properties", {}).get("hash_sha256") == wanted if wanted else n == name)
+            ]
             return 200, {}, {"value": items}
         vid = f"{ws_id}/{kind}/{name}/versions/{version}"
         if action == "startPendingUpload":
             prefix = f"LocalUpload/{uuid.uuid4().hex}"
             sas = f"sv=2021-08-06&sr=c&sp=rcwl&sig={self.sas_sig}"
             container = f"{self.blob_url}/{CONTAINER}"
-            return 200, {}, {
-                "pendingUploadId": uuid.uuid4().hex, "pendingUploadType": "TemporaryBlobReference",
-                "blobReferenceForConsumption": {
-                    "blobUri": f"{container}/{prefix}",
-                    "credential": {"credentialType": "SAS", "sasUri": f"{container}/{prefix}?{sas}"},
-                    "storageAccountArmId": "/storage",
+            return (
+                200,
+                {},
+                {
+                    "pendingUploadId": uuid.uuid4().hex,
+                    "pendingUploadType": "TemporaryBlobReference",
+                    "blobReferenceForConsumption": {
+                        "blobUri": f"{container}/{prefix}",
+                        "credential": {"credentialType": "SAS", "sasUri": f"{container}/{prefix}?{sas}"},
+                        "storageAccountArmId": "/storage",
+                    },
                 },
-            }
+            )
         if method == "PUT":
-            item = {"id": vid, "name": version, "type": f"Microsoft.MachineLearningServices/workspaces/{kind}/versions",
-                    "properties": dict((body or {}).get("properties", {}))}
+            item = {
+                "id": vid,
+                "name": version,
+                "type": f"Microsoft.MachineLearningServices/workspaces/{kind}/versions",
+                "properties": dict((body or {}).get("properties", {})),
+            }
             store[(name, version)] = item
             return 201, {}, item
         if (name, version) not in store:
@@ -249,7 +299,10 @@ class AzureMLState:
                 job.status = "Queued"  # Azure ML requeues the job of a preempted low-priority node
                 return
             if code != 0:
-                job.error = {"code": "UserError", "message": f"Execution failed. User process 'python' exited with status code {code}."}
+                job.error = {
+                    "code": "UserError",
+                    "message": f"Execution failed. User process 'python' exited with status code {code}.",
+                }
             job.status = "Finalizing"
             return
         if job.status == "Finalizing":
@@ -303,7 +356,9 @@ class AzureMLState:
             self.blobs.live[(CONTAINER, prefix + "/")] = node.logs
             for log in sorted(node.logs.rglob("*.txt")):
                 rel = log.relative_to(node.logs).as_posix()
-                details["logFiles"][rel] = f"{self.blob_url}/{CONTAINER}/{prefix}/{rel}?sv=2021-08-06&sr=b&sp=r&sig={self.sas_sig}"
+                details["logFiles"][rel] = (
+                    f"{self.blob_url}/{CONTAINER}/{prefix}/{rel}?sv=2021-08-06&sr=b&sp=r&sig={self.sas_sig}"
+                )
         if job.error:
             details["error"] = {"error": job.error}
         return 200, {}, details

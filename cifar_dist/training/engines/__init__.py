@@ -19,6 +19,7 @@ Both answer the same questions (``world``, ``distribute_models``,
 ``start_engine`` is the one entry: it imports the engine's module only when
 that engine is used (a Horovod run imports nothing of another engine).
 """
+
 from __future__ import annotations
 
 ENGINES = ("horovod", "jax")

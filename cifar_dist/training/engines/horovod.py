@@ -15,6 +15,7 @@ a user's custom ``train_step`` and ``apply_gradients`` all end in ``apply``.
 The epoch's metrics are averaged by ``AverageEpochMetrics``, the same
 allreduce Horovod's MetricAverageCallback makes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,7 +43,7 @@ class HorovodEngine:
         self.hvd = hvd
 
     @classmethod
-    def start(cls, trainer_cfg) -> "HorovodEngine":
+    def start(cls, trainer_cfg) -> HorovodEngine:
         t = trainer_cfg
         return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
 
@@ -103,8 +104,9 @@ class HorovodEngine:
         if not variables or self.world.size == 1:
             return
         # HOROVOD: one grouped allreduce for all of them; every rank receives the same bytes.
-        averaged = self.hvd.grouped_allreduce([as_tf_variable(v).value() for v in variables], op=self.hvd.Average,
-                                               name=name)
+        averaged = self.hvd.grouped_allreduce(
+            [as_tf_variable(v).value() for v in variables], op=self.hvd.Average, name=name
+        )
         for var, value in zip(variables, averaged):
             var.assign(value)
 
@@ -112,13 +114,16 @@ class HorovodEngine:
         """The mean over the ranks of a float vector (every rank passes the same length)."""
         import tensorflow as tf  # lazy: TensorFlow
 
-        return self.hvd.allreduce(tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average,
-                                  name="average_numbers").numpy()
+        return self.hvd.allreduce(
+            tf.constant(np.asarray(values, np.float64)), op=self.hvd.Average, name="average_numbers"
+        ).numpy()
 
     def restore_latest(self, model, directory):
         """Rank 0 restores the newest checkpoint that loads (on several hosts the others may not even see the file);
         ``broadcast_model`` then copies its weights to every rank."""
-        return checkpoints.restore_latest(model, directory) if self.world.is_chief else checkpoints.Restored(0, None, [])
+        return (
+            checkpoints.restore_latest(model, directory) if self.world.is_chief else checkpoints.Restored(0, None, [])
+        )
 
     def metric_averaging(self, model):
         """The callback that averages each epoch's metrics over the ranks, before anything logs them."""
@@ -146,6 +151,7 @@ def distributed_keras3_optimizer(optimizer, hvd, compression):
         grads = hvd.grouped_allreduce(list(grads), op=hvd.Average, compression=compression)
         return base.apply(self, grads, trainable_variables)
 
-    optimizer.__class__ = type(base.__name__, (base,), {"apply": apply, "__module__": base.__module__,
-                                                        "__qualname__": base.__qualname__})
+    optimizer.__class__ = type(
+        base.__name__, (base,), {"apply": apply, "__module__": base.__module__, "__qualname__": base.__qualname__}
+    )
     return optimizer

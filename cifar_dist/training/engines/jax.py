@@ -28,6 +28,7 @@ Two rules follow, and the trainer keeps them through this engine:
   whole test set on every process (``exact_test_slice``); the mean over
   identical copies is the mean over the set.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,7 +70,7 @@ class JaxEngine:
         self.multihost = multihost_utils
 
     @classmethod
-    def start(cls, trainer_cfg) -> "JaxEngine":
+    def start(cls, trainer_cfg) -> JaxEngine:
         t = trainer_cfg
         select_keras_backend()
         peers = processes_from_env()
@@ -87,11 +88,27 @@ class JaxEngine:
         tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
         tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
         device = jax.local_devices()[0]
-        world = World(jax.process_index(), jax.process_count(), local_rank_from_env(), local_processes_from_env(),
-                      plan, str(device) if device.platform == "gpu" else "", onednn_enabled())
-        log.info("process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s)",
-                 world.rank, world.size, world.local_rank, world.local_size, jax.__version__, device.platform,
-                 jax.device_count(), plan.intra_op, plan.reason)
+        world = World(
+            jax.process_index(),
+            jax.process_count(),
+            local_rank_from_env(),
+            local_processes_from_env(),
+            plan,
+            str(device) if device.platform == "gpu" else "",
+            onednn_enabled(),
+        )
+        log.info(
+            "process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s)",
+            world.rank,
+            world.size,
+            world.local_rank,
+            world.local_size,
+            jax.__version__,
+            device.platform,
+            jax.device_count(),
+            plan.intra_op,
+            plan.reason,
+        )
         return cls(world)
 
     def distribute_models(self) -> None:
@@ -99,8 +116,9 @@ class JaxEngine:
         import keras  # lazy: Keras 3
 
         # ENGINE: variables replicated on all devices, each process's batches one shard of the global batch.
-        keras.distribution.set_distribution(keras.distribution.DataParallel(
-            devices=keras.distribution.list_devices(), auto_shard_dataset=False))
+        keras.distribution.set_distribution(
+            keras.distribution.DataParallel(devices=keras.distribution.list_devices(), auto_shard_dataset=False)
+        )
 
     def versions(self) -> dict:
         return {"jax": self.jax.__version__}
@@ -130,7 +148,7 @@ class JaxEngine:
         payload = _as_bytes(obj)
         lengths = np.asarray(self.multihost.process_allgather(np.array([len(payload)], np.int32))).reshape(-1)
         padded = np.zeros(int(lengths.max()), np.uint8)
-        padded[:len(payload)] = payload
+        padded[: len(payload)] = payload
         rows = np.asarray(self.multihost.process_allgather(padded))
         return [pickle.loads(rows[i, :n].tobytes()) for i, n in enumerate(lengths)]
 
@@ -148,9 +166,12 @@ class JaxEngine:
         (``predict`` of a distributed model is a collective over the global batch, with job-wide outputs)."""
         if not model.built:
             model(images[:1])  # a subclassed model's variables (every process alike)
-        outputs, _ = model.stateless_call([_local_value(v) for v in model.trainable_variables],
-                                          [_local_value(v) for v in model.non_trainable_variables],
-                                          images, training=False)
+        outputs, _ = model.stateless_call(
+            [_local_value(v) for v in model.trainable_variables],
+            [_local_value(v) for v in model.non_trainable_variables],
+            images,
+            training=False,
+        )
         return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) else np.asarray(outputs)
 
     def broadcast_model(self, model, variables) -> None:
@@ -177,6 +198,7 @@ class JaxEngine:
         """Every process loads the newest checkpoint that loads, from the bytes rank 0 reads and broadcasts."""
         listed = self.broadcast_object(checkpoints.list_checkpoints(directory) if self.world.is_chief else None)
         with tempfile.TemporaryDirectory(prefix="cifar_dist-restore-") as scratch:
+
             def fetch(path: Path) -> Path:
                 local = Path(scratch) / path.name
                 local.write_bytes(self.broadcast_object(path.read_bytes() if self.world.is_chief else None))
@@ -200,7 +222,8 @@ def select_keras_backend() -> None:
     if keras is not None and getattr(keras, "backend", None) is not None and keras.backend.backend() != BACKEND:
         raise JaxEngineError(
             f"engine=jax needs Keras 3 on JAX, but this process loaded Keras on {keras.backend.backend()} already "
-            "(an in-process sweep over engines?); run each engine in its own process (launcher=mpirun)")
+            "(an in-process sweep over engines?); run each engine in its own process (launcher=mpirun)"
+        )
     os.environ["KERAS_BACKEND"] = BACKEND
 
 
@@ -235,5 +258,7 @@ def limit_xla_threads(threads: int) -> None:
     flags = os.environ.get("XLA_FLAGS", "")
     if "intra_op_parallelism_threads" in flags:  # the user's own setting wins
         return
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} " \
-                              f"intra_op_parallelism_threads={threads}".strip()
+    os.environ["XLA_FLAGS"] = (
+        f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} "
+        f"intra_op_parallelism_threads={threads}".strip()
+    )

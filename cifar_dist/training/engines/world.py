@@ -1,4 +1,5 @@
 """Who this process is in the job: what every engine's start returns as ``engine.world``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

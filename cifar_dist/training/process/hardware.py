@@ -1,4 +1,5 @@
 """What the CPU can do, and which of TensorFlow's CPU kernels to use on it."""
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ TensorFlow reads the CPU-kernel choice (``use_onednn``) once, when it loads,
 and Horovod's Keras layer is bound to tf.keras only where tf.keras is Keras 2
 (Keras 3 models do not use that layer: training/engines/horovod.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -154,7 +155,14 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name, onednn_enabled())
     log.info(
         "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s), CPU kernels %s",
-        world.rank, world.size, world.local_rank, world.local_size,
-        gpu_name or "CPU", plan.intra_op, plan.inter_op, plan.reason, "oneDNN" if world.onednn else "Eigen",
+        world.rank,
+        world.size,
+        world.local_rank,
+        world.local_size,
+        gpu_name or "CPU",
+        plan.intra_op,
+        plan.inter_op,
+        plan.reason,
+        "oneDNN" if world.onednn else "Eigen",
     )
     return world

@@ -12,6 +12,7 @@ again at the next batch end, through the :class:`KeptInterrupt` callback, or
 when the block ends, whichever comes first. Every other unraisable exception
 still reaches the previous hook.
 """
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ Keras 2's are always set (TensorFlow's seed is shared by both on TensorFlow's
 backend); Keras 3's only for a Keras 3 model, so a Keras 2 run never imports
 Keras 3.
 """
+
 from __future__ import annotations
 
 from cifar_dist.errors import CifarDistError

@@ -16,6 +16,7 @@ process ends cleanly (written before MPI_Finalize, which waits for every
 group; a rank of a point with a dead rank that never writes it is stuck in a
 collective with the dead one).
 """
+
 from __future__ import annotations
 
 import atexit

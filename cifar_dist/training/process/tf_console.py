@@ -18,6 +18,7 @@ every other line, real warnings and errors included, is passed on.
 ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. The launchers forward both
 to the ranks.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,7 +68,10 @@ def filtered_native_stderr(environ: Optional[MutableMapping[str, str]] = None) -
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().splitlines(keepends=True)
-                    if not NOISE.search(line.decode(errors="replace"))]
+            kept = [
+                line
+                for line in capture.read().splitlines(keepends=True)
+                if not NOISE.search(line.decode(errors="replace"))
+            ]
             if kept:
                 os.write(2, b"".join(kept))

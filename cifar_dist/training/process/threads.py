@@ -6,6 +6,7 @@ at 0.43x the images/s of 1 rank). Each rank therefore gets its share: the
 cores it is bound to when the launcher pinned it (``mpirun --bind-to core``),
 else the host's cores divided by the ranks on this host.
 """
+
 from __future__ import annotations
 
 import os

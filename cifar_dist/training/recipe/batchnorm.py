@@ -12,6 +12,7 @@ of every epoch (before the checkpoint is written) and before the final test.
 Training itself normalises with each rank's batch statistics, as any
 data-parallel BatchNorm without sync does.
 """
+
 from __future__ import annotations
 
 from typing import List

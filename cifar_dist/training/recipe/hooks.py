@@ -5,11 +5,10 @@ data-fitted layers (``blocks.adapt``), label smoothing, the per-step lr
 schedule, BatchNorm statistics averaged across ranks, and test-time
 augmentation in the final test.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List
-
-import numpy as np
 
 from cifar_dist.keras_flavor import KERAS3
 from cifar_dist.keras_ops import keras_or_default, module_flavor
@@ -44,9 +43,17 @@ def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, ker
 
     if keras is None or module_flavor(keras) != KERAS3:
         return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras)
-    return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras,
-                          warmup_epochs=trainer_cfg.warmup_epochs, decay_epochs=list(trainer_cfg.lr_decay_epochs),
-                          decay_factor=trainer_cfg.lr_decay_factor, size=size)
+    return build_schedule(
+        lr,
+        trainer_cfg.lr_schedule,
+        steps_per_epoch,
+        epochs,
+        keras,
+        warmup_epochs=trainer_cfg.warmup_epochs,
+        decay_epochs=list(trainer_cfg.lr_decay_epochs),
+        decay_factor=trainer_cfg.lr_decay_factor,
+        size=size,
+    )
 
 
 def callbacks(model, trainer_cfg, total_steps: int, engine) -> List[Any]:
@@ -80,8 +87,10 @@ def final_test(model, evaluate_exact, tta: str, compile_kwargs: Dict[str, Any]) 
         return {"test": plain}
 
     both = plain_and_tta(model, tta)
-    both.compile(loss={"plain": compile_kwargs["loss"], "tta": compile_kwargs["loss"]},
-                 metrics={"plain": compile_kwargs["metrics"], "tta": compile_kwargs["metrics"]})
+    both.compile(
+        loss={"plain": compile_kwargs["loss"], "tta": compile_kwargs["loss"]},
+        metrics={"plain": compile_kwargs["metrics"], "tta": compile_kwargs["metrics"]},
+    )
     plain, averaged = evaluate_exact(both, ("plain_", "tta_"))
     return {"test": dict(averaged, tta=tta), "test_plain": plain}
 

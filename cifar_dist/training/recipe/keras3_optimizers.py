@@ -16,6 +16,7 @@ so they run on any Keras 3 backend.
 The legacy ``decay`` argument (lr / (1 + decay * iterations)) is an lr
 schedule in Keras 3 (``optimizers.with_legacy_decay``).
 """
+
 from __future__ import annotations
 
 import keras
@@ -35,7 +36,9 @@ class RMSprop(keras.optimizers.RMSprop):
         lr = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
         velocity = self._velocities[self._get_variable_index(variable)]
-        self.assign(velocity, ops.add(ops.multiply(self.rho, velocity), ops.multiply(1 - self.rho, ops.square(gradient))))
+        self.assign(
+            velocity, ops.add(ops.multiply(self.rho, velocity), ops.multiply(1 - self.rho, ops.square(gradient)))
+        )
         self.assign_sub(variable, ops.divide(ops.multiply(lr, gradient), ops.add(ops.sqrt(velocity), self.epsilon)))
 
 
@@ -43,8 +46,17 @@ class RMSprop(keras.optimizers.RMSprop):
 class SGDW(DecoupledDecay, keras.optimizers.SGD):
     """training/recipe/sgdw.py's SGDW on Keras 3 (module docstring); its variables are matched by ``variable.path``."""
 
-    def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, weight_decay=0.0,
-                 exclude_from_weight_decay=(), lr_multipliers=None, name="SGDW", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=0.0,
+        exclude_from_weight_decay=(),
+        lr_multipliers=None,
+        name="SGDW",
+        **kwargs,
+    ):
         super().__init__(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, name=name, **kwargs)
         self._init_decay(weight_decay, exclude_from_weight_decay, lr_multipliers)
 
@@ -59,8 +71,10 @@ class SGDW(DecoupledDecay, keras.optimizers.SGD):
             gradient = ops.multiply(gradient, ops.cast(factor, gradient.dtype))
         if self.decays_name(path):
             lr = ops.cast(learning_rate, variable.dtype)
-            self.assign_sub(variable, ops.multiply(ops.multiply(lr, ops.cast(self.decoupled_weight_decay, variable.dtype)),
-                                                   variable))
+            self.assign_sub(
+                variable,
+                ops.multiply(ops.multiply(lr, ops.cast(self.decoupled_weight_decay, variable.dtype)), variable),
+            )
         super().update_step(gradient, variable, learning_rate)
 
     def get_config(self):

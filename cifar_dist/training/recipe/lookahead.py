@@ -18,6 +18,7 @@ update at the same step, so the ranks stay identical without communication;
 BatchNorm's moving statistics (rank-local) are averaged across ranks by
 ``batchnorm.AverageBatchNormStatistics`` as before.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,7 @@ import tensorflow as tf
 
 from cifar_dist.keras_flavor import as_tf_variable
 
-AIRBENCH_DECAY = 0.95 ** 5  # airbench94: per 5 steps, at the end of the run
+AIRBENCH_DECAY = 0.95**5  # airbench94: per 5 steps, at the end of the run
 AIRBENCH_POWER = 3.0
 STEPS_PER_DECAY = 5  # the decay is given per this many steps (airbench updates every 5)
 
@@ -33,7 +34,7 @@ STEPS_PER_DECAY = 5  # the decay is given per this many steps (airbench updates 
 def decay_at(step: int, total_steps: int, final_decay: float, steps_since_last: int) -> float:
     """The decay of one update that covers ``steps_since_last`` steps and ends at ``step``."""
     fraction = min(max(step / max(total_steps, 1), 0.0), 1.0)
-    per_five = final_decay * fraction ** AIRBENCH_POWER
+    per_five = final_decay * fraction**AIRBENCH_POWER
     return per_five ** (steps_since_last / STEPS_PER_DECAY)
 
 

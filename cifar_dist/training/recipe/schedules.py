@@ -35,6 +35,7 @@ is exact per step).
 The lr an optimizer of either Keras applies at its current step is
 ``keras_ops.current_lr(optimizer)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,8 +71,14 @@ def schedule_classes(keras: ModuleType) -> SimpleNamespace:
         One-cycle (Smith) / airbench's triangle; flat at the end value after total_steps.
         """
 
-        def __init__(self, peak: float, total_steps: int, peak_fraction: float = 0.25,
-                     start_factor: float = 0.2, end_factor: float = 0.05):
+        def __init__(
+            self,
+            peak: float,
+            total_steps: int,
+            peak_fraction: float = 0.25,
+            start_factor: float = 0.2,
+            end_factor: float = 0.05,
+        ):
             self.peak = float(peak)
             self.total_steps = int(total_steps)
             self.peak_fraction = float(peak_fraction)
@@ -83,20 +90,34 @@ def schedule_classes(keras: ModuleType) -> SimpleNamespace:
             total = float(max(self.total_steps, 1))
             peak_step = max(self.peak_fraction * total, 1e-9)
             rising = self.start_factor + (1.0 - self.start_factor) * step / peak_step
-            falling = 1.0 + (self.end_factor - 1.0) * ops.minimum((step - peak_step) / max(total - peak_step, 1e-9), 1.0)
+            falling = 1.0 + (self.end_factor - 1.0) * ops.minimum(
+                (step - peak_step) / max(total - peak_step, 1e-9), 1.0
+            )
             return self.peak * ops.where(step < peak_step, rising, falling)
 
         def get_config(self):
-            return {"peak": self.peak, "total_steps": self.total_steps, "peak_fraction": self.peak_fraction,
-                    "start_factor": self.start_factor, "end_factor": self.end_factor}
+            return {
+                "peak": self.peak,
+                "total_steps": self.total_steps,
+                "peak_fraction": self.peak_fraction,
+                "start_factor": self.start_factor,
+                "end_factor": self.end_factor,
+            }
 
     @registered(keras)
     class HorovodLr(base_class):
         """``lr`` (a float or a schedule) times ``horovod_multiplier``: the lr Horovod's warmup and step-decay
         callbacks would set at each step, as a schedule (for optimizers without an lr variable: Keras 3's)."""
 
-        def __init__(self, lr, steps_per_epoch: int, size: int, warmup_epochs: float = 0.0,
-                     decay_epochs: Sequence[int] = (), decay_factor: float = 0.1):
+        def __init__(
+            self,
+            lr,
+            steps_per_epoch: int,
+            size: int,
+            warmup_epochs: float = 0.0,
+            decay_epochs: Sequence[int] = (),
+            decay_factor: float = 0.1,
+        ):
             self.lr = lr
             self.steps_per_epoch = int(steps_per_epoch)
             self.size = int(size)
@@ -105,14 +126,20 @@ def schedule_classes(keras: ModuleType) -> SimpleNamespace:
             self.decay_factor = float(decay_factor)
 
         def __call__(self, step):
-            multiplier = horovod_multiplier(ops, step, self.steps_per_epoch, self.size, self.warmup_epochs,
-                                            self.decay_epochs, self.decay_factor)
+            multiplier = horovod_multiplier(
+                ops, step, self.steps_per_epoch, self.size, self.warmup_epochs, self.decay_epochs, self.decay_factor
+            )
             return evaluate(self.lr, step) * multiplier
 
         def get_config(self):
-            return {"lr": lr_config(self.lr), "steps_per_epoch": self.steps_per_epoch, "size": self.size,
-                    "warmup_epochs": self.warmup_epochs, "decay_epochs": list(self.decay_epochs),
-                    "decay_factor": self.decay_factor}
+            return {
+                "lr": lr_config(self.lr),
+                "steps_per_epoch": self.steps_per_epoch,
+                "size": self.size,
+                "warmup_epochs": self.warmup_epochs,
+                "decay_epochs": list(self.decay_epochs),
+                "decay_factor": self.decay_factor,
+            }
 
         @classmethod
         def from_config(cls, config):
@@ -142,8 +169,9 @@ def schedule_classes(keras: ModuleType) -> SimpleNamespace:
 Triangular = schedule_classes(tf.keras).Triangular  # Keras 2's (saved Keras 2 checkpoints name it)
 
 
-def horovod_multiplier(ops, step, steps_per_epoch: int, size: int, warmup_epochs: float,
-                       decay_epochs: Sequence[int], decay_factor: float):
+def horovod_multiplier(
+    ops, step, steps_per_epoch: int, size: int, warmup_epochs: float, decay_epochs: Sequence[int], decay_factor: float
+):
     """The factor of the initial lr that Horovod 0.28.1's Keras callbacks, as the trainer configures them, leave
     in the lr variable during global step ``step`` (horovod/_keras/callbacks.py), epoch e = step // steps_per_epoch,
     batch b = step % steps_per_epoch:
@@ -182,15 +210,24 @@ def _held_multiplier(steps_per_epoch: int, size: int, warmup_epochs: float) -> f
     return 1.0 / size * ((last + 1.0 / steps_per_epoch) * (size - 1) / warmup_epochs + 1.0)
 
 
-def build_schedule(lr: float, schedule_cfg, steps_per_epoch: int, epochs: int, keras: Optional[ModuleType] = None,
-                   warmup_epochs: float = 0.0, decay_epochs: Sequence[int] = (), decay_factor: float = 0.1,
-                   size: int = 1):
+def build_schedule(
+    lr: float,
+    schedule_cfg,
+    steps_per_epoch: int,
+    epochs: int,
+    keras: Optional[ModuleType] = None,
+    warmup_epochs: float = 0.0,
+    decay_epochs: Sequence[int] = (),
+    decay_factor: float = 0.1,
+    size: int = 1,
+):
     """``lr`` (already scaled to the world size) or, for ``kind=triangular``, a Triangular over every step of the
     run; wrapped in ``HorovodLr`` when a warmup or step decay is given (Keras 3 runs: module docstring)."""
     classes = schedule_classes(keras_or_default(keras))
     if schedule_cfg.kind.value != "none":
-        lr = classes.Triangular(lr, steps_per_epoch * epochs, schedule_cfg.peak_fraction,
-                                schedule_cfg.start_factor, schedule_cfg.end_factor)
+        lr = classes.Triangular(
+            lr, steps_per_epoch * epochs, schedule_cfg.peak_fraction, schedule_cfg.start_factor, schedule_cfg.end_factor
+        )
     if warmup_epochs > 0 or decay_epochs:
         lr = classes.HorovodLr(lr, steps_per_epoch, size, warmup_epochs, decay_epochs, decay_factor)
     return lr

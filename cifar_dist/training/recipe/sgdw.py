@@ -19,6 +19,7 @@ variable decays and its lr factor (by the variable's name: ``var.name`` in
 Keras 2, ``"batch_normalization/beta:0"``; ``var.path`` in Keras 3,
 ``"batch_normalization/beta"``), and their config.
 """
+
 from __future__ import annotations
 
 import tensorflow as tf
@@ -44,14 +45,26 @@ class DecoupledDecay:
         return factor
 
     def decay_config(self) -> dict:
-        return {"weight_decay": self.decoupled_weight_decay,
-                "exclude_from_weight_decay": list(self.decay_exclusions), "lr_multipliers": dict(self.lr_multipliers)}
+        return {
+            "weight_decay": self.decoupled_weight_decay,
+            "exclude_from_weight_decay": list(self.decay_exclusions),
+            "lr_multipliers": dict(self.lr_multipliers),
+        }
 
 
 @tf.keras.utils.register_keras_serializable("cifar_dist")
 class SGDW(DecoupledDecay, tf.keras.optimizers.legacy.SGD):
-    def __init__(self, learning_rate=0.01, momentum=0.9, nesterov=True, weight_decay=0.0,
-                 exclude_from_weight_decay=(), lr_multipliers=None, name="SGDW", **kwargs):
+    def __init__(
+        self,
+        learning_rate=0.01,
+        momentum=0.9,
+        nesterov=True,
+        weight_decay=0.0,
+        exclude_from_weight_decay=(),
+        lr_multipliers=None,
+        name="SGDW",
+        **kwargs,
+    ):
         super().__init__(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov, name=name, **kwargs)
         self._init_decay(weight_decay, exclude_from_weight_decay, lr_multipliers)
 
