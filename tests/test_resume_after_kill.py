@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.rundir.lock import LOCK_NAME
+from cifar_dist.atomic_files import is_temp_name
 from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),
@@ -148,7 +148,7 @@ def temp_files(run_dir: Path) -> list:
         for d in (run_dir, run_dir / "checkpoints", run_dir / "saved_models")
         if d.is_dir()
         for p in d.iterdir()
-        if p.name.startswith(".") and p.is_file() and p.name != LOCK_NAME
+        if p.is_file() and is_temp_name(p.name)  # the atomic writer's own temp files, not the run dir's marker files
     )
 
 
