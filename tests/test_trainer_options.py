@@ -5,7 +5,8 @@ import pytest
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
-from cifar_dist.training.trainer import JitCompileError, PrecisionError, check_jit_compile, precision_policy
+from cifar_dist.training.process.keras_setup import PrecisionError, precision_policy
+from cifar_dist.training.trainer import JitCompileError, check_jit_compile
 from conftest import assert_ok, error_lines, read_metrics, run_cli
 
 

@@ -54,10 +54,7 @@ from cifar_dist.rundir import checkpoints
 from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.engines import start_engine
-from cifar_dist.training.process.keras_setup import (
-    PrecisionError,  # noqa: F401 (re-exported)
-    prepare_keras,
-)
+from cifar_dist.training.process.keras_setup import prepare_keras
 from cifar_dist.training.recipe import hooks as recipe
 
 log = logging.getLogger(__name__)
