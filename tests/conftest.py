@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -163,6 +164,29 @@ def cluster(slurm):
     """The session's cluster, its node free again after each test."""
     yield slurm
     slurm.cancel_all()
+
+
+def straight_and_killed_runs(*overrides: str, cwd: Path, tmp_path: Path, first_checkpoint: str):
+    """The same run twice: straight through, and killed (kill -9 of the whole command: launcher, runner, ranks) once
+    ``checkpoints/<first_checkpoint>`` is written, then re-run in its run dir to resume. Both runs' metrics.json."""
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cifar_dist", *overrides, f"hydra.run.dir={killed}"],
+        cwd=cwd,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: (killed / "checkpoints" / first_checkpoint).is_file(), 400, what=f"{first_checkpoint}")
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # in the epoch after it
+        run.wait()
+    assert_ok(run_cli(*overrides, f"hydra.run.dir={killed}", cwd=cwd, timeout=600))
+    return read_metrics(straight), read_metrics(killed)
 
 
 def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float = 900):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_as_two_task_slurm_job, run_cli, wait_for
+from conftest import (
+    assert_ok,
+    cli_env,
+    one_error_line,
+    read_metrics,
+    run_as_two_task_slurm_job,
+    run_cli,
+    straight_and_killed_runs,
+)
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_keras3 import MODEL
 
@@ -123,29 +130,7 @@ def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_pr
 @pytest.mark.timeout(900)
 def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(project, tmp_path):
     common = (*RUN, *TWO, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    proc = run_cli(*common, f"hydra.run.dir={straight}", cwd=project, timeout=600)
-    assert_ok(proc)
-
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"],
-        cwd=project,
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: (killed / "checkpoints" / "checkpoint-001.keras").is_file(), 400, what="epoch 1's checkpoint")
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)  # the launcher, mpirun and both processes, in epoch 2
-        run.wait()
-    assert not (killed / "checkpoints" / "checkpoint-003.keras").exists()
-    proc = run_cli(*common, f"hydra.run.dir={killed}", cwd=project, timeout=600)
-    assert_ok(proc)
-
-    a, b = read_metrics(straight), read_metrics(killed)
+    a, b = straight_and_killed_runs(*common, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras")
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"] and b["ranks_in_sync"]
     # The same batches and dropout masks after the resume: every epoch's loss and the final weights.
     assert [e["loss"] for e in b["epochs"]] == [e["loss"] for e in a["epochs"]]

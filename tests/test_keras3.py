@@ -16,7 +16,6 @@ import csv
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_ok, cli_env, one_error_line, read_metrics, run_as_two_task_slurm_job, run_cli, wait_for
+from conftest import (
+    assert_ok,
+    cli_env,
+    one_error_line,
+    read_metrics,
+    run_as_two_task_slurm_job,
+    run_cli,
+    straight_and_killed_runs,
+)
 
 pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
@@ -205,29 +212,7 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
 @pytest.mark.timeout(600)
 def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
     common = (*RUN, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    proc = run_cli(*common, f"hydra.run.dir={straight}", cwd=project, timeout=500)
-    assert_ok(proc)
-
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *common, f"hydra.run.dir={killed}"],
-        cwd=project,
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: (killed / "checkpoints" / "checkpoint-001.keras").is_file(), 300, what="epoch 1's checkpoint")
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)  # in epoch 2
-        run.wait()
-    assert not (killed / "checkpoints" / "checkpoint-003.keras").exists()
-    proc = run_cli(*common, f"hydra.run.dir={killed}", cwd=project, timeout=500)
-    assert_ok(proc)
-
-    a, b = read_metrics(straight), read_metrics(killed)
+    a, b = straight_and_killed_runs(*common, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras")
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"]
     # The same batches and dropout masks after the resume: every epoch's loss and the final weights to the bit.
     assert [e["loss"] for e in b["epochs"]] == [e["loss"] for e in a["epochs"]]
