@@ -20,8 +20,8 @@ def main() -> None:
         print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     # after the checks above: importing the app registers every option (and its plugins) with Hydra
-    from cifar_dist.app import interrupted_exit
-    from cifar_dist.app import main as app_main
+    from cifar_dist.app import interrupted_exit  # lazy: Hydra's app, after the checks above
+    from cifar_dist.app import main as app_main  # lazy: Hydra's app, after the checks above
 
     try:
         app_main()

@@ -23,8 +23,8 @@ import yaml
 from cifar_dist.launchers.ranks.rank_env import python_path, rank_environment
 from cifar_dist.launchers.user_sources import Carried, CarryError
 from conftest import assert_ok, cli_env, error_lines, run_cli
-from fake_azure.fixtures import cli_env as azure_env  # noqa: F401
-from fake_azure.fixtures import launcher_overrides
+from fake_azure.fixtures import cli_env as azure_env
+from fake_azure.fixtures import fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401 - fixtures
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from user_project import USER_ARGS, write_user_project
 

@@ -13,6 +13,7 @@ except ImportError:  # hydra-optuna-sweeper not installed
     OptunaSweeper = None
 
 if OptunaSweeper is not None:
+    from cifar_dist.errors import StudyStopped
     from cifar_dist.sweepers import optuna as behaviour
 
     class CifarDistOptunaSweeper(OptunaSweeper):
@@ -44,7 +45,7 @@ if OptunaSweeper is not None:
                 study = optuna.load_study(study_name=impl.study_name, storage=impl.storage)
                 saved = behaviour.save_results(study, Path(str(impl.config.hydra.sweep.dir)))
                 failures = sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials)
-                raise behaviour.StudyStopped(
+                raise StudyStopped(
                     behaviour.stopped_message(failures, len(study.trials), impl.max_failure_rate, saved)
                 ) from None
             finally:
