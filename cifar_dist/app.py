@@ -115,6 +115,13 @@ def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = Fals
         after_job(cfg, job.output_dir, ok, interrupted)
 
 
+def is_disguised_interrupt(exc: BaseException) -> bool:
+    """A Ctrl-C that arrived while C code called back into Python (TensorFlow's nest utilities importing a
+    module): CPython reports it as SystemError ("returned a result with an exception set"), the KeyboardInterrupt
+    as its cause."""
+    return isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+
+
 def interrupted_exit() -> None:
     """Ctrl-C of the launching process (a run or a whole sweep): one line, status 130, no traceback."""
     print(f"cifar_dist: {INTERRUPTED}", file=sys.stderr, flush=True)
@@ -193,10 +200,13 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     except KeyboardInterrupt:  # Ctrl-C; a sweep's launcher ends the sweep the same way
         result = None
     except BaseException as exc:
-        record_end(cfg, job, ok=False)
-        # The terminal gets Hydra's traceback; the run's log keeps what failed too.
-        to_log_file_only(logging.ERROR, "failed: %s", "".join(traceback.format_exception(exc)).rstrip())
-        raise
+        if is_disguised_interrupt(exc):
+            result = None  # handled below, as a Ctrl-C
+        else:
+            record_end(cfg, job, ok=False)
+            # The terminal gets Hydra's traceback; the run's log keeps what failed too.
+            to_log_file_only(logging.ERROR, "failed: %s", "".join(traceback.format_exception(exc)).rstrip())
+            raise
     if result is None:  # outside the except block: the interrupted frames are gone (see after_job)
         record_end(cfg, job, ok=False, interrupted=True)
         raise KeyboardInterrupt

@@ -84,3 +84,23 @@ def test_other_unraisable_exceptions_still_reach_the_previous_hook(monkeypatch):
         FailsOnDelete()
     assert [u.exc_type for u in seen] == [ValueError]
     assert sys.unraisablehook == seen.append  # restored
+
+
+def test_a_ctrl_c_that_cpython_reports_as_systemerror_counts_as_a_ctrl_c():
+    """Seen once in the suite: SIGINT inside TensorFlow's C++ Flatten while it called Python's __import__."""
+    from cifar_dist.app import is_disguised_interrupt
+
+    def raised(exc, cause):
+        try:
+            raise exc from cause
+        except BaseException as caught:  # noqa: B036 - what the app's handler sees
+            return caught
+
+    assert is_disguised_interrupt(
+        raised(
+            SystemError("<built-in function __import__> returned a result with an exception set"), KeyboardInterrupt()
+        )
+    )
+    assert not is_disguised_interrupt(raised(SystemError("a C extension's own bug"), ValueError("x")))
+    assert not is_disguised_interrupt(SystemError("no cause"))
+    assert not is_disguised_interrupt(raised(RuntimeError("x"), KeyboardInterrupt()))
