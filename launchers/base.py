@@ -23,7 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cifar_dist.config.override_syntax import override_key, quote_override_value
+from cifar_dist.config.override_syntax import names_group, quote_override_value
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
@@ -96,7 +96,7 @@ class JobSpec:
         is readable by others): a tracking URI's ``user:password`` reaches the
         child through MLflow's variables (``tracking.settings.export_credentials``).
         """
-        task = [redact_text(o) for o in self.task_overrides if not _names_group(o, "launcher")]
+        task = [redact_text(o) for o in self.task_overrides if not names_group(o, "launcher")]
         hydra = [redact_text(o) for o in self.hydra_overrides if not _is_parent_only(o)]
         return (
             task
@@ -183,14 +183,8 @@ def _override_strings(node) -> List[str]:
         return [str(o) for o in OmegaConf.to_container(node, resolve=False)]
 
 
-def _names_group(override: str, group: str) -> bool:
-    key = override_key(override)
-    return key == group or key.startswith(group + ".") or key.startswith(group + "/")
-
-
 def _is_parent_only(override: str) -> bool:
-    key = override_key(override)
-    return any(key == p or key.startswith(p + ".") or key.startswith(p + "/") for p in _PARENT_ONLY_HYDRA_PREFIXES)
+    return any(names_group(override, prefix) for prefix in _PARENT_ONLY_HYDRA_PREFIXES)
 
 
 def parse_overrides(overrides: Sequence[str]) -> list:

@@ -46,6 +46,13 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def names_group(override: str, group: str) -> bool:
+    """Whether ``override`` chooses or changes ``group``: ``data=...``, ``data.path=...``, ``+data.kwargs.n=...``,
+    ``hydra/launcher=...``."""
+    key = override_key(override)
+    return key == group or key.startswith(group + ".") or key.startswith(group + "/")
+
+
 def shell_override(key: str, value: Union[str, PurePath]) -> str:
     """``key=value`` for a person to paste into a shell: ``value`` quoted for Hydra (in ``"``, which a shell's
     ``'...'`` keeps) unless it is a plain path, then the whole as one shell word."""

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME
-from cifar_dist.config.override_syntax import override_key
+from cifar_dist.config.override_syntax import names_group
 from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 
@@ -42,18 +42,21 @@ def command_overrides() -> Optional[Sequence[str]]:
 
 def names_data(overrides: Sequence[str]) -> bool:
     """Whether the command chose or changed the data (``data=...``, ``data.path=...``, ``+data.kwargs.n=...``)."""
-    return any(key == "data" or key.startswith("data.") for key in map(override_key, overrides))
+    return any(names_group(o, "data") for o in overrides)
+
+
+def saved_training_config(model_path: Path) -> Optional[Path]:
+    """The ``.hydra/config.yaml`` of the run that trained ``model_path``; None for a model file elsewhere."""
+    run = training_run_dir(model_path)
+    saved = run / SAVED_CONFIG if run is not None else None
+    return saved if saved is not None and saved.is_file() else None
 
 
 def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
     """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
     model trained on JAX is scored on JAX, as its exact test was), else the config's."""
-    run = training_run_dir(model_path)
-    saved = run / SAVED_CONFIG if run is not None else None
-    named = overrides is None or any(
-        key == "engine" or key.startswith("engine.") for key in map(override_key, overrides)
-    )
-    if named or saved is None or not saved.is_file():
+    saved = saved_training_config(model_path)
+    if overrides is None or any(names_group(o, "engine") for o in overrides) or saved is None:
         return engine_of(cfg).name
     return engine_of(OmegaConf.load(saved)).name
 
@@ -61,13 +64,12 @@ def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Seq
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:
     """``cfg`` with the data (and ``trainer.seed``) of the run that trained ``model_path``, unless the command
     names the data or there is no such run; and a line saying which data that is."""
-    run = training_run_dir(model_path)
-    saved = run / SAVED_CONFIG if run is not None else None
+    saved = saved_training_config(model_path)
     if overrides is None:
         return cfg, f"data={cfg.data.name}, as the config given says"
     if names_data(overrides):
         return cfg, f"data={cfg.data.name}, as the command says"
-    if saved is None or not saved.is_file():
+    if saved is None:
         return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
     trained = OmegaConf.load(saved)
     out = cfg.copy()

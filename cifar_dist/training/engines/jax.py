@@ -73,8 +73,8 @@ class JaxEngine:
     def start(cls, trainer_cfg) -> JaxEngine:
         t = trainer_cfg
         select_keras_backend()
-        peers = processes_from_env()
-        plan = plan_threads(local_processes_from_env(), t.intra_op_threads, t.inter_op_threads)
+        peers, local_peers = processes_from_env(), local_processes_from_env()
+        plan = plan_threads(local_peers, t.intra_op_threads, t.inter_op_threads)
         limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
         use_onednn(t.onednn)  # TensorFlow (the input pipeline) reads it when it loads
         import jax  # lazy: JAX
@@ -92,7 +92,7 @@ class JaxEngine:
             jax.process_index(),
             jax.process_count(),
             local_rank_from_env(),
-            local_processes_from_env(),
+            local_peers,
             plan,
             str(device) if device.platform == "gpu" else "",
             onednn_enabled(),
