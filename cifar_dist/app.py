@@ -92,7 +92,7 @@ def written_since(run_dir: Path, started: float) -> List[str]:
 
 
 def say_engine(cfg: DictConfig) -> None:
-    """The job log's line of which engine the job trains on and why (engine=auto's choice, training/engines/choice.py)."""
+    """The job log's line: which engine the job trains on, and why (engine=auto's choice: engines/choice.py)."""
     engine = cfg.get("engine")
     if isinstance(engine, DictConfig) and cfg.get("task") is not None and cfg.task.get("name") == "train":
         log.info("engine: %s (%s)", engine.name, engine.get("why") or f"engine={engine.name} as configured")
