@@ -93,9 +93,12 @@ def written_since(run_dir: Path, started: float) -> List[str]:
 
 def say_engine(cfg: DictConfig) -> None:
     """The job log's line: which engine the job trains on, and why (engine=auto's choice: engines/choice.py)."""
-    engine = cfg.get("engine")
+    engine, launcher = cfg.get("engine"), cfg.get("launcher")
+    if isinstance(launcher, DictConfig) and launcher.get("dry_run"):
+        return  # nothing trains; a dry run's log stays empty (end_of_dry_run removes its scaffolding)
     if isinstance(engine, DictConfig) and cfg.get("task") is not None and cfg.task.get("name") == "train":
-        log.info("engine: %s (%s)", engine.name, engine.get("why") or f"engine={engine.name} as configured")
+        why = engine.get("why") or f"engine={engine.name} as configured"
+        to_log_file_only(logging.INFO, "engine: %s (%s)", engine.name, why)  # the console has the engine's own line
 
 
 def end_of_job(cfg: DictConfig, job: JobSpec, started: float) -> None:

@@ -198,7 +198,7 @@ class Launcher(abc.ABC):
 def chosen_engine_overrides(overrides: List[str], cfg: DictConfig) -> List[str]:
     """``overrides`` naming the engine ``engine=auto`` chose for ``cfg`` (and why), in place of the ``engine=``
     option it had; as given when the engine was named."""
-    engine = cfg.get("engine")
+    engine = cfg.get("engine") if isinstance(cfg, DictConfig) else None
     if not isinstance(engine, DictConfig) or not engine.get("why"):
         return overrides
     kept = [o for o in overrides if override_key(o) != "engine" and override_key(o) != "engine.why"]

@@ -16,7 +16,10 @@ Variants (``--variants``), each run on every stack it applies to:
 - ``one``: one process, no engine named (engine=auto: horovod on the horovod stack, tensorflow on the current);
 - ``two``: ``launcher=mpirun launcher.np=2``, no engine named (horovod; jax on the current stack);
 - ``jax_one``/``jax_two``: ``engine=jax`` on 1 and 2 processes (the JAX engine's own 2 ÷ 1 scaling);
-- ``jax_two_unbound``: ``engine=jax`` on 2 processes without core binding (``launcher.bind_to=none``).
+- ``jax_two_unbound``: ``engine=jax`` on 2 processes without core binding (``launcher.bind_to=none``);
+- ``jax_two_mpi``: ``engine=jax`` on 2 processes with JAX's MPI collectives instead of Gloo's TCP ones
+  (``JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi``), through MPItrampoline: needs ``--mpiwrapper`` = the path of an
+  MPIwrapper library built against the system's Open MPI (no package registry ships one).
 
 Extra overrides for every variant: ``--overrides 'trainer.lookahead_decay=0 ...'``.
 """
@@ -41,6 +44,12 @@ VARIANTS = {
     "jax_one": ["engine=jax"],
     "jax_two": ["engine=jax", "launcher=mpirun", "launcher.np=2"],
     "jax_two_unbound": ["engine=jax", "launcher=mpirun", "launcher.np=2", "launcher.bind_to=none"],
+    "jax_two_mpi": [
+        "engine=jax",
+        "launcher=mpirun",
+        "launcher.np=2",
+        "+launcher.env.JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi",
+    ],
 }
 
 
@@ -119,6 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--reps", type=int, default=2, help="interleaved rounds; medians are over rounds")
     p.add_argument("--overrides", default="", help="extra overrides for every variant (space-separated)")
+    p.add_argument("--mpiwrapper", help="libmpiwrapper.so for jax_two_mpi (MPItrampoline's MPITRAMPOLINE_LIB)")
     p.add_argument("--work", default=str(REPO / "outputs" / "bench-stacks"), help="run dirs (git-ignored)")
     p.add_argument("--out", default=str(REPO / "docs" / "stacks"), help="where stacks.md and stacks.json go")
     args = p.parse_args(argv)
@@ -127,13 +137,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         p.error(f"unknown variants {unknown}: use {', '.join(VARIANTS)}")
+    if "jax_two_mpi" in variants and not args.mpiwrapper:
+        p.error("jax_two_mpi needs --mpiwrapper PATH (libmpiwrapper.so)")
+    mpi_env = [f"+launcher.env.MPITRAMPOLINE_LIB={args.mpiwrapper}"] if args.mpiwrapper else []
     work = Path(args.work) / time.strftime("%Y%m%d-%H%M%S")
     results: Dict[str, List[dict]] = {}
     for rep in range(args.reps):
         for variant in variants:
             for name, python in stacks.items():
                 key = f"{name}/{variant}"
-                r = run_one(python, variant, args.epochs, work / f"{name}-{variant}-{rep}", args.overrides.split())
+                extra = args.overrides.split() + (mpi_env if variant == "jax_two_mpi" else [])
+                r = run_one(python, variant, args.epochs, work / f"{name}-{variant}-{rep}", extra)
                 print(f"[{time.strftime('%H:%M:%S')}] {key} rep {rep}: {r.get('images_per_sec') or r}", flush=True)
                 results.setdefault(key, []).append(r)
     summary = {}

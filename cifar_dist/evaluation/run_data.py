@@ -22,6 +22,7 @@ from cifar_dist.config.files import DEFAULT_CONFIG_NAME
 from cifar_dist.config.override_syntax import names_group
 from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.training.engines.choice import runnable_engine
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
 
@@ -54,11 +55,12 @@ def saved_training_config(model_path: Path) -> Optional[Path]:
 
 def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
     """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
-    model trained on JAX is scored on JAX, as its exact test was), else the config's."""
+    model trained on JAX is scored on JAX, as its exact test was), else the config's; as this process can run it
+    (``runnable_engine``: engine=auto chosen, a Horovod run scored in one process without Horovod)."""
     saved = saved_training_config(model_path)
     if overrides is None or any(names_group(o, "engine") for o in overrides) or saved is None:
-        return engine_of(cfg).name
-    return engine_of(OmegaConf.load(saved)).name
+        return runnable_engine(engine_of(cfg).name)
+    return runnable_engine(engine_of(OmegaConf.load(saved)).name)
 
 
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:

@@ -73,6 +73,18 @@ def choose(processes: int, horovod_available: bool, keras: Optional[int] = None)
     return "jax", f"engine=auto: Horovod is not installed; {processes} processes train on JAX (Keras 3)"
 
 
+def runnable_engine(name: str) -> str:
+    """The engine that runs a job of ``name`` in this process (an evaluation: the engine its model was trained
+    on, or the config's): ``auto`` chosen by the rule; ``horovod`` where Horovod is missing and this is the one
+    process, ``tensorflow`` (the same model, the same scores: there is nothing to average)."""
+    processes = processes_from_env()
+    if name == AUTO:
+        return choose(processes, horovod_installed())[0]
+    if name == "horovod" and processes == 1 and not horovod_installed():
+        return "tensorflow"
+    return name
+
+
 def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
     """The engine that trained the checkpoints in ``run_dir`` (from its saved config); None without any."""
     if run_dir is None or not list_checkpoints(run_dir / "checkpoints"):
@@ -94,11 +106,13 @@ def _launcher_facts(cfg: DictConfig) -> tuple:
 
 
 def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[str]:
-    """Replace ``cfg.engine`` (``engine=auto``) by the engine the job trains on; returns why (None: not auto).
+    """Replace ``cfg.engine`` (``engine=auto``) of a training job by the engine it trains on; returns why (None:
+    not auto, or not training: an evaluation scores on the engine of the run it scores, ``runnable_engine``).
 
     ``run_dir``: where the job writes, whose checkpoints keep their engine."""
     engine = cfg.get("engine")
-    if not isinstance(engine, DictConfig) or engine.get("name") != AUTO:
+    task = cfg.get("task")
+    if not isinstance(engine, DictConfig) or engine.get("name") != AUTO or (task is not None and task.name != "train"):
         return None
     keras = engine.get("keras")
     kept = trained_engine(run_dir)
