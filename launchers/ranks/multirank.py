@@ -37,6 +37,7 @@ from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environme
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
+from cifar_dist.rundir.ranks_lock import current_launch
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +233,9 @@ class MultiRankLauncher(Launcher):
             "--log-dir",
             str(job.output_dir / LOG_DIR),
         ]
+        launch = current_launch(job.output_dir)  # written by the run dir's guard (cifar_dist/rundir/ranks_lock.py)
+        if launch:
+            wrapper += ["--launch", launch]
         if group is not None:
             wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.conf.np)]
         if self.cores_per_rank() and not self.binds_itself():
