@@ -144,10 +144,12 @@ class LaunchStart:
 
     def start(self) -> str:
         """Write a new launch id into the lock file (creating it) and let the new ranks in; the id."""
-        if self._fd is None:
+        if self._fd is None:  # no lock file when the wait began; a rank may open it once made, never make it
             self._fd = os.open(ranks_lock_path(self.run_dir), os.O_RDWR | os.O_CREAT, 0o644)
-            if not _flock_within(self._fd, fcntl.LOCK_EX, RANK_WAIT_S):  # only a rank of a launch of no id
-                raise _refusal(self.run_dir, self._fd, RANK_WAIT_S)
+            if not _flock_within(self._fd, fcntl.LOCK_EX, RANK_WAIT_S):  # such a rank lets go at once (no id)
+                error = _refusal(self.run_dir, self._fd, RANK_WAIT_S)
+                self.release()
+                raise error
         launch = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{os.urandom(3).hex()}"
         record = f"{_LAUNCH}{launch} by pid {os.getpid()} on host {socket.gethostname()}\n".encode()
         os.ftruncate(self._fd, 0)
