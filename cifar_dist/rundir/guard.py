@@ -5,10 +5,13 @@ before the task function runs, so a run that is refused in ``app.main`` has
 already overwritten the description of the run whose files are there. This
 callback runs earlier, in ``on_run_start`` (``conf/hydra/default.yaml``), in
 the process that launches the job (ranks are its children and share the dir:
-they skip it). It takes the run dir's lock (``lock.py``) and applies
-the resume policy (``resume_policy.py``); either failing is one line and
-exit 2, with nothing in the run dir touched. The lock is held until the run
-ends (``on_run_end``, or the process's exit). Before all that, a folder that
+they skip it). It takes the run dir's lock (``lock.py``), waits (bounded) for
+the ranks of the previous launch to exit (``ranks_lock.py``: they outlive a
+launcher killed with -9 by seconds), and applies the resume policy
+(``resume_policy.py``); any of these failing is one line and exit 2, with
+nothing in the run dir touched. Once all pass, it starts a new launch: the id
+its ranks and their exit records carry (``ranks_lock.LaunchStart.start``).
+The lock is held until the run ends (``on_run_end``, or the process's exit). Before all that, a folder that
 cifar_dist did not make is refused (``owner.py``), and once the checks
 pass the run dir gets cifar_dist's marker.
 
@@ -45,12 +48,17 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
+from cifar_dist.rundir.ranks_lock import LaunchStart
 from cifar_dist.rundir.resume_policy import check_rerun, record_start
 
 
 def _exit_with(error: CifarDistError) -> None:
     print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
     sys.exit(2)  # SystemExit passes through Hydra's error reporting: no traceback
+
+
+def _notice(text: str) -> None:
+    print(f"cifar_dist: {text}", file=sys.stderr, flush=True)
 
 
 def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> bool:
@@ -68,10 +76,11 @@ def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> 
 def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
     """Check ``run_dir`` for a job of ``config`` and lock it; None when the launch follows the job holding it.
 
-    Raises a ``CifarDistError`` (nothing in the run dir touched) for a foreign folder, a live holder, or a
-    re-run that would not continue the run dir's experiment unchanged."""
+    Raises a ``CifarDistError`` (nothing in the run dir touched) for a foreign folder, a live holder, ranks of
+    an earlier launch still alive after the wait, or a re-run that would not continue the run dir's experiment
+    unchanged."""
     existed, was = existing_ancestor(run_dir), owner(run_dir)
-    lock = RunDirLock(run_dir)
+    lock, launch = RunDirLock(run_dir), LaunchStart(run_dir)
     try:
         refuse_foreign(run_dir)
         busy = None
@@ -83,12 +92,16 @@ def guard_run_dir(run_dir: Path, config: Any) -> Optional[RunDirLock]:
             return None  # the job holds its run dir; this process only follows it
         if busy is not None:
             raise busy
+        launch.wait_for_old_ranks(notice=_notice)  # before anything reads what they may still write
         check_rerun(run_dir, config)
         kept = claim(run_dir, was, existed)
         record_start(run_dir, config)
+        launch.start()
     except CifarDistError:
         lock.release()
         raise
+    finally:
+        launch.release()
     if kept:
         print(
             f"cifar_dist: adopted {run_dir}; kept your files as " + ", ".join(p.name for p in kept),

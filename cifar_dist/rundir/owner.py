@@ -36,6 +36,7 @@ from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME
+from cifar_dist.rundir.ranks_lock import RANKS_LOCK_NAME
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
@@ -58,11 +59,12 @@ OUTPUT_NAMES = (
     "azureml",
     "batchai",
     LOCK_NAME,
+    RANKS_LOCK_NAME,
     FINGERPRINT,
 )
 # Written by cifar_dist before the job itself writes anything; a run dir holding only these (and an
 # empty job log: a job that started has logged something) has nothing of a job in it.
-SCAFFOLDING = (MARKER, LOCK_NAME, ".hydra", FINGERPRINT)
+SCAFFOLDING = (MARKER, LOCK_NAME, RANKS_LOCK_NAME, ".hydra", FINGERPRINT)
 JOB_LOG = "cifar_dist.log"
 SWEEP_RECORD = "multirun.yaml"  # what Hydra's sweepers write into a sweep dir before its first batch
 

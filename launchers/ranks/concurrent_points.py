@@ -47,6 +47,7 @@ from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
+from cifar_dist.rundir.ranks_lock import current_launch
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +134,10 @@ class Batch:
 
     def point_result(self, job: JobSpec, started: float, stopped: str, runner_log: Path) -> LaunchResult:
         log_dir = job.output_dir / LOG_DIR
-        records = read_exit_records(log_dir, self.launcher.conf.np, started)
+        launch = current_launch(job.output_dir)
+        records = read_exit_records(log_dir, self.launcher.conf.np, started, launch)
         if any(r.get("exit_code") for r in records):
-            failure = first_failure(log_dir, self.launcher.conf.np, started, "")
+            failure = first_failure(log_dir, self.launcher.conf.np, started, "", launch)
             return LaunchResult(exit_code=1, message=f"point #{job.job_num}: {failure.message(job.output_dir)}")
         if len(records) == self.launcher.conf.np and not stopped:
             return LaunchResult(exit_code=0, metrics=read_results(job.output_dir))
@@ -154,7 +156,7 @@ class Batch:
         now = time.time()
         for job in self.jobs:
             log_dir = job.output_dir / LOG_DIR
-            records = read_exit_records(log_dir, self.launcher.conf.np, started)
+            records = read_exit_records(log_dir, self.launcher.conf.np, started, current_launch(job.output_dir))
             ended = {int(r["rank"]) for r in records}
             for record in records:
                 if now - record["time"] < grace:

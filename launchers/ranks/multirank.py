@@ -37,6 +37,7 @@ from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environme
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
+from cifar_dist.rundir.ranks_lock import current_launch
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +121,14 @@ class RunningJob:
         log_dir = job.output_dir / LOG_DIR
         log_dir.mkdir(parents=True, exist_ok=True)
         started = time.time()
+        launch = current_launch(job.output_dir)  # the ranks' exit records of this launch carry it
 
         # A rank that is not running at all (SIGSTOP, frozen host) blocks
         # Horovod's own stall check too: watch the ranks' heartbeats.
         heartbeats = HeartbeatWatch(log_dir, launcher.conf.np, launcher.conf.stall_shutdown_s)
 
         def rank_failed_long_ago() -> str:
-            for record in read_exit_records(log_dir, launcher.conf.np, started):
+            for record in read_exit_records(log_dir, launcher.conf.np, started, launch):
                 if record.get("exit_code") and time.time() - record["time"] > launcher.conf.rank_failure_grace_s:
                     return f"rank {record['rank']} failed {launcher.conf.rank_failure_grace_s:g}s ago"
             return heartbeats()
@@ -150,7 +152,7 @@ class RunningJob:
             return LaunchResult(exit_code=130, message=message)
         if outcome.returncode == 0 and not outcome.stopped_reason:
             return LaunchResult(exit_code=0, metrics=read_results(job.output_dir))
-        failure = first_failure(log_dir, launcher.conf.np, started, outcome.tail)
+        failure = first_failure(log_dir, launcher.conf.np, started, outcome.tail, launch)
         if heartbeats.stalled_rank is not None:
             failure = stalled_rank_failure(log_dir, heartbeats.stalled_rank, outcome.stopped_reason)
         code = outcome.returncode if outcome.returncode and outcome.returncode > 0 else 1
@@ -232,6 +234,9 @@ class MultiRankLauncher(Launcher):
             "--log-dir",
             str(job.output_dir / LOG_DIR),
         ]
+        launch = current_launch(job.output_dir)  # written by the run dir's guard (cifar_dist/rundir/ranks_lock.py)
+        if launch:
+            wrapper += ["--launch", launch]
         if group is not None:
             wrapper += ["--mpi-group", str(group), "--group-size", str(group_size or self.conf.np)]
         if self.cores_per_rank() and not self.binds_itself():

@@ -20,6 +20,14 @@ runs CMD as a child and
   does not make mpirun abort the other points (how it ended is in the exit
   record). Only group 0's rank 0 streams to the console.
 
+With ``--launch ID`` (the launch id the run dir's guard wrote, see
+cifar_dist/rundir/ranks_lock.py) the wrapper first holds the run dir's ranks'
+lock shared, for as long as it lives, so that no new launch starts into the
+run dir before this rank has ended and written its exit record; it does not
+start at all (exit 2, nothing written) when the run dir already belongs to a
+newer launch. The exit record carries the id: a later launch never reads it
+as its own.
+
 The child dies with the wrapper (PR_SET_PDEATHSIG), and SIGTERM/SIGINT/SIGHUP
 are passed on, so a runtime that kills the wrapper never leaves a rank behind.
 The wrapper in turn stops its rank when its own parent (mpirun, OpenMPI's
@@ -47,6 +55,7 @@ from typing import List, Optional, Sequence
 from cifar_dist.atomic_files import write_json
 from cifar_dist.environment import snapshot
 from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
+from cifar_dist.rundir.ranks_lock import StaleLaunch, hold_for_rank
 
 # Slurm's srun sets SLURM_PROCID/SLURM_LOCALID for every task (with --mpi=pmix also PMIX_RANK);
 # they come last: a batch script's own SLURM_PROCID=0 is inherited by ranks mpirun starts.
@@ -147,6 +156,7 @@ def run(
     nonchief_args: Sequence[str] = (),
     mpi_group: Optional[int] = None,
     group_size: int = 1,
+    launch: Optional[str] = None,
 ) -> int:
     parent = os.getppid()
     _prctl_pdeathsig(signal.SIGTERM)  # the runner dies: SIGTERM here, passed on to the rank (forward below)
@@ -166,6 +176,12 @@ def run(
             os.sched_setaffinity(0, share)  # inherited by the child
     if rank != 0:
         command = [*command, *nonchief_args]
+    try:
+        if launch:  # the lock's descriptor stays open (never inherited) until this wrapper exits
+            hold_for_rank(log_dir.parent, launch, rank)
+    except StaleLaunch as stale:
+        print(f"cifar_dist: {stale}", file=sys.stderr, flush=True)
+        return 2
 
     log_dir.mkdir(parents=True, exist_ok=True)
     record = exit_record_path(log_dir, rank)
@@ -202,7 +218,7 @@ def run(
     returncode = child.wait()
     log.close()
 
-    exit_code = write_exit_record(record, rank, child.pid, returncode, mpi_group)
+    exit_code = write_exit_record(record, rank, child.pid, returncode, mpi_group, launch)
     return 0 if mpi_group is not None else exit_code
 
 
@@ -218,9 +234,12 @@ def open_rank_log(log_dir: Path, rank: int, local_rank: int, local_size: int):
     return log
 
 
-def write_exit_record(record: Path, rank: int, pid: int, returncode: int, mpi_group: Optional[int]) -> int:
-    """How the rank ended (exit code or signal), atomically: the launcher never reads half a record."""
-    ended = {"rank": rank, "host": socket.gethostname(), "pid": pid, "time": time.time()}
+def write_exit_record(
+    record: Path, rank: int, pid: int, returncode: int, mpi_group: Optional[int], launch: Optional[str] = None
+) -> int:
+    """How the rank ended (exit code or signal), atomically: the launcher never reads half a record; tagged
+    with its ``launch``, which is how a later launch tells it from its own ranks' records."""
+    ended = {"rank": rank, "host": socket.gethostname(), "pid": pid, "time": time.time(), "launch": launch}
     if returncode < 0:
         ended.update(exit_code=128 - returncode, signal=-returncode, signal_name=signal.Signals(-returncode).name)
     else:
@@ -240,12 +259,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--nonchief-arg", action="append", default=[])
     parser.add_argument("--mpi-group", type=int, default=None)
     parser.add_argument("--group-size", type=int, default=1)
+    parser.add_argument("--launch", default=None, help="the run dir's launch id (cifar_dist/rundir/ranks_lock.py)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given after --")
-    return run(args.log_dir, command, args.bind_cores, args.nonchief_arg, args.mpi_group, args.group_size)
+    return run(args.log_dir, command, args.bind_cores, args.nonchief_arg, args.mpi_group, args.group_size, args.launch)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ class RankFailure:
         return text + f"\nCheckpoints in {output_dir / 'checkpoints'} are kept: {rerun_hint(output_dir)} to resume."
 
 
-def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
+def read_exit_records(log_dir: Path, np: int, since: float, launch: Optional[str] = None) -> List[dict]:
+    """The exit records of this launch: with its ``launch`` id, those tagged with it (a rank of an earlier
+    launch may have written its record after this one started); without, those written ``since``."""
     records = []
     for rank in range(np):
         path = exit_record_path(log_dir, rank)
@@ -63,7 +65,7 @@ def read_exit_records(log_dir: Path, np: int, since: float) -> List[dict]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("time", 0) >= since:
+        if record.get("time", 0) >= since and (launch is None or record.get("launch") == launch):
             records.append(record)
     return records
 
@@ -81,16 +83,19 @@ def _describe(code: int, sig: Optional[int]) -> str:
 TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def first_failure(log_dir: Path, np: int, since: float, runner_output: str) -> RankFailure:
+def first_failure(
+    log_dir: Path, np: int, since: float, runner_output: str, launch: Optional[str] = None
+) -> RankFailure:
     """The rank to blame.
 
     In order: the earliest rank that failed on its own (non-zero exit that is
     neither Horovod's shutdown after another rank's failure nor the SIGTERM
     or SIGINT a runner uses to tear the job down); else the rank the runner
     reported (its wrapper left no record, e.g. it was killed itself); else
-    the earliest failed rank of any kind.
+    the earliest failed rank of any kind. Only records of this launch count (``read_exit_records``).
     """
-    failed = sorted((r for r in read_exit_records(log_dir, np, since) if r.get("exit_code")), key=lambda r: r["time"])
+    records = read_exit_records(log_dir, np, since, launch)
+    failed = sorted((r for r in records if r.get("exit_code")), key=lambda r: r["time"])
 
     def victim(record: dict) -> bool:
         return record.get("signal") in TEARDOWN_SIGNALS or HOROVOD_SHUTDOWN in tail(
