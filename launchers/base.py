@@ -140,6 +140,9 @@ class Launcher(abc.ABC):
     # Whether the job runs in an environment the launch builds on the cluster (Azure ML's image, Batch AI's
     # node setup, both with Horovod), not in this one: then what this environment has installed says nothing.
     builds_own_environment = False
+    # Whether the job runs in this very process (launcher=local); every other launcher hands it on as a
+    # command or job file, which carries no secret (``tracking.settings.handed_on_uri_problems``).
+    runs_in_this_process = False
 
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).
