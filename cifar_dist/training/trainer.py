@@ -468,7 +468,7 @@ def restore_or_start(run: Run, model) -> int:
         log.info(
             "resuming after epoch %d from %s",
             initial_epoch,
-            checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch),
+            checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch, checkpoints.model_suffix(model)),
         )
     # ENGINE: copy rank 0's initial (or restored) weights and optimizer state
     # to every rank before the first step. Horovod's Keras examples use
