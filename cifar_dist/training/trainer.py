@@ -559,7 +559,8 @@ def open_tracker(run: Run):
         return None
     from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
-    return open_for_training(run.cfg, run.output_dir, run.world.size)
+    engine = {"engine": run.engine.name, "keras": version_of(run.keras), **run.engine.versions()}
+    return open_for_training(run.cfg, run.output_dir, run.world.size, engine)
 
 
 def make_callbacks(
