@@ -130,8 +130,10 @@ def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_lab
 def differences(saved: DictConfig, new: DictConfig) -> List[str]:
     """The fixed settings that differ, as ``changed`` says them (and the engine: which one, and the built-in
     models' Keras, which decides the checkpoints' format)."""
-    engines = changed(_engine_settings(saved), _engine_settings(new))
-    return changed(fixed_settings(saved), fixed_settings(new)) + engines
+    old_engine, new_engine = _engine_settings(saved), _engine_settings(new)
+    if old_engine["engine.name"] != new_engine["engine.name"]:  # each engine's own Keras follows: name only that
+        old_engine.pop("engine.keras"), new_engine.pop("engine.keras")  # (the user may never have set it)
+    return changed(fixed_settings(saved), fixed_settings(new)) + changed(old_engine, new_engine)
 
 
 def _engine_settings(cfg: DictConfig) -> Dict[str, Any]:
