@@ -231,3 +231,47 @@ def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
     assert_ok(proc)
     line = proc.stdout.strip()
     assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line
+
+
+TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "absl::InitializeLog")
+TINY_MODEL = textwrap.dedent("""
+    import keras
+
+
+    def build(num_classes):
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tmp_path):
+    """Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
+    "failed call to cuInit") on the console and in the rank logs, which the README says are hidden."""
+    (tmp_path / "tiny3.py").write_text(TINY_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "tiny3.yaml").write_text("_target_: tiny3.build\n")
+    env = cli_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist must quiet TensorFlow itself
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=tiny3", *RUN[3:]),
+        "trainer.epochs=1",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert_ok(proc)
+    console = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
+    assert not [n for n in TF_NOISE if n in console], console[:3000]
+
+
+def test_the_readmes_jax_line_says_what_it_costs():
+    """Issue 37, item 9: the README's engine=jax line ran the 50-epoch default (about 2 hours under load), unsaid."""
+    from conftest import REPO
+
+    (line,) = [
+        x for x in (REPO / "README.md").read_text("utf-8").splitlines() if "python -m cifar_dist engine=jax" in x
+    ]
+    assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line

@@ -44,6 +44,7 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World, local_processes_from_env, local_rank_from_env, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
@@ -83,9 +84,12 @@ class JaxEngine:
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
             jax.distributed.initialize()
-        import tensorflow as tf  # lazy: TensorFlow
+        # TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration, "failed call to cuInit") on machines
+        # without a GPU, as the other engines filter it (tf_console.py): its import and the device listing.
+        with filtered_native_stderr():
+            import tensorflow as tf  # lazy: TensorFlow
 
-        tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
+            tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
         tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
         device = jax.local_devices()[0]
         world = World(
