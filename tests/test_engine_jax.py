@@ -275,3 +275,70 @@ def test_the_readmes_jax_line_says_what_it_costs():
         x for x in (REPO / "README.md").read_text("utf-8").splitlines() if "python -m cifar_dist engine=jax" in x
     ]
     assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line
+
+
+DYING_MODEL = textwrap.dedent("""
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    import keras
+
+
+    def _die_in_the_second_epoch(marker):
+        while not marker.is_file():
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)  # a peer's death, as a kill -9 or a lost node
+
+
+    def build(num_classes):
+        if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+            marker = Path("run") / "checkpoints" / "checkpoint-001.keras"
+            threading.Thread(target=_die_in_the_second_epoch, args=(marker,), daemon=True).start()
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_a_peers_failure_is_one_line_naming_it_and_anything_else_passes(monkeypatch):
+    """Issue 37, item 8: the error a JAX collective raises when a peer is gone, as one line; others unchanged."""
+    from cifar_dist.training.engines.jax import JaxEngine
+    from cifar_dist.training.engines.world import World
+    from cifar_dist.training.process.threads import plan_threads
+
+    engine = JaxEngine(World(0, 2, 0, 2, plan_threads(2, 0, 0), "", False))
+    gloo = ValueError(
+        "UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+        "[127.0.0.1]:1758: Connection reset by peer\n(24 more lines)"
+    )
+    line = str(engine.peer_failure(gloo))
+    assert line.startswith("process 0: another process of this 2-process JAX job stopped (UNKNOWN: Gloo AllGather")
+    assert "pair.cc" not in line and "\n" not in line and "more lines" not in line
+    assert engine.peer_failure(ValueError("shapes (3,) and (4,) not aligned")) is None
+    alone = JaxEngine(World(0, 1, 0, 1, plan_threads(1, 0, 0), "", False))
+    assert alone.peer_failure(gloo) is None  # one process has no peer: the error is its own
+
+
+@pytest.mark.timeout(600)
+def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path):
+    """Issue 37, item 8: rank 0 printed a 25-line ``Gloo ... failed`` traceback before the launcher's summary."""
+    (tmp_path / "dying3.py").write_text(DYING_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "dying3.yaml").write_text("_target_: dying3.build\n")
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=dying3", *RUN[3:]),
+        *TWO,
+        "trainer.epochs=3",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+        timeout=500,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out and "Error executing job" not in out, out[-4000:]
+    errors = [line for line in out.splitlines() if line.startswith("cifar_dist: error:")]
+    assert len(errors) == 1 and "process 0: another process of this 2-process JAX job stopped" in errors[0], out[-3000:]
+    assert "rank 1 on " in out and "killed by signal 9" in out, out[-3000:]  # the launcher names the dead one

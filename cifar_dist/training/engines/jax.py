@@ -34,9 +34,11 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -50,6 +52,12 @@ from cifar_dist.training.process.threads import plan_threads
 log = logging.getLogger(__name__)
 
 BACKEND = "jax"
+# What a JAX collective raises (JaxRuntimeError, XlaRuntimeError or ValueError, by version) when a peer is gone:
+# "Gloo all-reduce failed: ... Connection reset by peer", "Gloo AllGather failed", a closed connection.
+_PEER_GONE = re.compile(
+    r"Gloo \S+ failed|Connection (reset|closed) by peer|Socket closed|DEADLINE_EXCEEDED.*(barrier|heartbeat)",
+    re.IGNORECASE,
+)
 
 
 class JaxEngineError(CifarDistError, RuntimeError):
@@ -122,6 +130,20 @@ class JaxEngine:
         # ENGINE: variables replicated on all devices, each process's batches one shard of the global batch.
         keras.distribution.set_distribution(
             keras.distribution.DataParallel(devices=keras.distribution.list_devices(), auto_shard_dataset=False)
+        )
+
+    def peer_failure(self, exc: BaseException) -> Optional[CifarDistError]:
+        """One line for ``exc`` when a collective failed because another process of the job is gone (killed,
+        crashed, its node lost): every surviving process says it in one line, not JAX's 25-line traceback;
+        the launcher names which process died and why. None for any other error."""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        found = _PEER_GONE.search(first)
+        if self.world.size < 2 or found is None:
+            return None
+        what = re.sub(r"\s*\[[^\]]*\.cc:\d+\]", "", first)[:200]  # without the C++ source location
+        return JaxEngineError(
+            f"process {self.world.rank}: another process of this {self.world.size}-process JAX job stopped "
+            f"({what}); the launcher names which one, and its log is in logs/"
         )
 
     def versions(self) -> dict:
