@@ -4,6 +4,7 @@ would reach the ranks as ``<redacted>`` (refused in one line naming MLflow's var
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from omegaconf import OmegaConf
 
@@ -46,6 +47,26 @@ def test_saved_yaml_loses_secret_keys_uri_passwords_and_secret_overrides(tmp_pat
     saved = yaml.safe_load(text)
     assert saved["tracking"]["uri"] == "http://host:5000/" and saved["launcher"]["env"]["FOO"] == "bar"
     assert saved["lr"] == "${optimizer.lr}"  # interpolations stay as written
+
+
+def test_keys_that_only_look_secret_stay_so_that_a_saved_config_re_runs():
+    saved = redact_config({"launcher": {"credential": "cli", "ssh_public_key": "~/.ssh/id_rsa.pub"}})
+    assert saved == {"launcher": {"credential": "cli", "ssh_public_key": "~/.ssh/id_rsa.pub"}}
+    assert redact_text("launcher.credential=cli") == "launcher.credential=cli"
+
+
+def test_a_secret_named_override_is_refused_rather_than_handed_to_the_ranks_masked(tmp_path):
+    """Masked on a rank's command line, a secret-named override would arrive as ``<redacted>``: refused, saying how."""
+    from cifar_dist.launchers.base import JobSpec, LaunchError
+
+    overrides = ["launcher=mpirun", f"+launcher.env.MY_TOKEN={TOKEN}", "optimizer.lr=0.01"]
+    job = JobSpec(cfg=compose_cfg(*overrides), output_dir=tmp_path, task_overrides=overrides)
+    command = " ".join(job.child_overrides())  # the launcher group's env stays with the launcher: not handed on
+    assert "optimizer.lr=0.01" in command and TOKEN not in command and "MY_TOKEN" not in command
+    overrides.append(f"+data.kwargs.api_key={TOKEN}")
+    job = JobSpec(cfg=compose_cfg(*overrides), output_dir=tmp_path, task_overrides=overrides)
+    with pytest.raises(LaunchError, match=r"^data.kwargs.api_key: a value named as a secret would reach the ranks"):
+        job.child_overrides()
 
 
 def test_a_resume_compares_masked_settings_with_the_masked_saved_config():
