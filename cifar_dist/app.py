@@ -23,6 +23,7 @@ from cifar_dist.config.override_check import (
     replace_overrides,
 )
 from cifar_dist.config.validation import validate
+from cifar_dist.console_line import OpenLineTracker, end_open_line
 from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.launchers.ranks.heartbeat import start_from_env
@@ -66,6 +67,7 @@ def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
     why); any other keeps the reason in its log (a full disk or a diverged
     loss keeps its checkpoints)."""
     message = redact_text(message)  # it may quote an override (a typo's tracking.urii=https://user:password@...)
+    end_open_line()  # after a progress bar, the error starts a line of its own (console_line.py)
     if run_dir is None or not (only_scaffolding(run_dir, with_log=True) and remove_if_created_here(run_dir)):
         to_log_file_only(logging.ERROR, "stopped: %s", message)
     print(f"cifar_dist: error: {message}", file=sys.stderr, flush=True)
@@ -135,6 +137,7 @@ def is_disguised_interrupt(exc: BaseException) -> bool:
 
 def interrupted_exit() -> None:
     """Ctrl-C of the launching process (a run or a whole sweep): one line, status 130, no traceback."""
+    end_open_line()
     print(f"cifar_dist: {INTERRUPTED}", file=sys.stderr, flush=True)
     sys.exit(INTERRUPTED_EXIT)
 
@@ -167,7 +170,7 @@ def main() -> None:
         problem = command_line_problem(sys.argv[1:])
         if problem:
             fail(problem, 2)
-    with config_printout_masked(sys.argv[1:]):
+    with contextlib.redirect_stdout(OpenLineTracker(sys.stdout)), config_printout_masked(sys.argv[1:]):
         run_job()
 
 

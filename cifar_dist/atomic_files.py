@@ -52,12 +52,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _model_suffix_in(path: Path) -> str:
+    """The model format a path being written names (``.h5``: Keras 2, ``.keras``: Keras 3, also inside a temp
+    name), so the hint names the files that are there; both when the path names neither."""
+    found = re.search(r"\.(h5|keras)(?![A-Za-z0-9])", Path(path).name)
+    return found.group(0) if found else ".h5 (.keras)"
+
+
 def disk_full(exc: BaseException, path: Path) -> DiskFullError | None:
     """A one-line DiskFullError for ``exc`` when it is ENOSPC/EDQUOT (h5py's OSErrors carry the errno too)."""
     if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
         return DiskFullError(
             f"no space left on the device writing {path} (files saved before are intact); free space "
-            "(older checkpoints/checkpoint-NNN.h5 can go: resume needs only the newest), "
+            f"(older checkpoints/checkpoint-NNN{_model_suffix_in(path)} can go: resume needs only the newest), "
             "then re-run with the same hydra.run.dir to resume"
         )
     return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cifar_dist.environment import snapshot
@@ -67,6 +67,15 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`,;]+")
 # A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."); a masked value stays as it is.
 _QUERY_PARAM = re.compile(r"(?P<name>(?<=[?&])[A-Za-z0-9_.~-]+)=(?P<value>" + re.escape(MASK) + r"|[^&#\s'\"<>`,;]*)")
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask harmless text
+# cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...)
+# and the path of a public key. Masking them would break a re-run from the run's saved config.
+NOT_SECRET_KEYS = frozenset({"launcher.credential", "launcher.ssh_public_key"})
+# An assignment whose name says it is a secret, as in an override (``+launcher.env.MY_TOKEN=...``) or a shell
+# line (``DB_PASSWORD=...``): the name's last dotted part is matched by SECRET_NAME. A quoted value ends at its quote.
+_SECRET_ASSIGNMENT = re.compile(
+    r"(?P<name>(?<![A-Za-z0-9_.~+-])[+~]{0,2}(?:[A-Za-z0-9_-]+\.)*[A-Za-z0-9_-]+)="
+    r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"<>`,;]+)"
+)
 
 
 def is_secret_query(name: str) -> bool:
@@ -94,6 +103,29 @@ def _without_userinfo(uri: str) -> str:
     return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, parts.query, parts.fragment))
 
 
+def is_secret_key(dotted: str) -> bool:
+    """Whether the config key ``dotted`` (``launcher.env.MY_TOKEN``) holds a secret, by its last part's name."""
+    return bool(SECRET_NAME.search(dotted.rsplit(".", 1)[-1])) and dotted not in NOT_SECRET_KEYS
+
+
+def secret_assignments(text: str) -> List[str]:
+    """The names that ``text`` (an override, a command line) assigns a secret-named value to."""
+    return [
+        m.group("name").lstrip("+~")
+        for m in _SECRET_ASSIGNMENT.finditer(text)
+        if is_secret_key(m.group("name").lstrip("+~"))
+    ]
+
+
+def _mask_secret_assignments(text: str) -> str:
+    def mask(m: re.Match) -> str:
+        name = m.group("name").lstrip("+~")
+        secret = is_secret_key(name) and m.group("value").strip("'\"") not in ("", MASK)
+        return f"{m.group('name')}={MASK}" if secret else m.group(0)
+
+    return _SECRET_ASSIGNMENT.sub(mask, text)
+
+
 def redact_uri(uri: str) -> str:
     """``uri`` without ``user:password@`` and with the values of credential query parameters masked."""
     return _mask_query_values(_without_userinfo(uri))
@@ -110,13 +142,39 @@ def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
 
 
 def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: Optional[str] = None) -> str:
-    """``text`` with every URI's credentials masked, and every secret value (``extra`` too) replaced by a mask."""
+    """``text`` with every URI's credentials masked, the value of every assignment to a secret's name
+    (``+launcher.env.MY_TOKEN=...``: a job description quotes the command line) and every secret value
+    (``extra`` too) replaced by a mask."""
     if not text:
         return text
     out = _mask_query_values(_URI.sub(lambda m: _without_userinfo(m.group(0)), text))
+    out = _mask_secret_assignments(out)
     for value in secret_values(environ) + ([extra] if extra else []):
         out = out.replace(value, MASK)
     return out
+
+
+def redact_config(node: Any, path: str = "") -> Any:
+    """A config as plain data (dicts, lists, scalars: ``OmegaConf.to_container``) with its secrets masked: the
+    value of a key named as a secret (``launcher.env.MY_TOKEN``), and secrets inside any string (``redact_text``:
+    a tracking URI's ``user:password@``, an override ``+launcher.env.MY_TOKEN=...`` in Hydra's own record)."""
+    if isinstance(node, dict):
+        return {k: redact_config(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [redact_config(v) for v in node]
+    if is_secret_key(path) and node not in (None, "", MASK) and not isinstance(node, bool):
+        return MASK
+    return redact_text(node) if isinstance(node, str) else node
+
+
+def uri_query_secrets(uri: Optional[str]) -> List[str]:
+    """The names of the credential query parameters of ``uri`` (``?sig=...&token=...``), in order."""
+    try:
+        query = urlsplit(str(uri or "")).query
+    except ValueError:
+        return []
+    names = [part.split("=", 1)[0] for part in query.split("&") if "=" in part]
+    return [n for n in names if is_secret_query(n)]
 
 
 def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:

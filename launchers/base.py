@@ -27,7 +27,7 @@ from cifar_dist.config.override_syntax import names_group, override_key, quote_o
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
-from cifar_dist.redaction import redact_text
+from cifar_dist.redaction import MASK, redact_text, secret_assignments
 from cifar_dist.training.engines.choice import HOROVOD_HINT, horovod_installed
 from cifar_dist.training.engines.world import processes_from_env
 
@@ -99,8 +99,15 @@ class JobSpec:
         child through MLflow's variables (``tracking.settings.export_credentials``). The engine
         ``engine=auto`` chose here is named, so that every process trains on it (``engines/choice.py``).
         """
-        task = [redact_text(o) for o in self.task_overrides if not names_group(o, "launcher")]
-        task = chosen_engine_overrides(task, self.cfg)
+        handed_on = [o for o in self.task_overrides if not names_group(o, "launcher")]
+        secrets = [name for o in handed_on for name in secret_assignments(o)]
+        if secrets:  # masked, the ranks would get "<redacted>" as the value: say how to pass it instead
+            raise LaunchError(
+                f"{', '.join(secrets)}: a value named as a secret would reach the ranks masked, as {MASK}; set it "
+                "in the environment instead (launcher.env.NAME, or your shell's, forwarded by name) and read it "
+                "there"
+            )
+        task = chosen_engine_overrides([redact_text(o) for o in handed_on], self.cfg)
         hydra = [redact_text(o) for o in self.hydra_overrides if not _is_parent_only(o)]
         return (
             task
@@ -140,6 +147,9 @@ class Launcher(abc.ABC):
     # Whether the job runs in an environment the launch builds on the cluster (Azure ML's image, Batch AI's
     # node setup, both with Horovod), not in this one: then what this environment has installed says nothing.
     builds_own_environment = False
+    # Whether the job runs in this very process (launcher=local); every other launcher hands it on as a
+    # command or job file, which carries no secret (``tracking.settings.handed_on_uri_problems``).
+    runs_in_this_process = False
 
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).

@@ -18,6 +18,8 @@ class LocalLauncherConf:
 
 
 class LocalLauncher(Launcher):
+    runs_in_this_process = True
+
     def launch(self, job: JobSpec) -> LaunchResult:
         # The task (train, evaluate) is a function named by the config; it is
         # imported only now because it pulls in TensorFlow and Horovod.

@@ -162,7 +162,8 @@ def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cac
 def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snapshot_cache, tmp_path):
     """job.yml is readable by everyone in the workspace: no user:password or URI token in its description or command."""
     run_dir = tmp_path / "run"
-    uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?token=Tok3n-in-query"
+    # (a token in the URI's query is refused before anything is written: test_secrets_in_files.py)
+    uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x"
     extra = {"launcher.dry_run": "true", "tracking": "mlflow", "tracking.uri": f"'{uri}'"}
     proc = run_cli(
         *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
@@ -171,6 +172,6 @@ def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snap
     text = (run_dir / "azureml" / "job.yml").read_text()
     doc = yaml.safe_load(text)
     assert "tracking.uri=" in doc["command"] and "mlflow.example:8443/x" in doc["description"]
-    for secret in ("Pa55word-in-uri", "Tok3n-in-query", "alice"):
+    for secret in ("Pa55word-in-uri", "alice"):
         assert secret not in text, secret
         assert secret not in proc.stdout + proc.stderr, secret

@@ -98,6 +98,10 @@ FACTORY = textwrap.dedent("""
             labels = labels + 0.7
         elif kind == "pixels_255":
             images = images * 255
+        elif kind == "nan_pixels":  # issue 37 item 7: one pixel of one image in seven
+            images[6, 3, 4, 1] = np.nan
+        elif kind == "inf_pixels":
+            images[2, 0, 0, 0] = -np.inf
         elif kind == "int_images":
             images = (images * 255).astype(np.int64)
         elif kind == "per_rank":  # a factory that reads a different share of its data on each rank
@@ -136,6 +140,8 @@ def factory(tmp_path, monkeypatch):
         ("negative", r"yields label -1, outside \[0, 4\)"),
         ("float", r"yields float64 labels \(e.g. \d.7\); yield integer class indices"),
         ("pixels_255", r"yields float images with values in \[.*, 25\d\], not \[0, 1\]; divide them by 255"),
+        ("nan_pixels", r"yields an image with NaN or infinite pixels \(element 6\); replace or drop them"),
+        ("inf_pixels", r"yields an image with NaN or infinite pixels \(element 2\); replace or drop them"),
         ("int_images", r"yields int64 images; yield uint8 \(0-255\) or float images in \[0, 1\]"),
         ("one_hot", r"yields one-hot labels \(shape \(4,\)\); yield the class index instead"),
         ("batched", r"yields batches \(images of shape \(16, 32, 32, 3\)\); return unbatched elements"),

@@ -99,6 +99,14 @@ def test_the_disk_full_message_gives_advice_that_helps(tmp_path):
     message = str(disk_full(OSError(28, "No space left on device"), tmp_path / "checkpoint-003.h5"))
     assert "keep_checkpoints" not in message  # pruning happens after the new checkpoint is written
     assert "resume" in message and "checkpoint" in message
+    assert "checkpoints/checkpoint-NNN.h5 can go" in message
+
+
+def test_the_disk_full_hint_names_keras3_checkpoints_as_they_are_written(tmp_path):
+    """Issue 37, item 11: a Keras 3 run's hint named .h5 files that do not exist."""
+    for written in ("checkpoint-003.keras", ".checkpoint-003.keras.x1y2.cifar_dist.partial"):
+        message = str(disk_full(OSError(28, "No space left on device"), tmp_path / written))
+        assert "checkpoints/checkpoint-NNN.keras can go" in message and ".h5" not in message, message
 
 
 # Inside the namespace: a 16 MiB tmpfs holds the first checkpoint (~10 MB) but

@@ -231,3 +231,114 @@ def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
     assert_ok(proc)
     line = proc.stdout.strip()
     assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line
+
+
+TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "absl::InitializeLog")
+TINY_MODEL = textwrap.dedent("""
+    import keras
+
+
+    def build(num_classes):
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tmp_path):
+    """Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
+    "failed call to cuInit") on the console and in the rank logs, which the README says are hidden."""
+    (tmp_path / "tiny3.py").write_text(TINY_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "tiny3.yaml").write_text("_target_: tiny3.build\n")
+    env = cli_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist must quiet TensorFlow itself
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=tiny3", *RUN[3:]),
+        "trainer.epochs=1",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert_ok(proc)
+    console = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
+    assert not [n for n in TF_NOISE if n in console], console[:3000]
+
+
+def test_the_readmes_jax_line_says_what_it_costs():
+    """Issue 37, item 9: the README's engine=jax line ran the 50-epoch default (about 2 hours under load), unsaid."""
+    from conftest import REPO
+
+    (line,) = [
+        x for x in (REPO / "README.md").read_text("utf-8").splitlines() if "python -m cifar_dist engine=jax" in x
+    ]
+    assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line
+
+
+DYING_MODEL = textwrap.dedent("""
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    import keras
+
+
+    def _die_in_the_second_epoch(marker):
+        while not marker.is_file():
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)  # a peer's death, as a kill -9 or a lost node
+
+
+    def build(num_classes):
+        if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+            marker = Path("run") / "checkpoints" / "checkpoint-001.keras"
+            threading.Thread(target=_die_in_the_second_epoch, args=(marker,), daemon=True).start()
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_a_peers_failure_is_one_line_naming_it_and_anything_else_passes(monkeypatch):
+    """Issue 37, item 8: the error a JAX collective raises when a peer is gone, as one line; others unchanged."""
+    from cifar_dist.training.engines.jax import JaxEngine
+    from cifar_dist.training.engines.world import World
+    from cifar_dist.training.process.threads import plan_threads
+
+    engine = JaxEngine(World(0, 2, 0, 2, plan_threads(2, 0, 0), "", False))
+    gloo = ValueError(
+        "UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+        "[127.0.0.1]:1758: Connection reset by peer\n(24 more lines)"
+    )
+    line = str(engine.peer_failure(gloo))
+    assert line.startswith("process 0: another process of this 2-process JAX job stopped (UNKNOWN: Gloo AllGather")
+    assert "pair.cc" not in line and "\n" not in line and "more lines" not in line
+    assert engine.peer_failure(ValueError("shapes (3,) and (4,) not aligned")) is None
+    alone = JaxEngine(World(0, 1, 0, 1, plan_threads(1, 0, 0), "", False))
+    assert alone.peer_failure(gloo) is None  # one process has no peer: the error is its own
+
+
+@pytest.mark.timeout(600)
+def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path):
+    """Issue 37, item 8: rank 0 printed a 25-line ``Gloo ... failed`` traceback before the launcher's summary."""
+    (tmp_path / "dying3.py").write_text(DYING_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "dying3.yaml").write_text("_target_: dying3.build\n")
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=dying3", *RUN[3:]),
+        *TWO,
+        "trainer.epochs=3",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+        timeout=500,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out and "Error executing job" not in out, out[-4000:]
+    errors = [line for line in out.splitlines() if line.startswith("cifar_dist: error:")]
+    assert len(errors) == 1 and "process 0: another process of this 2-process JAX job stopped" in errors[0], out[-3000:]
+    assert "rank 1 on " in out and "killed by signal 9" in out, out[-3000:]  # the launcher names the dead one

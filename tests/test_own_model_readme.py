@@ -120,6 +120,23 @@ def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user
 
 @pytest.mark.mpi
 @pytest.mark.horovod
+def test_the_readmes_keras3_option_runs_the_same_commands_and_names_its_keras_files(user_dir):
+    """Issue 37, items 10 and 11: ``mine3.yaml`` as the README gives it takes ``model.width=32`` (an option with
+    only a ``_target_`` failed with Hydra's 'Key width is not in struct'), and the resume names the ``.keras``
+    checkpoint it restores (it named a ``checkpoint-001.h5`` that does not exist)."""
+    assert "myconf/model/mine3.yaml" in readme_files()
+    train, resume = (["model=mine3" if a == "model=mine" else a for a in c] for c in readme_commands()[:2])
+    train, resume = ([a.replace("outputs/mine", "outputs/mine3") for a in c] for c in (train, resume))
+    env = cli_env()
+    assert_ok(run_cli(*train, "trainer.verbose=0", "trainer.plot=false", cwd=user_dir, env=env))
+    run = user_dir / "outputs" / "mine3"
+    assert (run / "checkpoints" / "checkpoint-001.keras").is_file()
+    assert_ok(run_cli(*resume, "trainer.verbose=0", "trainer.plot=false", cwd=user_dir, env=env))
+    log = (run / "cifar_dist.log").read_text()
+    assert f"resuming after epoch 1 from {run / 'checkpoints' / 'checkpoint-001.keras'}" in log, log[-2000:]
+    assert ".h5" not in log, log[-2000:]
+
+
 def test_on_two_ranks_the_readmes_first_command_trains_one_epoch_of_two_as_it_says(user_dir):
     """On 2 ranks ``trainer.epochs=2`` is one epoch (epoch_policy=divide): the README names what to add there."""
     (extra,) = re.findall(r"add `(launcher=mpirun launcher.np=2 [^`]*)` to both", " ".join(section().split()))

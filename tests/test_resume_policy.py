@@ -61,3 +61,16 @@ def test_the_engine_is_fixed_and_a_config_saved_before_engines_counts_as_horovod
     keras3 = OmegaConf.create({**base, "engine": {"name": "horovod", "keras": 3}})
     assert differences(old, default) == []
     assert differences(default, keras3) == ["engine.keras (was 2, now 3)"]
+    # Issue 37, item 13: another engine is named alone, not the Keras it brings, which the user may never have set.
+    jax = OmegaConf.create({**base, "engine": {"name": "jax", "keras": 3}})
+    assert differences(jax, default) == ["engine.name (was jax, now horovod)"]
+
+
+def test_the_readme_names_the_engine_among_what_a_resume_keeps():
+    """Issue 37, item 13: the README said every other group may change, not that the engine may not."""
+    from conftest import REPO
+
+    section = (REPO / "README.md").read_text("utf-8").split("### Resume", 1)[1].split("\n## ", 1)[0]
+    assert (
+        "and the engine (`engine=horovod|tensorflow|jax`" in section and "every other group but the engine" in section
+    )

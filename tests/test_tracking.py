@@ -17,7 +17,15 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from cifar_dist.all_options import register_configs  # noqa: E402
 from cifar_dist.tracking.failure_guard import Guard  # noqa: E402
 from cifar_dist.tracking.job_hooks import after_download, import_run_dir  # noqa: E402
-from cifar_dist.tracking.run_description import git_commit, load_job, params, sweep_dir  # noqa: E402
+from cifar_dist.tracking.run_description import (  # noqa: E402
+    JobRecord,
+    git_commit,
+    live_tags,
+    load_job,
+    params,
+    sweep_dir,
+    tags,
+)
 from cifar_dist.tracking.runfile import RUN_FILE, SWEEP_FILE, read_ref  # noqa: E402
 from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri  # noqa: E402
 
@@ -65,6 +73,17 @@ def test_params_are_the_flattened_config_without_secret_looking_keys():
     assert p["optimizer.lr"] == "0.0003" and p["trainer.epochs"] == "100" and p["trainer.epoch_policy"] == "divide"
     assert p["tracking.backend"] == "mlflow" and p["launcher.keyring"] == "k"
     assert "launcher.storage_key" not in p and "launcher.api_token" not in p
+
+
+def test_a_run_is_tagged_with_the_engine_that_trained_and_its_versions_only(tmp_path):
+    """Issue 37, item 12: a JAX run was tagged ``horovod: 0.28.1`` (installed beside it) with no engine or JAX."""
+    jax = {"engine": "jax", "keras": "3.8.0", "jax": "0.4.38"}
+    live = live_tags("vm", 2, jax)
+    assert {k: live[k] for k in jax} == jax and "horovod" not in live and live["tensorflow"]
+    (tmp_path / "metrics.json").write_text(json.dumps({"run": {**jax, "tensorflow": "2.18.1"}}))
+    job = JobRecord(run_dir=tmp_path, config=None, hydra=None)
+    assert {k: v for k, v in tags(job).items() if k != "run_dir"} == {**jax, "tensorflow": "2.18.1"}
+    assert live_tags("vm", 1, {"engine": "horovod", "horovod": "0.28.1"})["horovod"] == "0.28.1"
 
 
 def test_git_commit_only_for_a_git_checkout(tmp_path):
@@ -399,7 +418,7 @@ def test_run_resume_and_artifacts_recorded_in_one_mlflow_run(tmp_path):
     assert run.data.params["trainer.max_epochs_per_run"] == "1"  # MLflow keeps a param's first value
     tags = run.data.tags
     assert tags["launcher"] == "local" and tags["ranks"] == "1" and tags["host"]
-    assert tags["tensorflow"] == "2.18.1" and tags["horovod"] == "0.28.1"
+    assert tags["tensorflow"] == "2.18.1" and tags["horovod"] == "0.28.1" and tags["engine"] == "horovod"
     assert len(tags.get("git_commit", "x" * 40)) == 40
     assert {
         "metrics.json",

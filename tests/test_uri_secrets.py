@@ -1,5 +1,6 @@
 """A tracking URI's secrets (password, SAS query tokens) are masked everywhere the rest of the URI appears
-(issue 31, hostile 7): the console, the job log, ``--cfg job`` and a typo's one-line error."""
+(issue 31, hostile 7): the console, the job log, the run dir's ``.hydra/*.yaml`` (issue 37), ``--cfg job``
+and a typo's one-line error."""
 
 from conftest import assert_ok, one_error_line, run_cli
 
@@ -26,6 +27,7 @@ def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tmp_path):
     )
     assert_ok(proc)
     text = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
+    text += "".join(p.read_text() for p in sorted((run_dir / ".hydra").glob("*.yaml")))  # issue 37 item 3
     assert "127.0.0.1:9" in text and leaked(text) == [], text[-3000:]  # the guard's warning names the server
 
 

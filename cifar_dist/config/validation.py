@@ -19,6 +19,7 @@ from cifar_dist.data import num_classes_of
 from cifar_dist.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 from cifar_dist.models.builder import model_node_problem
 from cifar_dist.process_role import in_child_process
+from cifar_dist.tracking.settings import handed_on_uri_problems
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
@@ -215,7 +216,8 @@ def launcher_problems(cfg: DictConfig) -> List[str]:
         launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
     except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
         return []
-    return launcher.config_problems() + launcher.engine_problems(str((cfg.get("engine") or {}).get("name", "horovod")))
+    found = launcher.config_problems() + launcher.engine_problems(str((cfg.get("engine") or {}).get("name", "horovod")))
+    return found + ([] if launcher.runs_in_this_process else handed_on_uri_problems(cfg))
 
 
 def validate(cfg: DictConfig) -> None:

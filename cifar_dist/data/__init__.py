@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 from pathlib import Path
+from typing import List, Optional, Tuple
 
 from cifar_dist.data.archive import load_folder, load_tarball, read_tar_members
 from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, cifar100_layout
@@ -81,6 +82,37 @@ def _layout(data_cfg) -> Layout:
         return CIFAR10
     mode = data_cfg.label_mode
     return cifar100_layout(mode.value if hasattr(mode, "value") else str(mode))
+
+
+def source_files(data_cfg) -> Optional[Tuple[Path, List[Path]]]:
+    """(root, files): the files a data option's images and labels are read from, found the way loading finds them
+    but without reading, downloading or importing anything; None when they cannot be named here (a factory's
+    own reading, a copy not yet downloaded, a path this machine does not have). The resume fingerprint digests
+    their bytes (``rundir/fingerprint.py``); ``root`` makes their names independent of where the data lies."""
+    name = str(data_cfg.name)
+    if name == "sample":
+        resource = Path(str(importlib.resources.files(__name__).joinpath("sample").joinpath(SAMPLE_NAME)))
+        return (resource, [resource]) if resource.is_file() else None  # one file: its name is not part of it
+    if name == "folder":
+        return None  # listed with its split, which reads every image once: fingerprint.folder_digest does it once
+    if name == "custom":
+        return None  # what a factory reads is its own business; its source is fingerprinted
+    layout = _layout(data_cfg)
+    if not data_cfg.path:
+        folder = cached_folder(data_cfg, layout)
+        return (folder, _members(folder, layout)) if folder is not None else None
+    path = Path(str(data_cfg.path)).expanduser().absolute()
+    if path.is_file():
+        return path, [path]
+    if (path / layout.folder).is_dir():
+        return path / layout.folder, _members(path / layout.folder, layout)
+    if (path / layout.archive).is_file():
+        return path / layout.archive, [path / layout.archive]
+    return (path, _members(path, layout)) if path.is_dir() else None
+
+
+def _members(folder: Path, layout: Layout) -> List[Path]:
+    return [folder / m for m in sorted(layout.members) if (folder / m).is_file()]
 
 
 def _load_sample() -> CifarArrays:

@@ -6,7 +6,8 @@ TensorFlow traceback mid-epoch (or a run that trains silently on wrong targets).
   skipped and counted (``data.bad_files=skip``). Hidden files (``._x.png`` of macOS, ``.DS_Store``) are
   never images: ``folder.image_files`` leaves them out, as it leaves out hidden folders.
 - ``check_elements``: a data factory's first elements of each split (after ``decode``): unbatched
-  HxWx3 images in [0, 1], integer scalar labels in [0, num_classes).
+  HxWx3 images in [0, 1] with no NaN or infinite pixel (a NaN trains to NaN weights without a word),
+  integer scalar labels in [0, num_classes).
 - ``check_same_on_every_rank``: every rank read the same sizes and classes (a factory must return the
   same elements on every rank; otherwise the ranks run different numbers of steps and stall).
 """
@@ -62,8 +63,8 @@ def bad_images(files: Sequence[Path], policy: str = REFUSE) -> FrozenSet[Path]:
     return frozenset(bad)
 
 
-def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> Optional[str]:
-    """What is wrong with one (decoded image, label) element of a factory's dataset, or None."""
+def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int, index: int = 0) -> Optional[str]:
+    """What is wrong with one (decoded image, label) element of a factory's dataset (the ``index``-th), or None."""
     if image.ndim == 4:
         return (
             f"yields batches (images of shape {image.shape}); "
@@ -82,6 +83,8 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int) -> 
             f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; "
             f"number the classes 0..{num_classes - 1}"
         )
+    if np.issubdtype(image.dtype, np.floating) and not np.isfinite(image).all():  # min/max would not see a NaN
+        return f"yields an image with NaN or infinite pixels (element {index}); replace or drop them"
     low, high = float(image.min()), float(image.max())
     if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
         return f"yields float images with values in [{low:.3g}, {high:.3g}], not [0, 1]; " + (
@@ -102,8 +105,8 @@ def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
                 f"the {split} dataset of {where} yields {dtype.name} images; yield uint8 (0-255) or "
                 "float images in [0, 1] (docs/data.md)"
             )
-        for image, label in streams.images(dataset.take(count)):
-            problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes))
+        for index, (image, label) in enumerate(streams.images(dataset.take(count))):
+            problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes), index)
             if problem:
                 raise DataError(f"the {split} dataset of {where} {problem} (docs/data.md)")
 

@@ -54,6 +54,8 @@ def check_no_code(path: Path, trust_model: bool, trusted_layers: Sequence[str] =
         return
     try:
         found = code_in_model_file(path, set(trusted_layers))
+    except model_files.ModelFileError as exc:  # a damaged or oversized .keras: its own true line
+        raise EvaluationInputError(str(exc)) from None
     except Exception:  # not HDF5 or damaged: load_model reports it
         return
     if found:
@@ -96,6 +98,8 @@ def load_model(
     check_no_code(path, trust_model, list(own))
     try:
         model = model_files.load(path, own, trust_model)
+    except model_files.ModelFileError as exc:
+        raise EvaluationInputError(str(exc)) from None
     except Exception as exc:  # h5py/Keras raise many types for a bad file
         raise EvaluationInputError(
             f"{path} is not a loadable Keras model "

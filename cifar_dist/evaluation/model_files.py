@@ -5,6 +5,13 @@
 ``config.json``. Both are checked by ``model_trust`` before Keras builds
 anything from them; Keras 3 additionally loads with ``safe_mode`` unless the
 user trusts the file.
+
+A ``.keras`` file is someone else's bytes: before anything reads it whole,
+``keras3_archive`` opens it as a zip (a truncated or non-zip file is named as
+such: Keras 3 itself says "File not found" for one) and checks the size its
+``config.json`` declares against ``CONFIG_JSON_LIMIT`` (zipfile reads a member
+no further than its declared size), so a 700 MB architecture is refused
+instead of read into memory, with or without ``evaluate.trust_model``.
 """
 
 from __future__ import annotations
@@ -17,17 +24,45 @@ from typing import Any, Dict, Optional
 from cifar_dist.custom_objects import register_custom_objects
 
 KERAS3_SUFFIX = ".keras"
+# config.json of the largest model here is a few hundred KB; a real architecture is far below this.
+CONFIG_JSON_LIMIT = 16 * 2**20
+
+
+class ModelFileError(ValueError):
+    """A model file that is not what its name says, or too large to read safely (one line, naming it)."""
 
 
 def is_keras3_file(path: Path) -> bool:
     return Path(path).suffix == KERAS3_SUFFIX
 
 
+def keras3_config_json(path: Path) -> bytes:
+    """The ``config.json`` of the ``.keras`` zip ``path``, read only when it declares at most ``CONFIG_JSON_LIMIT``
+    bytes; ``ModelFileError`` for a file that is not a complete zip, has no ``config.json`` or declares more."""
+    limit = CONFIG_JSON_LIMIT
+    try:
+        with zipfile.ZipFile(path) as archive:
+            try:
+                member = archive.getinfo("config.json")
+            except KeyError:
+                raise ModelFileError(f"{path} is a zip without config.json, not a Keras 3 .keras model") from None
+            if member.file_size > limit:
+                raise ModelFileError(
+                    f"{path}'s config.json is {member.file_size / 2**20:.0f} MiB, over the "
+                    f"{limit / 2**20:.0f} MiB a model's architecture needs; refusing to read it"
+                )
+            with archive.open(member) as f:
+                return f.read(limit + 1)
+    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile) as exc:
+        raise ModelFileError(
+            f"{path} is not a complete .keras (zip) file ({exc}): truncated, or another format"
+        ) from None
+
+
 def architecture(path: Path) -> Optional[Any]:
     """The model's architecture config (no compile config: loading for scoring does not compile), or None."""
     if is_keras3_file(path):
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
+        config = json.loads(keras3_config_json(path))
         return {k: v for k, v in config.items() if k != "compile_config"}
     import h5py  # lazy: h5py
 
@@ -41,6 +76,7 @@ def architecture(path: Path) -> Optional[Any]:
 def load(path: Path, custom_objects: Dict[str, type], trust_model: bool):
     """The model in ``path``, uncompiled, built by the Keras that wrote it."""
     if is_keras3_file(path):
+        keras3_config_json(path)  # Keras reads config.json whole, and calls a truncated file "not found"
         import keras  # lazy: Keras 3
 
         register_custom_objects(keras)  # this package's layers, under the names Keras 3 saved them by

@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.config.schema import engine_of
 from cifar_dist.errors import CifarDistError
+from cifar_dist.redaction import redact_config
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
 
@@ -103,8 +104,9 @@ def _plain(cfg: DictConfig) -> Dict[str, Any]:
 
 def all_settings(cfg: DictConfig) -> Dict[str, Any]:
     """Every setting of ``cfg`` by dotted name (``hydra`` excluded before resolving: its
-    ``${hydra:...}`` values resolve only inside a running app)."""
-    return _flat(_plain(OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"})))
+    ``${hydra:...}`` values resolve only inside a running app), secrets masked: the saved
+    ``.hydra/config.yaml`` holds them masked (``saved_config.py``), so the new config is compared masked too."""
+    return _flat(redact_config(_plain(OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"}))))
 
 
 def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:
@@ -128,8 +130,10 @@ def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_lab
 def differences(saved: DictConfig, new: DictConfig) -> List[str]:
     """The fixed settings that differ, as ``changed`` says them (and the engine: which one, and the built-in
     models' Keras, which decides the checkpoints' format)."""
-    engines = changed(_engine_settings(saved), _engine_settings(new))
-    return changed(fixed_settings(saved), fixed_settings(new)) + engines
+    old_engine, new_engine = _engine_settings(saved), _engine_settings(new)
+    if old_engine["engine.name"] != new_engine["engine.name"]:  # each engine's own Keras follows: name only that
+        old_engine.pop("engine.keras"), new_engine.pop("engine.keras")  # (the user may never have set it)
+    return changed(fixed_settings(saved), fixed_settings(new)) + changed(old_engine, new_engine)
 
 
 def _engine_settings(cfg: DictConfig) -> Dict[str, Any]:

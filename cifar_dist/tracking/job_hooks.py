@@ -54,8 +54,11 @@ class TrainingTracker:
             )
 
 
-def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[TrainingTracker]:
-    """Rank 0: the job's run opened (or reopened after a resume); None with tracking=none."""
+def open_for_training(
+    cfg: DictConfig, run_dir: Path, ranks: int, engine: Optional[Dict[str, str]] = None
+) -> Optional[TrainingTracker]:
+    """Rank 0: the job's run opened (or reopened after a resume); None with tracking=none. ``engine``: the engine
+    that trains and its versions, tagged on the run (``run_description.live_tags``)."""
     conf = tracking_conf(cfg)
     if conf is None:
         return None
@@ -65,7 +68,12 @@ def open_for_training(cfg: DictConfig, run_dir: Path, ranks: int) -> Optional[Tr
     job = describe.load_job(run_dir, cfg)
 
     run = guard.call(
-        "opening the run", TrackedRun.open, uri, conf.experiment, job, describe.live_tags(socket.gethostname(), ranks)
+        "opening the run",
+        TrackedRun.open,
+        uri,
+        conf.experiment,
+        job,
+        describe.live_tags(socket.gethostname(), ranks, engine),
     )
     if run is not None:
         log.info("tracking: MLflow run %s at %s", run.run_id, redact(uri))

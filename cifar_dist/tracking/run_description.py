@@ -11,7 +11,7 @@ import importlib.metadata
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -92,6 +92,10 @@ def sweep_dir(job: JobRecord) -> Optional[Path]:
     return job.run_dir.parent
 
 
+# The engine and the versions of what it trains with, as metrics.json's run section names them.
+ENGINE_TAGS = ("engine", "tensorflow", "keras", "horovod", "jax")
+
+
 def run_name(job: JobRecord) -> str:
     """``<date>/<time>`` for a run, ``<time>/#<num>`` for a sweep point: what the run dir is called."""
     if sweep_dir(job) is not None:
@@ -113,7 +117,7 @@ def tags(job: JobRecord) -> Dict[str, str]:
     if results.get("ranks"):
         out["ranks"] = str(results["ranks"])
     run = results.get("run") or {}
-    for name in ("tensorflow", "horovod"):
+    for name in ENGINE_TAGS:  # metrics.json's run: the engine that trained and the versions it used
         if run.get(name):
             out[name] = str(run[name])
     sweep = sweep_dir(job)
@@ -122,14 +126,18 @@ def tags(job: JobRecord) -> Dict[str, str]:
     return out
 
 
-def live_tags(host: str, ranks: int) -> Dict[str, str]:
-    """What only the process that trains knows: its host, the world size, installed versions, the source commit."""
+def live_tags(host: str, ranks: int, engine: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """What only the process that trains knows: its host, the world size, the engine that trains and the versions
+    it uses (``engine``: ``{"engine": "jax", "keras": ..., "jax": ...}``, from the trainer), the source commit.
+
+    The versions are the engine's, not whatever is installed: Horovod is installed beside JAX on the horovod
+    stack, and a JAX run tagged ``horovod: 0.28.1`` says it trained on something it did not use."""
     out = {"host": host, "ranks": str(ranks)}
-    for name in ("tensorflow", "horovod"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+    try:
+        out["tensorflow"] = importlib.metadata.version("tensorflow")  # every engine reads its data with tf.data
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    out.update({k: str(v) for k, v in (engine or {}).items() if k in ENGINE_TAGS and v})
     commit = git_commit(Path(__file__).resolve().parents[2])
     if commit:
         out["git_commit"] = commit

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, MutableMapping, Optional
+from typing import Any, Dict, List, Mapping, MutableMapping, Optional
 
 from cifar_dist.redaction import redact_uri as redact  # noqa: F401  (the one home of redaction)
-from cifar_dist.redaction import tracking_credentials
+from cifar_dist.redaction import tracking_credentials, uri_query_secrets
 
 DEFAULT_DB = Path("outputs") / "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: where its runs' artifacts go
@@ -90,6 +90,22 @@ def node_credentials(cfg: Any, environ: Mapping[str, str] = os.environ) -> Dict[
         return {}
     found = {name: environ[name] for name in CREDENTIAL_ENV if environ.get(name)}
     return {**found, **tracking_credentials(conf.uri)}
+
+
+def handed_on_uri_problems(cfg: Any) -> List[str]:
+    """A tracking URI with a credential in its query (``?sig=...``), for a launcher that hands the job to other
+    processes or a cluster: refused, one phrase. Their commands and job files carry the URI masked, so the
+    credential would arrive as ``<redacted>`` and tracking there could not authenticate; MLflow takes a
+    credential from its own variables instead, which reach the ranks and cluster jobs through the environment."""
+    conf = tracking_conf(cfg)
+    names = uri_query_secrets(conf.get("uri")) if conf is not None else []
+    if not names:
+        return []
+    return [
+        f"tracking.uri carries a credential in its query ({', '.join(dict.fromkeys(names))}), which this launcher "
+        "would hand on masked: give the URI without it and the credential in MLFLOW_TRACKING_TOKEN (or "
+        "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD) in the environment"
+    ]
 
 
 def export_credentials(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:

@@ -32,9 +32,10 @@ import os
 import resource
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import hydra.utils
 from omegaconf import DictConfig
@@ -256,6 +257,24 @@ class Run:
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     """Train (or resume) the configured model; return the final metrics."""
     run, policy = start_run(cfg, Path(output_dir))
+    with peer_failure_in_one_line(run.engine):
+        return _train(run, policy)
+
+
+@contextmanager
+def peer_failure_in_one_line(engine) -> Iterator[None]:
+    """An error that says another process of the job died (``engine.peer_failure``) becomes the engine's one
+    line, raised on every surviving process; any other error passes unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        lost = engine.peer_failure(exc)
+        if lost is None:
+            raise
+        raise lost from None
+
+
+def _train(run: Run, policy) -> Dict[str, Any]:
     from cifar_dist.training.process.interrupts import interrupts_kept  # a Keras callback: imports TensorFlow
 
     data = load_data(run)
@@ -468,7 +487,7 @@ def restore_or_start(run: Run, model) -> int:
         log.info(
             "resuming after epoch %d from %s",
             initial_epoch,
-            checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch),
+            checkpoints.checkpoint_path(run.checkpoint_dir, initial_epoch, checkpoints.model_suffix(model)),
         )
     # ENGINE: copy rank 0's initial (or restored) weights and optimizer state
     # to every rank before the first step. Horovod's Keras examples use
@@ -559,7 +578,8 @@ def open_tracker(run: Run):
         return None
     from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
-    return open_for_training(run.cfg, run.output_dir, run.world.size)
+    engine = {"engine": run.engine.name, "keras": version_of(run.keras), **run.engine.versions()}
+    return open_for_training(run.cfg, run.output_dir, run.world.size, engine)
 
 
 def make_callbacks(

@@ -20,7 +20,7 @@ All answer the same questions (``world``, ``distribute_models``,
 ``rank_seed``, ``distributed_optimizer``, ``broadcast_model``,
 ``restore_latest``, ``average_variables``, ``metric_averaging``,
 ``exact_test_slice``, ``ramps_lr_in_schedule``, ``lr_callbacks``, the object
-collectives); docs/engines.md compares them.
+collectives, ``peer_failure``: one line when another process died); docs/engines.md compares them.
 
 ``start_engine`` is the one entry: it imports the engine's module only when
 that engine is used (a Horovod run imports nothing of another engine).

@@ -59,6 +59,11 @@ class HorovodEngine:
         """(rank, size): every rank scores its own slice of the test set; the trainer adds up the slices' sums."""
         return self.world.rank, self.world.size
 
+    def peer_failure(self, exc: BaseException):
+        """The one-line error for ``exc`` when it says another process of the job died (the JAX engine's);
+        None here: Horovod reports a lost rank itself, and its launcher names it."""
+        return None
+
     def versions(self) -> dict:
         import horovod  # lazy: Horovod
 

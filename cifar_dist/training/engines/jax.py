@@ -34,9 +34,11 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -44,11 +46,18 @@ from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World, local_processes_from_env, local_rank_from_env, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
 BACKEND = "jax"
+# What a JAX collective raises (JaxRuntimeError, XlaRuntimeError or ValueError, by version) when a peer is gone:
+# "Gloo all-reduce failed: ... Connection reset by peer", "Gloo AllGather failed", a closed connection.
+_PEER_GONE = re.compile(
+    r"Gloo \S+ failed|Connection (reset|closed) by peer|Socket closed|DEADLINE_EXCEEDED.*(barrier|heartbeat)",
+    re.IGNORECASE,
+)
 
 
 class JaxEngineError(CifarDistError, RuntimeError):
@@ -83,9 +92,12 @@ class JaxEngine:
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
             jax.distributed.initialize()
-        import tensorflow as tf  # lazy: TensorFlow
+        # TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration, "failed call to cuInit") on machines
+        # without a GPU, as the other engines filter it (tf_console.py): its import and the device listing.
+        with filtered_native_stderr():
+            import tensorflow as tf  # lazy: TensorFlow
 
-        tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
+            tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
         tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
         device = jax.local_devices()[0]
         world = World(
@@ -118,6 +130,20 @@ class JaxEngine:
         # ENGINE: variables replicated on all devices, each process's batches one shard of the global batch.
         keras.distribution.set_distribution(
             keras.distribution.DataParallel(devices=keras.distribution.list_devices(), auto_shard_dataset=False)
+        )
+
+    def peer_failure(self, exc: BaseException) -> Optional[CifarDistError]:
+        """One line for ``exc`` when a collective failed because another process of the job is gone (killed,
+        crashed, its node lost): every surviving process says it in one line, not JAX's 25-line traceback;
+        the launcher names which process died and why. None for any other error."""
+        first = (str(exc).strip().splitlines() or [""])[0]
+        found = _PEER_GONE.search(first)
+        if self.world.size < 2 or found is None:
+            return None
+        what = re.sub(r"\s*\[[^\]]*\.cc:\d+\]", "", first)[:200]  # without the C++ source location
+        return JaxEngineError(
+            f"process {self.world.rank}: another process of this {self.world.size}-process JAX job stopped "
+            f"({what}); the launcher names which one, and its log is in logs/"
         )
 
     def versions(self) -> dict:

@@ -82,6 +82,11 @@ class TensorflowEngine:
     def exact_test_slice(self) -> tuple:
         return 0, 1
 
+    def peer_failure(self, exc: BaseException):
+        """The one-line error for ``exc`` when it says another process of the job died (the JAX engine's);
+        None here: one process: no peer to lose."""
+        return None
+
     def versions(self) -> dict:
         import tensorflow as tf  # lazy: TensorFlow
 
