@@ -219,6 +219,26 @@ def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
     # An sbatch script's own environment (no step) and a plain shell: one process, nothing to join.
     assert processes_from_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == 1
     assert processes_from_env({}) == 1 and local_processes_from_env({}) == 1 and local_rank_from_env({}) == 0
+    # Open MPI 5 (Debian 13) no longer sets OMPI_MCA_orte_hnp_uri: the world is still Open MPI's.
+    ompi5 = {k: v for k, v in ompi.items() if k != "OMPI_MCA_orte_hnp_uri"}
+    assert [f(ompi5) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+
+
+def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path):
+    """JAX finds an Open MPI 4 or Slurm job itself; under Open MPI 5 it would need mpi4py, so launcher=mpirun
+    names the coordinator and each rank passes its place; without one, a rank of a user's own mpirun is told."""
+    from cifar_dist.training.engines.jax import JaxEngineError, peers_from_env
+
+    ompi5 = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "CIFAR_DIST_JAX_COORDINATOR": "h1:4242"}
+    assert peers_from_env(ompi5) == {"coordinator_address": "h1:4242", "num_processes": 2, "process_id": 1}
+    assert peers_from_env({**ompi5, "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000"}) == {}  # Open MPI 4
+    assert peers_from_env({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n1", "SLURM_NTASKS": "2"}) == {}
+    with pytest.raises(JaxEngineError, match="CIFAR_DIST_JAX_COORDINATOR=host:port"):
+        peers_from_env({k: v for k, v in ompi5.items() if k != "CIFAR_DIST_JAX_COORDINATOR"})
+    proc = run_cli(
+        "engine=jax", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", f"hydra.run.dir={tmp_path}"
+    )
+    assert "-x CIFAR_DIST_JAX_COORDINATOR" in proc.stdout  # every rank gets it
 
 
 def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():

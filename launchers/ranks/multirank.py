@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import shlex
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_rec
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.results import read_results
 from cifar_dist.rundir.ranks_lock import current_launch
+from cifar_dist.training.engines.world import JAX_COORDINATOR_ENV
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,18 @@ class MultiRankLauncher(Launcher):
         # Config problems surface as LaunchError from launch(), not from the
         # constructor (Hydra's instantiate would wrap them in a traceback).
         self._hosts: Optional[List[Host]] = None
+        self._jax_coordinator: Optional[str] = None
+
+    @property
+    def jax_coordinator(self) -> str:
+        """``host:port`` where a JAX job's processes meet: the first host (rank 0 runs there), on a port free on
+        this machine when it is the first host (a guess elsewhere, as JAX's own Open MPI detection makes)."""
+        if self._jax_coordinator is None:
+            host = self.hosts[0].name if self.hosts and not is_local(self.hosts[0].name) else "127.0.0.1"
+            with socket.socket() as probe:
+                probe.bind(("", 0))
+                self._jax_coordinator = f"{host}:{probe.getsockname()[1]}"
+        return self._jax_coordinator
 
     @property
     def hosts(self) -> List[Host]:
@@ -249,6 +263,7 @@ class MultiRankLauncher(Launcher):
         """Variables set for the ranks (on top of this process's environment); the user modules
         of ``jobs`` first on PYTHONPATH (launchers/user_sources.py)."""
         extra = {"HOROVOD_CYCLE_TIME": f"{self.conf.cycle_time_ms:g}"} if self.conf.cycle_time_ms > 0 else {}
+        extra[JAX_COORDINATOR_ENV] = self.jax_coordinator  # engine=jax under Open MPI 5 (engines/jax.py)
         roots = [root for job in jobs for root in job.carried.code_roots()]
         return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s, code_roots=roots)
 

@@ -44,7 +44,14 @@ import numpy as np
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
-from cifar_dist.training.engines.world import World, local_processes_from_env, local_rank_from_env, processes_from_env
+from cifar_dist.training.engines.world import (
+    JAX_COORDINATOR_ENV,
+    World,
+    local_processes_from_env,
+    local_rank_from_env,
+    processes_from_env,
+    under_open_mpi,
+)
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.threads import plan_threads
@@ -62,6 +69,25 @@ _PEER_GONE = re.compile(
 
 class JaxEngineError(CifarDistError, RuntimeError):
     """engine=jax cannot start in this process."""
+
+
+def peers_from_env(environ=None) -> dict:
+    """``jax.distributed.initialize``'s arguments: none where JAX finds the job itself (Slurm, Open MPI 4, which
+    sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose, and this rank's place."""
+    env = os.environ if environ is None else environ
+    if not under_open_mpi(env) or "OMPI_MCA_orte_hnp_uri" in env:
+        return {}
+    address = env.get(JAX_COORDINATOR_ENV)
+    if not address:
+        raise JaxEngineError(
+            f"engine=jax under Open MPI 5 needs the address its processes meet at: start them with "
+            f"launcher=mpirun, or set {JAX_COORDINATOR_ENV}=host:port for every rank of your own mpirun"
+        )
+    return {
+        "coordinator_address": address,
+        "num_processes": int(env["OMPI_COMM_WORLD_SIZE"]),
+        "process_id": int(env["OMPI_COMM_WORLD_RANK"]),
+    }
 
 
 class JaxEngine:
@@ -91,7 +117,7 @@ class JaxEngine:
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
-            jax.distributed.initialize()
+            jax.distributed.initialize(**peers_from_env())
         # TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration, "failed call to cuInit") on machines
         # without a GPU, as the other engines filter it (tf_console.py): its import and the device listing.
         with filtered_native_stderr():

@@ -24,11 +24,21 @@ class World:
         return self.rank == 0
 
 
+# Where a JAX job's processes meet (``host:port``), set by launcher=mpirun for its ranks: Open MPI 5 no longer sets
+# the variable JAX's own Open MPI detection reads (OMPI_MCA_orte_hnp_uri), and JAX's other way needs mpi4py.
+JAX_COORDINATOR_ENV = "CIFAR_DIST_JAX_COORDINATOR"
+
+
+def under_open_mpi(environ=None) -> bool:
+    """Whether this process is a rank Open MPI started (4 and 5 alike set OMPI_COMM_WORLD_SIZE in every rank)."""
+    return "OMPI_COMM_WORLD_SIZE" in (os.environ if environ is None else environ)
+
+
 def processes_from_env(environ=None) -> int:
     """How many processes the launcher started (Open MPI's or Slurm's environment; 1 without either)."""
     env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:  # what JAX itself looks for first
-        return int(env.get("OMPI_COMM_WORLD_SIZE", 1))
+    if under_open_mpi(env):
+        return int(env["OMPI_COMM_WORLD_SIZE"])
     if "SLURM_STEP_NODELIST" in env and "SLURM_PROCID" in env:
         return int(env.get("SLURM_NTASKS", 1))
     return 1
@@ -37,7 +47,7 @@ def processes_from_env(environ=None) -> int:
 def local_processes_from_env(environ=None) -> int:
     """How many of the job's processes share this host."""
     env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:
+    if under_open_mpi(env):
         return int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1))
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "") if "SLURM_PROCID" in env else ""
     return int(per_node.split("(")[0].split(",")[0]) if per_node else 1
@@ -45,6 +55,6 @@ def local_processes_from_env(environ=None) -> int:
 
 def local_rank_from_env(environ=None) -> int:
     env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:
+    if under_open_mpi(env):
         return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
     return int(env.get("SLURM_LOCALID", 0)) if "SLURM_PROCID" in env else 0
