@@ -17,6 +17,10 @@ from conftest import assert_ok, error_lines, run_cli, start_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from fake_azureml.server import Fault
 
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
+
 
 def small_data(tmp_path: Path) -> dict:
     """A few random images in CIFAR-10's own format: the tests are about the launcher."""

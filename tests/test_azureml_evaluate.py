@@ -17,6 +17,10 @@ from conftest import assert_ok, error_lines, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_azureml_e2e import small_data
 
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
+
 
 @pytest.fixture(scope="module")
 def untrained_model(tmp_path_factory) -> Path:

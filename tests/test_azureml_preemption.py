@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import assert_ok, run_cli
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_azureml_e2e import small_data
+
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
 
 
 def test_a_preempted_job_resumes_from_its_checkpoint_in_its_outputs(fake_aml, snapshot_cache, tmp_path):

@@ -4,6 +4,7 @@ in its own result, in the points' order."""
 
 from __future__ import annotations
 
+import pytest
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 
@@ -11,6 +12,10 @@ from cifar_dist.all_options import register_configs
 from cifar_dist.launchers.azureml.launcher import AzureMLLauncher
 from cifar_dist.launchers.base import JobSpec
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
+
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
 
 
 def test_two_points_are_both_submitted_before_either_ends(fake_aml, snapshot_cache, tmp_path, monkeypatch):

@@ -16,6 +16,10 @@ from conftest import assert_ok, run_cli, start_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 from fake_azure.server import Fault
 
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
+
 
 def _job_file_of(record) -> dict:
     return {"$schema": "x", "properties": json.loads(record.body)["properties"]}

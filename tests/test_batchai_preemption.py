@@ -14,6 +14,10 @@ from cifar_fixtures import BATCH_DIR, batch_files, sample_batches, write_folder
 from conftest import assert_ok, run_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
+
 
 def test_a_requeue_and_a_failure_are_reported_with_the_service_reasons(fake_azure, storage_key, wheel_cache, tmp_path):
     """A simulated job, preempted half-way and then failing: the launcher reports the

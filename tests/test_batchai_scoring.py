@@ -22,6 +22,10 @@ from cifar_dist.launchers.batchai.scoring import plan_scoring
 from conftest import assert_ok, run_cli, shared_path
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
+
 
 def shared_schema(name: str) -> dict:
     return json.loads(shared_path("batchai", "schemas", "2018-05-01", name).read_text())

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from omegaconf import OmegaConf
 
 from conftest import assert_ok, run_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
+
+pytestmark = (
+    pytest.mark.horovod
+)  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
 
 
 def test_sweep_of_three_runs_its_jobs_concurrently(fake_azure, storage_key, wheel_cache, tmp_path):

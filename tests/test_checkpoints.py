@@ -9,6 +9,8 @@ from cifar_dist.models.seed_cnn import build
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.optimizers import rmsprop
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 
 def compiled_model():
     model = build(dense_units=16)

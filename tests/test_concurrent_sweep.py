@@ -27,6 +27,8 @@ from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
 from conftest import assert_ok, read_metrics, run_cli
 
+pytestmark = pytest.mark.horovod  # concurrent points are Horovod groups of one mpirun
+
 register_configs()
 
 QUICK = (

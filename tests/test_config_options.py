@@ -27,6 +27,8 @@ from cifar_dist.config.options import OPTION_ATTR
 from cifar_dist.launchers import option_modules
 from conftest import assert_ok, cli_env, run_cli
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 TESTS = Path(__file__).resolve().parent
 RECORDED = yaml.safe_load((TESTS / "composed_options.yaml").read_text())
 GROUPS = ("data", "model", "optimizer", "trainer", "engine", "launcher", "task", "tracking", "experiment", "debug")

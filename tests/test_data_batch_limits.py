@@ -17,6 +17,8 @@ from cifar_dist.data.archive import load_folder
 from cifar_dist.data.batches import MAX_BATCH_BYTES, read_batch_file, read_images, unpickle
 from cifar_fixtures import batch_files, random_batches, write_folder
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 FIX = "point data.path at a good copy"
 
 

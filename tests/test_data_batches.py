@@ -13,6 +13,8 @@ from cifar_dist.data import DataError
 from cifar_dist.data.batches import read_batch_file, read_images, unpickle
 from cifar_fixtures import batch_bytes, batch_files, random_batches, write_folder
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 FIX = "point data.path at a good copy"
 
 

@@ -202,6 +202,7 @@ def test_an_endless_dataset_of_unknown_size_is_refused_in_one_line_not_a_hang(fa
     assert "has a size TensorFlow cannot know" in line and "train_size=N" in line, line
 
 
+@pytest.mark.horovod  # two ranks of a Keras 2 model
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_a_factory_giving_ranks_different_data_is_named_not_a_stall(factory):
     """As reported: a 120 s stall, then rank 0 blamed ("Horovod has been shut down"), the cause never named."""
@@ -227,6 +228,7 @@ def test_a_factory_giving_ranks_different_data_is_named_not_a_stall(factory):
 
 
 @pytest.mark.slow  # ~45 s on 2 ranks; the training variant above stays in the default suite
+@pytest.mark.horovod  # two ranks of a Keras 2 model
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_scoring_a_factory_that_gives_ranks_different_data_is_named(factory):
     """The same factory scored on 2 ranks: rank 0 put rank 1's 96 results into an array of 64 (a traceback)."""

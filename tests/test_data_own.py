@@ -17,6 +17,8 @@ from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data import CifarArrays, DataError, load_dataset
 from cifar_fixtures import CLASS_NAMES, cifar100_labels, cifar100_tarball, data_cfg, sample_arrays, write_png_tree
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 _cfg = data_cfg
 
 

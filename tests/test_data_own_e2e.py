@@ -59,6 +59,7 @@ def png_tree(tmp_path_factory):
 
 
 @needs_mpirun
+@pytest.mark.horovod  # two ranks of a Keras 2 model
 def test_folder_on_two_ranks_matches_the_pickles_and_evaluates(png_tree, tmp_path):
     """The same images from PNG files and from the pickles, same seed, 2 ranks: the same accuracy within noise.
 
@@ -131,7 +132,9 @@ def _user_env(user_dir):
 
 
 # 2 ranks shard the factory's data (the default suite); 1 rank (also what the README's test runs) with -m slow.
-@pytest.mark.parametrize("ranks", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=needs_mpirun)])
+@pytest.mark.parametrize(
+    "ranks", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=[needs_mpirun, pytest.mark.horovod])]
+)
 def test_a_users_factory_trains_sharded_and_evaluates(user_dir, tmp_path, ranks):
     data = ("data=custom", "data._target_=mydata.make")
     run = tmp_path / "run"

@@ -11,6 +11,8 @@ from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
 from conftest import REPO, shared_path
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 SAMPLE = REPO / "cifar_dist" / "data" / "sample" / "cifar-10-sample.tar.gz"
 
 

@@ -35,7 +35,11 @@ from conftest import (
 from fake_azureml.fixtures import aml_env, aml_overrides, fake_aml, snapshot_cache  # noqa: F401
 from test_keras3 import MODEL
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.both_stacks,
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
+]
 
 KERAS2_MODEL = textwrap.dedent("""
     import tensorflow as tf

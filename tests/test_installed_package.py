@@ -15,6 +15,8 @@ import pytest
 
 from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 # The 1-point sweep: in-process launcher, one short epoch on the packaged sample.
 SWEEP = (
     "-m",

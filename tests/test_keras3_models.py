@@ -20,6 +20,8 @@ from cifar_dist.training.recipe.hooks import fit_to_data
 from cifar_fixtures import sample_batches
 from conftest import assert_ok, cli_env, compose_cfg
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 SMALL = {
     "seed_cnn": (seed_cnn, {}),
     "resnet9": (resnet9, {"width": 8}),

@@ -18,6 +18,8 @@ from cifar_dist.training import optimizers
 from cifar_dist.training.recipe.schedules import Triangular, build_schedule, schedule_classes
 from conftest import assert_ok, cli_env
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 STEPS = 4
 
 
@@ -126,6 +128,7 @@ RECORD_LR = textwrap.dedent(
 )
 
 
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_horovod_lr_is_what_horovods_warmup_and_decay_callbacks_set_at_every_step(tmp_path):
     """2 real ranks run Horovod's callbacks on a Keras 2 model and record the lr of each batch; the Keras 3

@@ -208,6 +208,7 @@ def test_help_lists_local_and_search_path_options_under_their_groups(project):
 
 # ---- carried to the ranks and into a job's snapshot ---------------------------------------------
 @needs_mpirun
+@pytest.mark.horovod  # two ranks of a Keras 2 model
 def test_two_mpirun_ranks_train_a_local_option(project, tmp_path):
     run_dir = tmp_path / "runs" / "mpirun"
     assert_ok(

@@ -1,10 +1,13 @@
 """The model group builds exactly the seed tutorial's CNN."""
 
+import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.config.schema import SeedCnnConfig
+
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
 
 SEED_LAYERS = [
     ("Conv2D", 32),

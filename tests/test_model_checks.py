@@ -13,6 +13,8 @@ from cifar_dist.data import load_dataset
 from cifar_dist.errors import ConfigError
 from conftest import one_error_line, run_cli
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 BUILDERS = textwrap.dedent("""
     from tensorflow import keras
 

@@ -12,6 +12,8 @@ import pytest
 from cifar_dist.evaluation import model_files
 from cifar_dist.evaluation.inputs import EvaluationInputError, load_model
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 
 def keras_zip(path, config: bytes):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:

@@ -13,6 +13,8 @@ from cifar_dist.config.schema import AirbenchConfig, ResNet9Config
 from cifar_dist.models.blocks import PatchWhitening, Scale, adapt, partial_identity
 from cifar_fixtures import sample_batches
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 
 def kinds(model):
     return collections.Counter(type(layer).__name__ for layer in model.layers)

@@ -137,6 +137,7 @@ def test_the_readmes_keras3_option_runs_the_same_commands_and_names_its_keras_fi
     assert ".h5" not in log, log[-2000:]
 
 
+@pytest.mark.horovod  # two ranks of the README's Keras 2 model
 def test_on_two_ranks_the_readmes_first_command_trains_one_epoch_of_two_as_it_says(user_dir):
     """On 2 ranks ``trainer.epochs=2`` is one epoch (epoch_policy=divide): the README names what to add there."""
     (extra,) = re.findall(r"add `(launcher=mpirun launcher.np=2 [^`]*)` to both", " ".join(section().split()))

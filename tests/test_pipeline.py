@@ -9,6 +9,8 @@ import cifar_dist  # noqa: F401
 from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.data.pipeline import augment_batch, eval_stream, train_stream
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 N = 103  # deliberately not a multiple of batch or ranks
 
 

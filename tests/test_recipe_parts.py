@@ -16,6 +16,8 @@ from cifar_dist.training.recipe.schedules import Triangular, build_schedule
 from cifar_dist.training.recipe.sgdw import SGDW
 from conftest import compose_cfg
 
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+
 
 def test_triangular_schedule_values_at_chosen_steps():
     s = Triangular(peak=0.4, total_steps=100, peak_fraction=0.25, start_factor=0.2, end_factor=0.05)

@@ -9,8 +9,12 @@ resume: test_rundir_lock.py (those tests also take the lock).
 
 from pathlib import Path
 
+import pytest
+
 from cifar_dist.rundir.lock import LOCK_NAME
 from conftest import QUIET_SAMPLE_RUN, error_lines, run_cli
+
+pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
 
 BASE = QUIET_SAMPLE_RUN
 

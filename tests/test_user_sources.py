@@ -129,7 +129,7 @@ def test_the_rank_environment_puts_the_users_modules_first_on_pythonpath():
 
 
 # ---- ranks that see this machine's files -------------------------------------------------------
-@pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
+@pytest.mark.parametrize("launcher", ["mpirun", pytest.param("gloo", marks=pytest.mark.horovod)])
 def test_mpirun_and_gloo_ranks_get_the_config_dir_name_searchpath_and_modules(project, launcher):
     proc = assert_ok(
         user_cli(
@@ -176,6 +176,7 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
         ]
 
 
+@pytest.mark.horovod  # concurrent points are Horovod groups of one mpirun
 def test_a_sweeps_points_run_concurrently_with_the_same_config_sources(project):
     proc = assert_ok(
         user_cli(

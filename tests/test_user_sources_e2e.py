@@ -102,6 +102,7 @@ def resume_and_evaluate(project: Path, run_dir: Path, ranks: int, *launch: str, 
 
 
 @needs_mpirun
+@pytest.mark.horovod  # two ranks of a Keras 2 model
 def test_two_mpirun_ranks_train_resume_and_evaluate_the_users_project(project, tmp_path):
     run_dir = tmp_path / "runs" / "mpirun"
     launch = ("launcher=mpirun", "launcher.np=2", *TWO_RANKS)

@@ -314,11 +314,12 @@ class MultiRankLauncher(Launcher):
         return self.conf.np
 
     def engine_problems(self, engine: str) -> List[str]:
-        """engine=jax: JAX joins every process of the runner's world, which concurrent points would split."""
-        if engine == "jax" and self.conf.concurrent > 1:
+        """Concurrent points are Horovod groups of one mpirun: engine=jax joins the whole mpirun, and
+        engine=tensorflow is one process of it."""
+        if engine in ("jax", "tensorflow") and self.conf.concurrent > 1:
             return [
                 f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
-                "engine=jax joins the whole mpirun; use launcher.concurrent=1 with engine=jax"
+                f"engine={engine} joins the whole mpirun; use launcher.concurrent=1 with engine={engine}"
             ]
         return super().engine_problems(engine)
 
