@@ -10,7 +10,7 @@
 #   versions                                       what got installed (python3, pip, TF, Keras, JAX, Slurm)
 #   slurm-cluster                                  the tests' single-node Slurm starts and runs a job
 #   python -m cifar_dist debug=fast                the README's first run
-#   python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast
+#   python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast   (and its metrics count 2 ranks)
 #   make test                                      only with --make-test (~30 min on 2 cores)
 #
 # then prints a table of step, exit status and seconds, and exits non-zero if a step failed.
@@ -277,6 +277,19 @@ EOF
 echo "slurm: $(sinfo --version 2>&1)"; echo "munge: $(munged --version 2>&1)"
 echo "openmpi: $(mpirun --version 2>&1 | head -n 1)"; echo "debian: $(cat /etc/debian_version)"'
 
+# The README's 2-rank JAX run, checked for what it claims: an exit 0 is not enough, since ranks that each
+# think they are alone (a launcher environment the engine does not recognise) also exit 0, each having
+# trained its own model into the same run dir. metrics.json's `ranks` must be 2.
+JAX_RUN='set -o pipefail
+.venv/bin/python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast 2>&1 | tee /tmp/jax-run.log
+run_dir=$(sed -n "s/^cifar_dist: wrote \(.*\): .*/\1/p" /tmp/jax-run.log | tail -n 1)
+.venv/bin/python - "$run_dir" <<"EOF"
+import json, pathlib, sys
+ranks = json.loads((pathlib.Path(sys.argv[1]) / "metrics.json").read_text())["ranks"]
+print(f"metrics.json: ranks={ranks}")
+sys.exit(0 if ranks == 2 else f"2 ranks launched, but the run counted {ranks}: the ranks did not form one job")
+EOF'
+
 print_table() {
     local i failed=0
     printf '\n%-16s %-8s %8s\n' step status seconds
@@ -305,8 +318,7 @@ main() {
         run_step versions "$VERSIONS" || true
         run_step slurm-cluster "$SLURM_PROBE" || true
         run_step debug-fast ".venv/bin/python -m cifar_dist debug=fast" || true
-        run_step jax-mpirun-2 ".venv/bin/python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast" \
-            || true
+        run_step jax-mpirun-2 "$JAX_RUN" || true
         if [ "$MAKE_TEST" = 1 ]; then
             run_step make-test "make test" || true
         fi
