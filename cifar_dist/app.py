@@ -35,6 +35,7 @@ from cifar_dist.saved_run import from_saved_run
 from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
+from cifar_dist.training.engines.choice import resolve_engine
 from cifar_dist.training.process.tf_console import quiet_by_default
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,13 @@ def written_since(run_dir: Path, started: float) -> List[str]:
         for p in sorted(run_dir.iterdir())
         if not p.name.startswith(".") and p.stat().st_mtime >= started
     ]
+
+
+def say_engine(cfg: DictConfig) -> None:
+    """The job log's line: which engine the job trains on, and why (engine=auto's choice: engines/choice.py)."""
+    engine = cfg.get("engine")
+    if isinstance(engine, DictConfig) and cfg.get("task") is not None and cfg.task.get("name") == "train":
+        log.info("engine: %s (%s)", engine.name, engine.get("why") or f"engine={engine.name} as configured")
 
 
 def end_of_job(cfg: DictConfig, job: JobSpec, started: float) -> None:
@@ -181,8 +189,10 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     started = time.time() - 1  # mtimes may be rounded to the second (network file systems)
     try:
         check_run_dir(job.output_dir)
+        resolve_engine(cfg, job.output_dir)  # engine=auto, where no callback chose it yet (another Hydra launcher)
         validate(cfg)
         if not in_child_process():
+            say_engine(cfg)
             export_credentials(cfg)  # the ranks' command lines carry the tracking URI without them
         result = select_launcher(cfg).launch(job)
     except CifarDistError as exc:

@@ -23,11 +23,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cifar_dist.config.override_syntax import names_group, quote_override_value
+from cifar_dist.config.override_syntax import names_group, override_key, quote_override_value
 from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
 from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.redaction import redact_text
+from cifar_dist.training.engines.choice import HOROVOD_HINT, horovod_installed
+from cifar_dist.training.engines.world import processes_from_env
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +96,11 @@ class JobSpec:
         the parent-only ones, and is pinned to this job's output directory
         without writing ``.hydra/`` again. Secrets are masked (a command line
         is readable by others): a tracking URI's ``user:password`` reaches the
-        child through MLflow's variables (``tracking.settings.export_credentials``).
+        child through MLflow's variables (``tracking.settings.export_credentials``). The engine
+        ``engine=auto`` chose here is named, so that every process trains on it (``engines/choice.py``).
         """
         task = [redact_text(o) for o in self.task_overrides if not names_group(o, "launcher")]
+        task = chosen_engine_overrides(task, self.cfg)
         hydra = [redact_text(o) for o in self.hydra_overrides if not _is_parent_only(o)]
         return (
             task
@@ -133,6 +137,10 @@ class LaunchResult:
 class Launcher(abc.ABC):
     """Runs composed jobs. Subclasses take their config fields as keyword arguments."""
 
+    # Whether the job runs in an environment the launch builds on the cluster (Azure ML's image, Batch AI's
+    # node setup, both with Horovod), not in this one: then what this environment has installed says nothing.
+    builds_own_environment = False
+
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).
 
@@ -141,9 +149,22 @@ class Launcher(abc.ABC):
         line and a refused command writes nothing."""
         return []
 
+    def processes(self) -> int:
+        """How many training processes the job has (``engine=auto`` chooses by it): one, in this process (a
+        launcher outside, such as a user's own mpirun, says so in its environment)."""
+        return processes_from_env()
+
     def engine_problems(self, engine: str) -> List[str]:
         """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
-        checked with ``config_problems``. Most launchers start either engine's processes: none."""
+        checked with ``config_problems``. Every launcher: engine=horovod needs Horovod where the job runs, and
+        engine=tensorflow is one process."""
+        if engine == "horovod" and not (self.builds_own_environment or horovod_installed()):
+            return [f"engine=horovod: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
+        if engine == "tensorflow" and self.processes() > 1:
+            return [
+                f"engine=tensorflow trains in one process, but this launch has {self.processes()}: use engine=jax "
+                "(Keras 3) or engine=horovod, or leave engine unset (engine=auto chooses)"
+            ]
         return []
 
     @abc.abstractmethod
@@ -172,6 +193,16 @@ class Launcher(abc.ABC):
                 log.error("point #%d failed: %s", job.job_num, exc)
                 results.append(LaunchResult(exit_code=2, message=str(exc)))
         return results
+
+
+def chosen_engine_overrides(overrides: List[str], cfg: DictConfig) -> List[str]:
+    """``overrides`` naming the engine ``engine=auto`` chose for ``cfg`` (and why), in place of the ``engine=``
+    option it had; as given when the engine was named."""
+    engine = cfg.get("engine")
+    if not isinstance(engine, DictConfig) or not engine.get("why"):
+        return overrides
+    kept = [o for o in overrides if override_key(o) != "engine" and override_key(o) != "engine.why"]
+    return kept + [f"engine={engine.name}", f"engine.why={quote_override_value(str(engine.why))}"]
 
 
 def _override_strings(node) -> List[str]:

@@ -39,6 +39,7 @@ from cifar_dist.redaction import redact_text
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import SWEEP_RECORD, only_scaffolding, remove_created, remove_if_created_here
 from cifar_dist.rundir.preflight import check_values
+from cifar_dist.training.engines.choice import resolve_engine
 
 
 def point_dir(config: DictConfig) -> Path:
@@ -73,10 +74,13 @@ def _value_problem(config: DictConfig) -> str:
 
 
 def _dir_problem(config: DictConfig, guard: RunDirGuard) -> str:
-    if not _has_callback(config, "run_dir_guard"):
-        return ""
+    """The point's engine chosen (engine=auto: its dir's checkpoints keep theirs), then its dir guarded: in the
+    order of a single run's callbacks (conf/hydra/default.yaml)."""
     try:
-        guard.guard(point_dir(config), config)
+        if _has_callback(config, "engine_choice"):
+            resolve_engine(config, point_dir(config))
+        if _has_callback(config, "run_dir_guard"):
+            guard.guard(point_dir(config), config)
     except CifarDistError as error:
         return str(error)
     return ""

@@ -196,7 +196,7 @@ def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(proj
 
 
 def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
-    from cifar_dist.training.engines.jax import local_processes_from_env, local_rank_from_env, processes_from_env
+    from cifar_dist.training.engines.world import local_processes_from_env, local_rank_from_env, processes_from_env
 
     ompi = {
         "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000",

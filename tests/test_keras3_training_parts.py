@@ -114,9 +114,10 @@ RECORD_LR = textwrap.dedent(
         on_train_batch_begin=lambda b, logs: seen.append(float(tf.keras.backend.get_value(model.optimizer.lr))))
     # What the trainer adds for trainer.warmup_epochs and trainer.lr_decay_epochs/lr_decay_factor (Keras 2):
     from types import SimpleNamespace
-    from cifar_dist.training.trainer import horovod_lr_callbacks
+    from cifar_dist.keras_flavor import KERAS2
+    from cifar_dist.training.engines.horovod import HorovodEngine
     t = SimpleNamespace(warmup_epochs=warmup, lr_decay_epochs=decays, lr_decay_factor=factor)
-    callbacks = horovod_lr_callbacks(t, lr, spe, is_chief=False)
+    callbacks = HorovodEngine.lr_callbacks(None, KERAS2, t, lr, spe, is_chief=False)
     model.fit(np.zeros((spe * 4, 2)), np.zeros((spe * 4, 1)), batch_size=4, epochs=epochs, verbose=0,
               callbacks=callbacks + [record])
     if hvd.rank() == 0:
@@ -204,14 +205,25 @@ def test_keras_3_optimizers_and_schedules_train_in_fit(factory):
     assert current_lr(model.optimizer) == pytest.approx(float(schedule(4)), rel=1e-5)  # (rmsprop's decay: 4e-6)
 
 
-def test_the_recipe_gives_keras_3_runs_the_horovod_lr_and_keras_2_runs_the_plain_lr():
-    """Keras 2 keeps Horovod's callbacks (a plain lr they can set); Keras 3 gets them as the schedule."""
+def test_the_engine_decides_whether_the_schedule_ramps_the_lr():
+    """Horovod's Keras 2 runs keep Horovod's callbacks (a plain lr they can set); Keras 3 runs, and every run
+    of the one-process TensorFlow engine (no Horovod callbacks there), get the same ramps as the schedule."""
+    import tensorflow as tf
+
+    from cifar_dist.keras_flavor import KERAS2, KERAS3
+    from cifar_dist.training.engines.horovod import HorovodEngine
+    from cifar_dist.training.engines.tensorflow import TensorflowEngine
     from cifar_dist.training.recipe import hooks as recipe
     from conftest import compose_cfg
 
+    assert [HorovodEngine.ramps_lr_in_schedule(None, f) for f in (KERAS2, KERAS3)] == [False, True]
+    assert [TensorflowEngine.ramps_lr_in_schedule(None, f) for f in (KERAS2, KERAS3)] == [True, True]
     t = compose_cfg("trainer.warmup_epochs=2", "trainer.lr_decay_epochs=[3]", "trainer.lr_decay_factor=0.5").trainer
     assert recipe.learning_rate(0.2, t, 10, 5) == 0.2
-    lr = recipe.learning_rate(0.2, t, 10, 5, keras=keras, size=4)
+    lr = recipe.learning_rate(0.2, t, 10, 5, keras=keras, size=4, ramps=True)
     assert type(lr).__name__ == "HorovodLr" and (lr.size, lr.warmup_epochs, lr.decay_epochs) == (4, 2.0, [3])
     assert float(lr(0)) == pytest.approx(0.2 / 4 * ((0 + 0.1) * 3 / 2 + 1), rel=1e-6)  # Horovod's warmup formula
+    keras2_lr = recipe.learning_rate(0.2, t, 10, 5, keras=tf.keras, ramps=True)
+    assert isinstance(keras2_lr, tf.keras.optimizers.schedules.LearningRateSchedule)
+    assert float(keras2_lr(30)) == pytest.approx(0.1, rel=1e-6)  # the step decay from epoch 3: 0.2 x 0.5
     assert isinstance(recipe.loss(0.1, keras), keras.losses.CategoricalCrossentropy)

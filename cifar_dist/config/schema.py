@@ -354,15 +354,31 @@ class EngineConfig:
 
     name: str = MISSING
     # The Keras the built-in models are built with: 2 (tf.keras, i.e. tf-keras) or 3 (``import keras``).
-    # Your own model is built with the Keras its module imports, whatever this says.
-    keras: int = 2
+    # Your own model is built with the Keras its module imports, whatever this says. (engine=auto: null, the
+    # chosen engine's.)
+    keras: Optional[int] = 2
+    # Why the job trains on this engine, when engine=auto chose it (training/engines/choice.py); "" when named.
+    why: str = ""
+
+
+@config_option("engine", "auto")
+@dataclass
+class AutoEngineConfig(EngineConfig):
+    """engine=auto (the default): the engine is chosen when the job is launched, and recorded (the run dir's
+    .hydra/config.yaml, metrics.json, the log): horovod where Horovod is installed; else tensorflow for one
+    process and jax for several. A resume keeps the engine its checkpoints were trained on.
+    training/engines/choice.py, docs/engines.md."""
+
+    name: str = "auto"
+    # null: the chosen engine's default (2 on horovod and tensorflow, 3 on jax)
+    keras: Optional[int] = None
 
 
 @config_option("engine", "horovod")
 @dataclass
 class HorovodEngineConfig(EngineConfig):
-    """engine=horovod (the default): Horovod averages the gradients over MPI or Gloo; Keras 2 and Keras 3
-    (on TensorFlow) models alike. docs/engines.md."""
+    """engine=horovod: Horovod averages the gradients over MPI or Gloo; Keras 2 and Keras 3
+    (on TensorFlow) models alike. Needs the horovod stack (docs/install.md). docs/engines.md."""
 
     name: str = "horovod"
 
@@ -375,6 +391,18 @@ class JaxEngineConfig(EngineConfig):
 
     name: str = "jax"
     keras: int = 3
+
+
+@config_option("engine", "tensorflow")
+@dataclass
+class TensorflowEngineConfig(EngineConfig):
+    """engine=tensorflow: one process on TensorFlow alone, no Horovod; Keras 2 and Keras 3 (on TensorFlow)
+    models alike. What engine=auto trains one process on where Horovod is not installed. docs/engines.md."""
+
+    name: str = "tensorflow"
+
+
+ENGINE_SCHEMAS = {c.name: c for c in (AutoEngineConfig, HorovodEngineConfig, JaxEngineConfig, TensorflowEngineConfig)}
 
 
 @dataclass
@@ -416,7 +444,7 @@ def typed(cfg):
 def engine_of(cfg):
     """``cfg.engine`` typed; a config saved before engines existed trained on Horovod with Keras 2: the defaults."""
     node = cfg.get("engine") or {}
-    schema = JaxEngineConfig if node.get("name") == JaxEngineConfig.name else HorovodEngineConfig
+    schema = ENGINE_SCHEMAS.get(str(node.get("name")), HorovodEngineConfig)
     return OmegaConf.merge(OmegaConf.structured(schema), node)
 
 

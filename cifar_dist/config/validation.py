@@ -174,7 +174,7 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
     engine = cfg.get("engine")
     if engine is None:  # a run dir's config saved before engines existed: Horovod, Keras 2
         return []
-    if engine.keras not in (2, 3):
+    if engine.keras not in (2, 3) and not (engine.keras is None and engine.name == "auto"):  # (auto: the chosen's)
         return [f"engine.keras={engine.keras} must be 2 (tf.keras) or 3 (keras)"]
     if engine.name != "jax":
         return []

@@ -21,7 +21,9 @@ option added later is fixed unless it is named free here:
   the cache, downloads, prefetch: that the data behind it is the same is
   checked by its fingerprint, ``rundir/fingerprint.py``);
 * the engine (``engine.name``, ``engine.keras``: a run's checkpoints are of
-  one Keras; a config saved before engines existed counts as horovod, 2);
+  one Keras; a config saved before engines existed counts as horovod, 2;
+  ``engine=auto`` keeps the engine the checkpoints were trained on,
+  ``training/engines/choice.py``);
 * every other group (the launcher, ranks included: the run then continues
   with that world size's scaled lr and epoch count, as docs/launchers.md
   describes; tracking; task) may change.
@@ -126,8 +128,14 @@ def changed(old: Dict[str, Any], now: Dict[str, Any], was: str = "was ", now_lab
 def differences(saved: DictConfig, new: DictConfig) -> List[str]:
     """The fixed settings that differ, as ``changed`` says them (and the engine: which one, and the built-in
     models' Keras, which decides the checkpoints' format)."""
-    engines = changed(_flat(_plain(engine_of(saved)), "engine"), _flat(_plain(engine_of(new)), "engine"))
+    engines = changed(_engine_settings(saved), _engine_settings(new))
     return changed(fixed_settings(saved), fixed_settings(new)) + engines
+
+
+def _engine_settings(cfg: DictConfig) -> Dict[str, Any]:
+    """The engine's name and Keras (not ``why`` engine=auto chose it: a resume keeps the engine, engines/choice.py)."""
+    engine = engine_of(cfg)
+    return {"engine.name": engine.name, "engine.keras": engine.keras}
 
 
 def check_rerun(run_dir: Path, cfg: DictConfig) -> None:

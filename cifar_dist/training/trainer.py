@@ -373,7 +373,9 @@ def build_model(run: Run, data):
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
     steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
-    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size)
+    # ENGINE: warmup and step decay in the schedule, or (Horovod, Keras 2) in Horovod's lr callbacks
+    ramps = run.engine.ramps_lr_in_schedule(run.flavor)
+    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size, ramps)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
     compile_distributed(
         run,
@@ -538,6 +540,7 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
                 "onednn": world.onednn,
                 "tensorflow": tf.__version__,
                 "engine": run.engine.name,
+                "engine_reason": run.cfg.engine.why or f"engine={run.engine.name} as configured",
                 "keras": version_of(run.keras),
                 **run.engine.versions(),
                 **recipe.run_info(t),
@@ -585,8 +588,7 @@ def make_callbacks(
         # lookahead; BatchNorm statistics averaged across ranks, before any writer
         *recipe.callbacks(model, t, steps * run.epochs, run.engine),
     ]
-    if run.flavor == KERAS2:  # (Keras 3: the same ramps are in the lr schedule, recipe.learning_rate)
-        callbacks += horovod_lr_callbacks(t, lr, steps, world.is_chief)
+    callbacks += run.engine.lr_callbacks(run.flavor, t, lr, steps, world.is_chief)  # (or in the lr schedule)
     if t.deterministic:
         callbacks.append(ReseedEachEpoch(run.engine.rank_seed(t.seed)))
     if t.max_epochs_per_run:
@@ -613,36 +615,6 @@ def make_callbacks(
     if tracker is not None:  # TRACKING: log each epoch once it is on disk
         callbacks.append(tracker.callback())
     return callbacks
-
-
-def horovod_lr_callbacks(t, lr: float, steps: int, is_chief: bool) -> list:
-    """Horovod's Keras 2 lr callbacks for trainer.warmup_epochs and trainer.lr_decay_epochs."""
-    import horovod.tensorflow.keras as hvd_keras  # after the engine's start (module docstring)
-
-    found = []
-    if t.warmup_epochs > 0:
-        # HOROVOD: ramp the lr from lr/size to lr over the first epochs
-        # (Goyal et al.), so the large effective batch does not diverge early.
-        found.append(
-            hvd_keras.callbacks.LearningRateWarmupCallback(
-                initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0
-            )
-        )
-    decays = sorted(t.lr_decay_epochs)
-    for i, start in enumerate(decays):
-        # HOROVOD: a step decay, lr x factor^(i+1) from the i-th decay epoch on. The multiplier is given as a
-        # function of the epoch: Horovod reads a constant m as m ** (epoch - start), an exponential decay that
-        # would give the decay's own first epoch the full lr again.
-        found.append(
-            hvd_keras.callbacks.LearningRateScheduleCallback(
-                initial_lr=lr,
-                multiplier=lambda epoch, m=t.lr_decay_factor ** (i + 1): m,
-                start_epoch=start,
-                end_epoch=decays[i + 1] if i + 1 < len(decays) else None,
-                steps_per_epoch=steps,
-            )
-        )
-    return found
 
 
 def finish(

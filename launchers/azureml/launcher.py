@@ -55,8 +55,13 @@ class PreparedJob:
 
 
 class AzureMLLauncher(ClusterLauncher):
+    builds_own_environment = True  # the job's image builds Horovod (job.dockerfile), or names a registered one
+
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
+
+    def processes(self) -> int:
+        return self.conf.instance_count * self.conf.process_count_per_instance
 
     # --- the job as data -----------------------------------------------------------
 

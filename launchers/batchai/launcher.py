@@ -85,8 +85,13 @@ class BatchAIJob(ClusterJob):
 
 
 class BatchAILauncher(ClusterLauncher):
+    builds_own_environment = True  # the nodes' setup task installs Horovod (horovodSettings)
+
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
+
+    def processes(self) -> int:
+        return self.conf.process_count or self.conf.node_count
 
     def engine_problems(self, engine: str) -> List[str]:
         """Batch AI (retired in 2019) runs Horovod's job type only; no JAX engine is offered on it."""
@@ -95,7 +100,7 @@ class BatchAILauncher(ClusterLauncher):
                 "launcher=batchai runs Batch AI's Horovod jobs (horovodSettings) only; use engine=horovod, "
                 "or launcher=azureml / launcher=slurm for engine=jax"
             ]
-        return []
+        return super().engine_problems(engine)
 
     def prepare(self, job: JobSpec) -> StagedJob:
         # The SDKs log every request at INFO; keep the user's log about the job.

@@ -290,6 +290,9 @@ class MultiRankLauncher(Launcher):
             ]
         return []
 
+    def processes(self) -> int:
+        return self.conf.np
+
     def engine_problems(self, engine: str) -> List[str]:
         """engine=jax: JAX joins every process of the runner's world, which concurrent points would split."""
         if engine == "jax" and self.conf.concurrent > 1:
@@ -297,7 +300,7 @@ class MultiRankLauncher(Launcher):
                 f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
                 "engine=jax joins the whole mpirun; use launcher.concurrent=1 with engine=jax"
             ]
-        return []
+        return super().engine_problems(engine)
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """A sweep's points one after another (mpirun overrides this for launcher.concurrent > 1)."""

@@ -67,6 +67,9 @@ class SlurmLauncher(ClusterLauncher):
         check_same_settings(run_dir, cfg, job_id, info)
         return holder is not None
 
+    def processes(self) -> int:
+        return self.conf.world_size
+
     def config_problems(self):
         return problems(self.conf)
 

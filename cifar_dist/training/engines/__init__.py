@@ -1,7 +1,7 @@
 """Engines: what makes N processes one data-parallel training job.
 
-The trainer and the evaluation talk to an engine, never to Horovod (or, next,
-JAX) directly. An engine knows this process's place in the job (``world``:
+The trainer and the evaluation talk to an engine, never to Horovod or JAX
+directly. An engine knows this process's place in the job (``world``:
 rank, size, threads, GPU), averages gradients (by wrapping the optimizer),
 copies rank 0's model to every rank, averages variables and epoch metrics,
 and moves small Python objects between ranks. One module per engine:
@@ -9,12 +9,18 @@ and moves small Python objects between ranks. One module per engine:
 * ``horovod.py``: Horovod 0.28 over MPI or Gloo, for Keras 2 (tf.keras, through
   Horovod's own Keras layer) and Keras 3 on TensorFlow (Horovod's TF ops);
 * ``jax.py``: Keras 3 on JAX, its processes joined by ``jax.distributed`` and
-  the model made one over all of them by Keras' ``DataParallel``; no Horovod.
+  the model made one over all of them by Keras' ``DataParallel``; no Horovod;
+* ``tensorflow.py``: one process on TensorFlow alone, Keras 2 or 3; every
+  collective is the identity (what a one-process job trains on without Horovod).
 
-Both answer the same questions (``world``, ``distribute_models``,
+``engine=auto`` (the default) is none of them: ``choice.py`` names the one a
+job trains on, in the process that launches it, before anything is written.
+
+All answer the same questions (``world``, ``distribute_models``,
 ``rank_seed``, ``distributed_optimizer``, ``broadcast_model``,
 ``restore_latest``, ``average_variables``, ``metric_averaging``,
-``exact_test_slice``, the object collectives); docs/engines.md compares them.
+``exact_test_slice``, ``ramps_lr_in_schedule``, ``lr_callbacks``, the object
+collectives); docs/engines.md compares them.
 
 ``start_engine`` is the one entry: it imports the engine's module only when
 that engine is used (a Horovod run imports nothing of another engine).
@@ -22,7 +28,7 @@ that engine is used (a Horovod run imports nothing of another engine).
 
 from __future__ import annotations
 
-ENGINES = ("horovod", "jax")
+ENGINES = ("horovod", "jax", "tensorflow")
 
 
 def start_engine(name: str, trainer_cfg):
@@ -35,4 +41,8 @@ def start_engine(name: str, trainer_cfg):
         from cifar_dist.training.engines.jax import JaxEngine  # lazy: only the engine this run uses
 
         return JaxEngine.start(trainer_cfg)
+    if name == "tensorflow":
+        from cifar_dist.training.engines.tensorflow import TensorflowEngine  # lazy: only the engine this run uses
+
+        return TensorflowEngine.start(trainer_cfg)
     raise ValueError(f"engine={name!r}: cifar_dist has the engines {', '.join(ENGINES)}")

@@ -77,6 +77,43 @@ class HorovodEngine:
 
         return float(self.hvd.allreduce(tf.constant(1.0 if flag else 0.0), op=self.hvd.Max, name="any_rank")) > 0
 
+    def ramps_lr_in_schedule(self, flavor: int) -> bool:
+        """Keras 2: no, Horovod's lr callbacks set the optimizer's lr variable (``lr_callbacks``); Keras 3
+        optimizers have no such variable, so their schedule does the same per step (``schedules.HorovodLr``)."""
+        return flavor != KERAS2
+
+    def lr_callbacks(self, flavor: int, trainer_cfg, lr: float, steps: int, is_chief: bool) -> list:
+        """Horovod's Keras 2 lr callbacks for trainer.warmup_epochs and trainer.lr_decay_epochs (Keras 3: none)."""
+        if flavor != KERAS2:
+            return []
+        import horovod.tensorflow.keras as hvd_keras  # lazy: Horovod (bound to tf.keras by the start)
+
+        t = trainer_cfg
+        found = []
+        if t.warmup_epochs > 0:
+            # HOROVOD: ramp the lr from lr/size to lr over the first epochs
+            # (Goyal et al.), so the large effective batch does not diverge early.
+            found.append(
+                hvd_keras.callbacks.LearningRateWarmupCallback(
+                    initial_lr=lr, warmup_epochs=t.warmup_epochs, steps_per_epoch=steps, verbose=1 if is_chief else 0
+                )
+            )
+        decays = sorted(t.lr_decay_epochs)
+        for i, start in enumerate(decays):
+            # HOROVOD: a step decay, lr x factor^(i+1) from the i-th decay epoch on. The multiplier is given as a
+            # function of the epoch: Horovod reads a constant m as m ** (epoch - start), an exponential decay that
+            # would give the decay's own first epoch the full lr again.
+            found.append(
+                hvd_keras.callbacks.LearningRateScheduleCallback(
+                    initial_lr=lr,
+                    multiplier=lambda epoch, m=t.lr_decay_factor ** (i + 1): m,
+                    start_epoch=start,
+                    end_epoch=decays[i + 1] if i + 1 < len(decays) else None,
+                    steps_per_epoch=steps,
+                )
+            )
+        return found
+
     # --- the model ---
     def distributed_optimizer(self, optimizer, compression: str = "none"):
         """``optimizer`` made to average its gradients over the ranks before every update."""

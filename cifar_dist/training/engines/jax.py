@@ -42,7 +42,7 @@ import numpy as np
 
 from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
-from cifar_dist.training.engines.world import World
+from cifar_dist.training.engines.world import World, local_processes_from_env, local_rank_from_env, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.threads import plan_threads
 
@@ -130,6 +130,14 @@ class JaxEngine:
     def exact_test_slice(self) -> tuple:
         """(rank, size) of the test set this process feeds to the exact test: all of it (module docstring)."""
         return 0, 1
+
+    def ramps_lr_in_schedule(self, flavor: int) -> bool:
+        """Warmup and step decay are the Keras 3 lr schedule's (``schedules.HorovodLr``)."""
+        return True
+
+    def lr_callbacks(self, flavor: int, trainer_cfg, lr: float, steps: int, is_chief: bool) -> list:
+        """None: the schedule ramps the lr."""
+        return []
 
     # --- small Python objects between processes ---
     def broadcast_object(self, obj):
@@ -225,32 +233,6 @@ def select_keras_backend() -> None:
             "(an in-process sweep over engines?); run each engine in its own process (launcher=mpirun)"
         )
     os.environ["KERAS_BACKEND"] = BACKEND
-
-
-def processes_from_env(environ=None) -> int:
-    """How many processes the launcher started (Open MPI's or Slurm's environment; 1 without either)."""
-    env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:  # what JAX itself looks for first
-        return int(env.get("OMPI_COMM_WORLD_SIZE", 1))
-    if "SLURM_STEP_NODELIST" in env and "SLURM_PROCID" in env:
-        return int(env.get("SLURM_NTASKS", 1))
-    return 1
-
-
-def local_processes_from_env(environ=None) -> int:
-    """How many of the job's processes share this host."""
-    env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:
-        return int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1))
-    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "") if "SLURM_PROCID" in env else ""
-    return int(per_node.split("(")[0].split(",")[0]) if per_node else 1
-
-
-def local_rank_from_env(environ=None) -> int:
-    env = os.environ if environ is None else environ
-    if "OMPI_MCA_orte_hnp_uri" in env:
-        return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
-    return int(env.get("SLURM_LOCALID", 0)) if "SLURM_PROCID" in env else 0
 
 
 def limit_xla_threads(threads: int) -> None:

@@ -1,7 +1,9 @@
-"""Who this process is in the job: what every engine's start returns as ``engine.world``."""
+"""Who this process is in the job: what every engine's start returns as ``engine.world``, and what the
+launcher's environment (Open MPI's or Slurm's) says of it before any engine starts."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from cifar_dist.training.process.threads import ThreadPlan
@@ -20,3 +22,29 @@ class World:
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+
+def processes_from_env(environ=None) -> int:
+    """How many processes the launcher started (Open MPI's or Slurm's environment; 1 without either)."""
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:  # what JAX itself looks for first
+        return int(env.get("OMPI_COMM_WORLD_SIZE", 1))
+    if "SLURM_STEP_NODELIST" in env and "SLURM_PROCID" in env:
+        return int(env.get("SLURM_NTASKS", 1))
+    return 1
+
+
+def local_processes_from_env(environ=None) -> int:
+    """How many of the job's processes share this host."""
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:
+        return int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", 1))
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "") if "SLURM_PROCID" in env else ""
+    return int(per_node.split("(")[0].split(",")[0]) if per_node else 1
+
+
+def local_rank_from_env(environ=None) -> int:
+    env = os.environ if environ is None else environ
+    if "OMPI_MCA_orte_hnp_uri" in env:
+        return int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", 0))
+    return int(env.get("SLURM_LOCALID", 0)) if "SLURM_PROCID" in env else 0

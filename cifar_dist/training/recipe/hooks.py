@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from cifar_dist.keras_flavor import KERAS3
-from cifar_dist.keras_ops import keras_or_default, module_flavor
+from cifar_dist.keras_ops import keras_or_default
 from cifar_dist.models.tta import plain_and_tta
 
 
@@ -35,13 +34,16 @@ def loss(label_smoothing: float, keras=None):
     return keras_or_default(keras).losses.CategoricalCrossentropy(label_smoothing=label_smoothing)
 
 
-def learning_rate(lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, keras=None, size: int = 1):
-    """The optimizer's lr: a float or a schedule of ``keras`` (None: tf.keras). A Keras 3 run's schedule also
-    does what Horovod's warmup and step-decay callbacks do for Keras 2 runs (``schedules.HorovodLr``; ``size``:
-    the world size), since those callbacks can only set a Keras 2 optimizer's lr variable."""
+def learning_rate(
+    lr: float, trainer_cfg, steps_per_epoch: int, epochs: int, keras=None, size: int = 1, ramps: bool = False
+):
+    """The optimizer's lr: a float or a schedule of ``keras`` (None: tf.keras). With ``ramps`` (the engine's
+    ``ramps_lr_in_schedule``: every Keras 3 run, and Keras 2 runs without Horovod) the schedule also does what
+    Horovod's warmup and step-decay callbacks do for Keras 2 runs on Horovod (``schedules.HorovodLr``; ``size``:
+    the world size), since those callbacks can only set a Keras 2 optimizer's lr variable, and only under Horovod."""
     from cifar_dist.training.recipe.schedules import build_schedule  # lazy: TensorFlow
 
-    if keras is None or module_flavor(keras) != KERAS3:
+    if not ramps:
         return build_schedule(lr, trainer_cfg.lr_schedule, steps_per_epoch, epochs, keras)
     return build_schedule(
         lr,

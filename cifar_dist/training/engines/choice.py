@@ -1,0 +1,128 @@
+"""``engine=auto``: which engine a job trains on, chosen once, where it is launched, before anything is written.
+
+The rule (docs/engines.md, "Which engine runs"):
+
+1. a re-run into a run dir with checkpoints keeps the engine that trained them
+   (its saved ``.hydra/config.yaml``): a resume never changes engine;
+2. where Horovod can run the job (installed here, or the launcher builds the
+   job's own environment with it: Azure ML, Batch AI), ``horovod``: the
+   horovod stack trains as it always has;
+3. else one process trains on ``tensorflow`` (TensorFlow alone, the same
+   speed: nothing to average), several on ``jax`` (Keras 3's own data
+   parallelism; the built-in models are built in Keras 3 there).
+
+``resolve_engine`` replaces ``cfg.engine`` by the chosen engine's node, so
+that Hydra's ``.hydra/config.yaml`` records the engine that ran; the reason
+is the node's ``why`` (the job's log and ``metrics.json``'s ``engine_reason`` say it too). It runs in
+``on_run_start`` (``EngineChoice``, before the run-dir guard compares a
+re-run's settings), for each point of a sweep (the sweep launcher), and as a
+last resort in the job itself. Launched processes get the chosen engine on
+their command line (``JobSpec.child_overrides``). An engine that cannot run
+here (``engine=horovod`` without Horovod) is refused by the config's
+validation, in one line that says how to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import hydra
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
+from cifar_dist.errors import CifarDistError
+from cifar_dist.process_role import in_child_process
+from cifar_dist.rundir.checkpoints import list_checkpoints
+from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.training.engines.world import processes_from_env
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+HOROVOD_HINT = (
+    "Horovod is not installed in this environment (the current stack); install the horovod stack "
+    "(`CIFAR_DIST_STACK=horovod make install`, Python 3.10/3.11: docs/install.md)"
+)
+
+
+class EngineChoiceError(CifarDistError):
+    """engine=auto cannot name an engine that trains this job here."""
+
+
+def horovod_installed() -> bool:
+    """Whether Horovod can be imported here (checked without importing it)."""
+    return importlib.util.find_spec("horovod") is not None
+
+
+def choose(processes: int, horovod_available: bool, keras: Optional[int] = None) -> tuple:
+    """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3)."""
+    if horovod_available:
+        return "horovod", "engine=auto: Horovod is installed"
+    if processes == 1:
+        return "tensorflow", "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
+    if keras == 2:
+        raise EngineChoiceError(
+            f"engine.keras=2 asks for Keras 2 models on {processes} processes, which only Horovod trains: "
+            f"{HOROVOD_HINT}, or drop engine.keras=2 (engine=jax builds the built-in models in Keras 3)"
+        )
+    return "jax", f"engine=auto: Horovod is not installed; {processes} processes train on JAX (Keras 3)"
+
+
+def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
+    """The engine that trained the checkpoints in ``run_dir`` (from its saved config); None without any."""
+    if run_dir is None or not list_checkpoints(run_dir / "checkpoints"):
+        return None
+    saved = run_dir / SAVED_CONFIG
+    name = engine_of(OmegaConf.load(saved)).name if saved.is_file() else None
+    return name if name in ENGINE_SCHEMAS and name != AUTO else None
+
+
+def _launcher_facts(cfg: DictConfig) -> tuple:
+    """(processes, whether Horovod can run the job) for the configured launcher; a rank reads its environment."""
+    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
+        return processes_from_env(), horovod_installed()
+    try:
+        launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
+    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when it is validated
+        return processes_from_env(), horovod_installed()
+    return launcher.processes(), launcher.builds_own_environment or horovod_installed()
+
+
+def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[str]:
+    """Replace ``cfg.engine`` (``engine=auto``) by the engine the job trains on; returns why (None: not auto).
+
+    ``run_dir``: where the job writes, whose checkpoints keep their engine."""
+    engine = cfg.get("engine")
+    if not isinstance(engine, DictConfig) or engine.get("name") != AUTO:
+        return None
+    keras = engine.get("keras")
+    kept = trained_engine(run_dir)
+    if kept is not None:
+        name, reason = kept, f"engine=auto: the run dir's checkpoints were trained on engine={kept}"
+    else:
+        name, reason = choose(*_launcher_facts(cfg), keras)
+    chosen = OmegaConf.structured(ENGINE_SCHEMAS[name])
+    chosen.why = reason
+    if keras is not None:
+        chosen.keras = keras
+    with open_dict(cfg):
+        cfg.engine = chosen
+    return reason
+
+
+class EngineChoice(Callback):
+    """Hydra callback (``conf/hydra/default.yaml``): ``engine=auto`` resolved before Hydra saves the config."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        if in_child_process():
+            return
+        try:
+            resolve_engine(config, Path(str(config.hydra.run.dir)).absolute())
+        except CifarDistError as error:
+            print(f"cifar_dist: error: {error}", file=sys.stderr, flush=True)
+            raise SystemExit(2) from None
