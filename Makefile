@@ -1,14 +1,18 @@
 # The two commands of the README's Quickstart:
 #   make run    install everything (idempotent) and train on the packaged sample
-#   make test   install everything (idempotent), check formatting and lint, run the test suite (CI runs this)
+#   make test   install everything (idempotent), check formatting and lint, run the test suite (CI runs this);
+#               where .venv holds the horovod stack, the current stack is tested too, in .venv-current
 # and for contributors:
-#   make format rewrite the code as `make lint` wants it (ruff's fixes, then its formatter)
+#   make format       rewrite the code as `make lint` wants it (ruff's fixes, then its formatter)
+#   make install STACK=current (or horovod): pick the stack (scripts/install.sh; default: by the Python)
 PY := .venv/bin/python
 RUFF := .venv/bin/ruff
+CURRENT := .venv-current
+STACK ?= auto
 
-.PHONY: install run lint format test test-slow bench
+.PHONY: install run lint format test test-current test-slow bench
 install:
-	bash scripts/install.sh
+	CIFAR_DIST_STACK=$(STACK) bash scripts/install.sh
 
 run: install
 	$(PY) -m cifar_dist data=sample
@@ -22,8 +26,16 @@ format: install
 	$(RUFF) check --fix .
 	$(RUFF) format .
 
+# The default suite on .venv's stack (tests marked horovod skip, saying why, where Horovod is absent); then, beside
+# a horovod stack, the current stack's own pass: the tests marked both_stacks (engine-independent ones, the JAX
+# engine's end-to-end tests, runs without Horovod) in a venv of the newest TensorFlow, Keras and JAX.
 test: lint
 	$(PY) -m pytest
+	@if [ "$$(cat .venv/cifar_dist_stack 2>/dev/null)" = horovod ]; then $(MAKE) --no-print-directory test-current; fi
+
+test-current:
+	CIFAR_DIST_VENV=$(CURRENT) CIFAR_DIST_STACK=current bash scripts/install.sh
+	$(CURRENT)/bin/python -m pytest -m "both_stacks and not slow"
 
 test-slow: install
 	$(PY) -m pytest -m slow

@@ -2,47 +2,100 @@
 # Install everything cifar_dist needs on a fresh Debian/Ubuntu machine, into
 # ./.venv (or $CIFAR_DIST_VENV). Idempotent: a second run checks and exits fast.
 #
-#   1. system OpenMPI (apt, when mpirun/mpicxx are missing; needs root), and
-#      Slurm + munge for the Slurm launcher's tests (apt; skipped without root)
-#   2. a virtualenv with TensorFlow + tf-keras of the verified line
-#   3. Horovod built from source against that TensorFlow, with MPI and Gloo;
-#      the wheel is cached in $CIFAR_DIST_WHEEL_CACHE (default
-#      ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (the build
-#      takes 10-15 minutes on 2 cores)
-#   4. this package, editable, with the azure, dev, mpi (mpi4py: concurrent sweeps)
-#      optuna (hydra/sweeper=optuna), tracking (MLflow) and jax (engine=jax) extras
+# Two stacks (README "Compatibility", docs/install.md); CIFAR_DIST_STACK picks one:
+#   horovod  TensorFlow 2.18.1 (the newest Horovod 0.28.1 builds against) and Horovod, built here;
+#            the default engine is Horovod. Where setup.cfg's horovod extra admits the Python
+#            (3.10, 3.11: TensorFlow 2.18.1 has wheels there, and Horovod builds).
+#   current  the newest TensorFlow, tf-keras, Keras and JAX in setup.cfg's ranges for this Python,
+#            no Horovod, no compiler: one process trains on TensorFlow, several on JAX (engine=auto).
+#   auto     (the default) horovod where the Python admits it, else current.
+# The horovod stack installs the lower end of each of setup.cfg's ranges, the current stack the
+# newest: the two ends the suite was run at.
+#
+#   1. system OpenMPI (apt, when missing; needs root), and Slurm + munge for the
+#      Slurm launcher's tests (apt; skipped without root)
+#   2. a virtualenv; horovod stack: TensorFlow 2.18.1 + tf-keras first, then Horovod built from
+#      source against it, with MPI and Gloo; the wheel is cached in $CIFAR_DIST_WHEEL_CACHE
+#      (default ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (3-15 minutes once)
+#   3. this package, editable, with the azure, dev, optuna (hydra/sweeper=optuna), tracking
+#      (MLflow) and jax (engine=jax) extras; the horovod stack adds horovod and mpi (mpi4py:
+#      concurrent sweeps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TF_VERSION=2.18.1
-TF_KERAS_VERSION=2.18.0
 HOROVOD_VERSION=0.28.1
 PYTHON=${PYTHON:-python3}
 VENV=${CIFAR_DIST_VENV:-.venv}
+STACK=${CIFAR_DIST_STACK:-auto}
 CACHE_ROOT=${CIFAR_DIST_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cifar_dist/wheels}
-PYTAG=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-WHEEL_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PYTAG"
+STACK_FILE="$VENV/cifar_dist_stack"  # which stack the venv holds: a venv never mixes the two
 
 say() { printf '[install] %s\n' "$*"; }
+die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
 
-# 1. System MPI ---------------------------------------------------------------
-if ! command -v mpirun >/dev/null 2>&1 || ! command -v mpicxx >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        say "installing OpenMPI (apt-get)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -q
-        apt-get install -y -q --no-install-recommends libopenmpi-dev openmpi-bin
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        say "installing OpenMPI (sudo apt-get)"
-        sudo -n apt-get update -q
-        sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libopenmpi-dev openmpi-bin
-    else
-        echo "install.sh: OpenMPI is missing; run 'sudo apt-get install libopenmpi-dev openmpi-bin' and re-run" >&2
-        exit 1
-    fi
+# 0. The stack, said first ------------------------------------------------------
+# The horovod extra's Python marker (setup.cfg) is the one home of "where Horovod's stack installs".
+horovod_marker_admits() {
+    "$PYTHON" - <<'PYEOF'
+import configparser, re, sys
+cfg = configparser.ConfigParser()
+cfg.read("setup.cfg")
+lines = [l for l in cfg["options.extras_require"]["horovod"].splitlines() if l.strip().startswith("horovod")]
+marker = lines[0].split(";", 1)[1] if lines and ";" in lines[0] else ""
+m = re.search(r'python_version\s*<\s*"(\d+)\.(\d+)"', marker)
+sys.exit(0 if m is None or sys.version_info[:2] < (int(m[1]), int(m[2])) else 1)
+PYEOF
+}
+PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+case "$STACK" in
+    auto)
+        if horovod_marker_admits; then
+            STACK=horovod
+            WHY="Python $PYVER has TensorFlow 2.18.1 wheels, the newest TensorFlow Horovod $HOROVOD_VERSION builds against"
+        else
+            STACK=current
+            WHY="Python $PYVER has no TensorFlow 2.18.1 wheel, so no Horovod; engine=auto trains on TensorFlow (1 process) or JAX"
+        fi
+        say "stack: $STACK ($WHY; CIFAR_DIST_STACK=horovod|current picks one)" ;;
+    horovod)
+        horovod_marker_admits || die "CIFAR_DIST_STACK=horovod needs Python 3.10 or 3.11 (TensorFlow 2.18.1, Horovod $HOROVOD_VERSION); this is $PYVER: use CIFAR_DIST_STACK=current, or PYTHON=python3.11"
+        say "stack: horovod (CIFAR_DIST_STACK=horovod)" ;;
+    current)
+        say "stack: current (CIFAR_DIST_STACK=current: the newest TensorFlow, Keras and JAX for Python $PYVER, no Horovod)" ;;
+    *)
+        die "CIFAR_DIST_STACK=$STACK: use auto, horovod or current" ;;
+esac
+if [ -f "$STACK_FILE" ] && [ "$(cat "$STACK_FILE")" != "$STACK" ]; then
+    die "$VENV holds the $(cat "$STACK_FILE") stack, not $STACK: remove $VENV, or install into another one (CIFAR_DIST_VENV=.venv-$STACK)"
 fi
 
-# 1b. Slurm, for the Slurm launcher's tests against a real single-node cluster
+# 1. System packages ----------------------------------------------------------------
+as_root() {  # run "$@" as root (directly, or with passwordless sudo); 1 when neither is possible
+    if [ "$(id -u)" = 0 ]; then
+        env DEBIAN_FRONTEND=noninteractive "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo -n env DEBIAN_FRONTEND=noninteractive "$@"
+    else
+        return 1
+    fi
+}
+apt_install() {  # apt_install WHAT PACKAGE...: 1 without root
+    local what=$1; shift
+    as_root true || return 1
+    say "installing $what (apt-get: $*)"
+    as_root apt-get update -q
+    as_root apt-get install -y -q --no-install-recommends "$@"
+}
+
+# OpenMPI: mpirun starts the ranks of either engine; the horovod stack also compiles against it.
+mpi_pkgs="openmpi-bin"
+[ "$STACK" = horovod ] && mpi_pkgs="libopenmpi-dev openmpi-bin"
+if ! command -v mpirun >/dev/null 2>&1 || { [ "$STACK" = horovod ] && ! command -v mpicxx >/dev/null 2>&1; }; then
+    # shellcheck disable=SC2086
+    apt_install OpenMPI $mpi_pkgs || die "OpenMPI is missing; run 'sudo apt-get install $mpi_pkgs' and re-run"
+fi
+
+# Slurm, for the Slurm launcher's tests against a real single-node cluster
 # (tests/slurm_cluster.py starts it; nothing runs as a service). Optional: the
 # tests skip, saying why, where it cannot be installed.
 slurm_missing() {
@@ -50,72 +103,81 @@ slurm_missing() {
         || ! command -v sbatch >/dev/null 2>&1
 }
 if slurm_missing; then
-    slurm_pkgs="slurmctld slurmd slurm-client munge"
-    if [ "$(id -u)" = 0 ]; then
-        say "installing Slurm for the tests ($slurm_pkgs)"
-        DEBIAN_FRONTEND=noninteractive apt-get update -q
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q $slurm_pkgs
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        say "installing Slurm for the tests ($slurm_pkgs, sudo)"
-        sudo -n apt-get update -q
-        sudo -n env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $slurm_pkgs
-    else
-        say "Slurm not installed (needs root): the Slurm launcher's real-cluster tests will be skipped"
-    fi
+    apt_install "Slurm for the tests" slurmctld slurmd slurm-client munge \
+        || say "Slurm not installed (needs root): the Slurm launcher's real-cluster tests will be skipped"
 fi
 
-# 2. Virtualenv + TensorFlow ------------------------------------------------
+# 2. Virtualenv, and the horovod stack's TensorFlow and Horovod -------------------------
 if [ ! -x "$VENV/bin/python" ]; then
     say "creating virtualenv $VENV"
     "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip setuptools wheel
 fi
+echo "$STACK" > "$STACK_FILE"
 PY="$VENV/bin/python"
 pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
 
-if ! "$PY" - <<PYEOF 2>/dev/null
-import importlib.metadata as m
-assert m.version("tensorflow") == "$TF_VERSION"
-assert m.version("tf-keras").startswith("${TF_KERAS_VERSION%.*}")
+# The horovod stack's constraints: the lower end of every range of setup.cfg's install_requires
+# (and the horovod extra's pins), so that this stack runs the suite at the ranges' lower ends.
+lower_ends() {
+    "$PY" - <<'PYEOF'
+import configparser, re
+cfg = configparser.ConfigParser()
+cfg.read("setup.cfg")
+lines = cfg["options"]["install_requires"].splitlines() + cfg["options.extras_require"]["horovod"].splitlines()
+for line in lines:
+    m = re.match(r"\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*(?:>=|==|~=)\s*([0-9][^,;\s]*)", line)
+    if m:
+        print(f"{m[1]}=={m[2]}")
 PYEOF
-then
-    say "installing tensorflow==$TF_VERSION tf-keras==$TF_KERAS_VERSION"
-    pip_install --upgrade pip setuptools wheel
-    pip_install "tensorflow==$TF_VERSION" "tf-keras==$TF_KERAS_VERSION"
-fi
+}
 
-# 3. Horovod, from the wheel cache or built once ------------------------------
-horovod_ok() {
-    "$PY" - <<PYEOF >/dev/null 2>&1
+if [ "$STACK" = horovod ]; then
+    CONSTRAINTS="$VENV/horovod-stack-constraints.txt"
+    lower_ends | sort -u > "$CONSTRAINTS"
+    TF_VERSION=$(sed -n 's/^tensorflow==//p' "$CONSTRAINTS" | head -n 1)
+    PYTAG=$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+    WHEEL_DIR="$CACHE_ROOT/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PYTAG"
+    if ! "$PY" -c "import importlib.metadata as m; assert m.version('tensorflow') == '$TF_VERSION'" 2>/dev/null; then
+        say "installing tensorflow==$TF_VERSION and tf-keras (the versions Horovod is built against)"
+        pip_install -c "$CONSTRAINTS" tensorflow tf-keras
+    fi
+    horovod_ok() {
+        "$PY" - <<PYEOF >/dev/null 2>&1
 import importlib.metadata as m, os
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 assert m.version("horovod") == "$HOROVOD_VERSION"
 import horovod.tensorflow as hvd
 assert hvd.mpi_built() and hvd.gloo_built()
 PYEOF
-}
-if ! horovod_ok; then
-    wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
-    if [ -z "$wheel" ]; then
-        say "building horovod==$HOROVOD_VERSION against TensorFlow $TF_VERSION (10-15 minutes, once; cached in $WHEEL_DIR)"
-        pip_install cmake
-        tmp="$WHEEL_DIR.partial.$$"
-        rm -rf "$tmp"; mkdir -p "$tmp"
-        HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-        HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-        MAKEFLAGS="-j$(nproc)" \
-            "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$tmp" "horovod==$HOROVOD_VERSION"
-        mkdir -p "$WHEEL_DIR"
-        mv "$tmp"/horovod-*.whl "$WHEEL_DIR"/   # a complete wheel or nothing
-        rm -rf "$tmp"
-        wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl | head -n 1)
-    else
-        say "installing cached $wheel"
+    }
+    if ! horovod_ok; then
+        wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
+        if [ -z "$wheel" ]; then
+            say "building horovod==$HOROVOD_VERSION against TensorFlow $TF_VERSION (3-15 minutes, once; cached in $WHEEL_DIR)"
+            pip_install cmake
+            tmp="$WHEEL_DIR.partial.$$"
+            rm -rf "$tmp"; mkdir -p "$tmp"
+            HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
+            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+            MAKEFLAGS="-j$(nproc)" \
+                "$PY" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$tmp" "horovod==$HOROVOD_VERSION"
+            mkdir -p "$WHEEL_DIR"
+            mv "$tmp"/horovod-*.whl "$WHEEL_DIR"/   # a complete wheel or nothing
+            rm -rf "$tmp"
+            wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl | head -n 1)
+        else
+            say "installing cached $wheel"
+        fi
+        pip_install --force-reinstall --no-deps "$wheel"
+        pip_install -c "$CONSTRAINTS" "$wheel"   # horovod's own small dependencies
+        horovod_ok || die "horovod installed but does not import with MPI and Gloo; delete $WHEEL_DIR and re-run"
     fi
-    pip_install --force-reinstall --no-deps "$wheel"
-    pip_install "$wheel"   # horovod's own small dependencies
-    horovod_ok || { echo "install.sh: horovod installed but does not import with MPI and Gloo; delete $WHEEL_DIR and re-run" >&2; exit 1; }
+    # 3. This package, at the ranges' lower ends
+    pip_install -c "$CONSTRAINTS" -e ".[azure,dev,horovod,jax,mpi,optuna,tracking]"
+    say "ready (horovod stack): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"
+else
+    # 3. This package and the newest TensorFlow, Keras and JAX its ranges allow (wheels; pure-Python sdists only)
+    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tracking]"
+    say "ready (current stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("tensorflow", "tf-keras", "keras", "jax")))')"
 fi
-
-# 4. This package ------------------------------------------------------------
-pip_install -e ".[azure,dev,jax,mpi,optuna,tracking]"
-say "ready: $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"

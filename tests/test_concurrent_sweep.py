@@ -193,6 +193,7 @@ def _summary(sweep: Path):
 # 1.7 min; the concurrent scheduler's other tests here and test_launcher_mpirun's sweep stay in the default suite
 @pytest.mark.slow
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
     sweep = tmp_path / "sweep"
@@ -227,6 +228,7 @@ def test_two_points_train_at_once_each_in_its_own_horovod_world(tmp_path):
 
 @pytest.mark.slow  # ~2.5 min here: two mpiruns one after another
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_three_points_with_k2_all_complete(tmp_path):
     sweep = tmp_path / "sweep"
@@ -249,6 +251,7 @@ def test_three_points_with_k2_all_complete(tmp_path):
 
 @pytest.mark.slow  # ~1.5-2 min here
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_a_failing_point_is_reported_and_the_other_completes(tmp_path):
     sweep = tmp_path / "sweep"

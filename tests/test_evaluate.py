@@ -54,6 +54,7 @@ def test_scores_the_saved_model_as_training_reported(trained_run, one_rank_eval)
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_two_ranks_give_the_same_counts(trained_run, one_rank_eval, tmp_path):
     train_dir, _ = trained_run

@@ -63,6 +63,7 @@ def test_a_rank_beats_on_the_file_its_wrapper_named(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 @pytest.mark.timeout(600)
 def test_a_stopped_rank_ends_the_job_within_the_stall_timeout(tmp_path):

@@ -33,7 +33,7 @@ from conftest import (
     straight_and_killed_runs,
 )
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
+pytestmark = [pytest.mark.mpi, pytest.mark.horovod, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
 MODEL = textwrap.dedent('''
     """A Keras 3 model as today's Keras guides write one."""

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import assert_ok, read_metrics, run_cli, start_cli, wait_for
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
+pytestmark = [pytest.mark.mpi, pytest.mark.horovod, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
 QUICK = (
     "debug=fast",

@@ -21,6 +21,7 @@ from conftest import REPO, assert_ok, cli_env, read_metrics
 
 pytestmark = [
     pytest.mark.mpi,
+    pytest.mark.horovod,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create network namespaces"),
     pytest.mark.skipif(
         not all(shutil.which(t) for t in ("ip", "unshare", "mpirun")), reason="needs ip, unshare, mpirun"

@@ -88,6 +88,7 @@ def test_tracking_mlflow_does_load_mlflow(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path):
     records = run_recording_imports(tmp_path, "launcher=mpirun", "launcher.np=2", "launcher.oversubscribe=true")

@@ -14,6 +14,7 @@ from conftest import assert_ok, read_metrics, run_cli
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.timeout(2400)  # two mpiruns one after another: ~4 min on a quiet 2-core machine, far more when shared
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 @pytest.mark.skipif(

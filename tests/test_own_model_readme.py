@@ -119,6 +119,7 @@ def test_the_readme_trains_resumes_evaluates_and_batch_scores_a_users_model(user
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 def test_on_two_ranks_the_readmes_first_command_trains_one_epoch_of_two_as_it_says(user_dir):
     """On 2 ranks ``trainer.epochs=2`` is one epoch (epoch_policy=divide): the README names what to add there."""
     (extra,) = re.findall(r"add `(launcher=mpirun launcher.np=2 [^`]*)` to both", " ".join(section().split()))

@@ -49,6 +49,7 @@ RUNNERS = {"mpirun": shutil.which("mpirun"), "gloo": shutil.which("horovodrun", 
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @pytest.mark.timeout(900)
 # Each launcher and each signal once in the default suite; the other two pairings (about 9 s each) with -m slow.
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from slurm_cluster import missing_packages
 
 pytestmark = [
     pytest.mark.mpi,
+    pytest.mark.horovod,
     pytest.mark.skipif(
         bool(missing_packages()),
         reason=f"Slurm is not installed ({', '.join(missing_packages())} "

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
+pytestmark = [pytest.mark.mpi, pytest.mark.horovod, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
 BN_SCRIPT = textwrap.dedent(
     """

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, assert_ok, cli_env, read_metrics
 
-pytestmark = [pytest.mark.mpi, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
+pytestmark = [pytest.mark.mpi, pytest.mark.horovod, pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")]
 
 ARTIFACTS = ("checkpoints", "saved_models", "metrics.json", "training_log.csv", "learning_curves.png", "tensorboard")
 

@@ -111,6 +111,7 @@ def test_two_mpirun_ranks_train_resume_and_evaluate_the_users_project(project, t
 
 
 @pytest.mark.mpi
+@pytest.mark.horovod
 @no_slurm
 def test_two_slurm_ranks_train_resume_and_evaluate_the_users_project(slurm, project, tmp_path):
     env = cli_env(SLURM_CONF=slurm.env["SLURM_CONF"], TF_CPP_MIN_LOG_LEVEL="2")

@@ -17,6 +17,8 @@ from cifar_dist.errors import ConfigError
 from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, name
 from cifar_dist.models.checks import check_is_model
 
+TENSORFLOW_BACKED = ("horovod", "tensorflow")  # the engines that train Keras 3 on TensorFlow's backend
+
 
 class ModelKerasError(ConfigError):
     """The model cannot train on this engine as built."""
@@ -85,19 +87,21 @@ def model_flavor(model, target: str) -> int:
 
 
 def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
-    """A Keras 3 model on the Horovod engine must run on TensorFlow's backend; engine=jax trains Keras 3 only."""
+    """A Keras 3 model on the Horovod or TensorFlow engine must run on TensorFlow's backend; engine=jax trains
+    Keras 3 only."""
     if engine_name == "jax" and flavor != KERAS3:
         raise ModelKerasError(
             f"model._target_={target} builds a {name(flavor)} model, but engine=jax trains Keras 3 models only; "
-            "write it with `import keras` (docs/engines.md), or train it with engine=horovod"
+            "write it with `import keras` (docs/engines.md), or train it with engine=horovod (the horovod stack "
+            "installs it: docs/install.md)"
         )
-    if flavor != KERAS3 or engine_name != "horovod":
+    if flavor != KERAS3 or engine_name not in TENSORFLOW_BACKED:
         return
     import keras  # lazy: Keras 3
 
     backend = keras.backend.backend()
     if backend != "tensorflow":
-        raise _wrong_backend(backend)
+        raise _wrong_backend(backend, engine_name)
 
 
 def backend_asked_for(environ=None) -> str:
@@ -109,15 +113,15 @@ def import_failure(exc: ConfigError, engine_name: str) -> ConfigError:
     """A builder that cannot be imported where KERAS_BACKEND names another backend: Keras 3 itself failed
     to start on it (its package missing, say), which is the line to give."""
     backend = backend_asked_for()
-    if engine_name == "horovod" and backend and backend != "tensorflow":
-        return _wrong_backend(backend)
+    if engine_name in TENSORFLOW_BACKED and backend and backend != "tensorflow":
+        return _wrong_backend(backend, engine_name)
     return exc
 
 
-def _wrong_backend(backend: str) -> ModelKerasError:
+def _wrong_backend(backend: str, engine_name: str) -> ModelKerasError:
     return ModelKerasError(
-        f"Keras 3 is set to the {backend} backend here (KERAS_BACKEND or ~/.keras/keras.json), but engine=horovod "
-        "trains Keras 3 on TensorFlow's; unset KERAS_BACKEND (or set it to tensorflow)"
+        f"Keras 3 is set to the {backend} backend here (KERAS_BACKEND or ~/.keras/keras.json), but "
+        f"engine={engine_name} trains Keras 3 on TensorFlow's; unset KERAS_BACKEND (or set it to tensorflow)"
     )
 
 

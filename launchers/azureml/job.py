@@ -86,23 +86,32 @@ def environment_reference(settings: Settings) -> Any:
 
 
 def pinned_requirements() -> Tuple[List[str], str]:
-    """This package's runtime requirements, as installed (setup.cfg is their one home):
-    everything but Horovod, and Horovod's own pin."""
-    try:
-        requires = importlib.metadata.requires("cifar_dist") or []
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed here
-        raise LaunchError("cifar_dist is not installed; run scripts/install.sh") from None
-    plain = [r.split(";")[0].strip() for r in requires if "extra ==" not in r]
-    horovod = [r for r in plain if re.match(rf"^{_HOROVOD}\b", r)]
+    """The horovod stack's requirements, as installed (setup.cfg is their one home): this package's own and its
+    ``horovod`` extra's but Horovod (TensorFlow 2.18.1, what Horovod builds against), and Horovod's own pin."""
+    requires = _requirements()
+    plain = [_bare(r) for r in requires if "extra ==" not in r and "extra==" not in r]
+    stack = [_bare(r) for r in requires if re.search(r"""extra\s*==\s*["']horovod["']""", r)]
+    horovod = [r for r in stack if re.match(rf"^{_HOROVOD}\b", r)]
     if not horovod:
-        raise LaunchError("cifar_dist's install_requires pins no horovod version; reinstall with scripts/install.sh")
-    return [r for r in plain if r not in horovod], horovod[0]
+        raise LaunchError("cifar_dist's horovod extra pins no horovod version; reinstall with scripts/install.sh")
+    return plain + [r for r in stack if r not in horovod], horovod[0]
 
 
 def engine_jax_requirements() -> List[str]:
     """The ``jax`` extra's pins (setup.cfg), so that the environment runs ``engine=jax`` too."""
-    requires = importlib.metadata.requires("cifar_dist") or []
-    return [r.split(";")[0].strip() for r in requires if re.search(r"""extra\s*==\s*["']jax["']""", r)]
+    return [_bare(r) for r in _requirements() if re.search(r"""extra\s*==\s*["']jax["']""", r)]
+
+
+def _requirements() -> List[str]:
+    try:
+        return importlib.metadata.requires("cifar_dist") or []
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed here
+        raise LaunchError("cifar_dist is not installed; run scripts/install.sh") from None
+
+
+def _bare(requirement: str) -> str:
+    """A requirement without its environment marker (the image is the horovod stack's, whatever runs here)."""
+    return requirement.split(";")[0].strip()
 
 
 def dockerfile(settings: Settings) -> str:

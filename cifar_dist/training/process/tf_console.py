@@ -13,7 +13,8 @@ configures it), and ``3`` would hide real errors too. So by default
 cifar_dist sets level 1 (``quiet_by_default``, before TensorFlow loads) and
 drops exactly the lines in ``NOISE`` from what native code writes to stderr
 while TensorFlow is imported and lists devices (``filtered_native_stderr``);
-every other line, real warnings and errors included, is passed on.
+every other line, real warnings and errors included, is passed on. TensorFlow
+2.21 (the current stack) adds its oneDNN INFO banner, which level 1 no longer hides.
 ``CIFAR_DIST_TF_LOGS=all`` shows TensorFlow's output untouched; a
 ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept. The launchers forward both
 to the ranks.
@@ -36,6 +37,9 @@ NOISE = re.compile(
     r"|All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|failed call to cuInit"
     r"|Could not find cuda drivers on your machine"
+    # TensorFlow >= 2.19, an INFO line that TF_CPP_MIN_LOG_LEVEL no longer hides (absl logs it before TF's level
+    # applies); cifar_dist chooses the CPU kernels itself and logs which (trainer.onednn)
+    r"|oneDNN custom operations are on"
 )
 
 
