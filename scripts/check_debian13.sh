@@ -225,7 +225,7 @@ STATUS=()
 SECS=()
 run_step() {
     local name=$1 cmd=$2 start rc
-    say "step $name: $cmd"
+    say "step $name: ${cmd%%$'\n'*}"
     start=$(date +%s.%N)
     set +e
     in_root "$cmd" 2>&1 | tee "$LOGS/$name.log"
@@ -274,8 +274,9 @@ for name in ("tensorflow", "tf-keras", "keras", "jax", "jaxlib", "horovod", "num
     except m.PackageNotFoundError:
         print(f"{name}: not installed")
 EOF
-echo "slurm: $(sinfo --version 2>&1)"; echo "munge: $(munged --version 2>&1)"
-echo "openmpi: $(mpirun --version 2>&1 | head -n 1)"; echo "debian: $(cat /etc/debian_version)"'
+# Debian package versions (sinfo --version wants a cluster config before it answers)
+dpkg-query -W -f "\${Package}: \${Version}\n" slurm-client slurmctld munge openmpi-bin
+echo "debian: $(cat /etc/debian_version)"'
 
 # The README's 2-rank JAX run, checked for what it claims: an exit 0 is not enough, since ranks that each
 # think they are alone (a launcher environment the engine does not recognise) also exit 0, each having
