@@ -9,7 +9,7 @@ whose tracing and warm-up it leaves out; the median over rounds) and its ratio
 to the horovod stack's one process:
 
     python scripts/bench_stacks.py --stack horovod=.venv/bin/python --stack current=.venv-current/bin/python \\
-        --epochs 6 --reps 2 --out docs/stacks
+        --epochs 5 --reps 2
 
 Variants (``--variants``), each run on every stack it applies to:
 
@@ -130,7 +130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--overrides", default="", help="extra overrides for every variant (space-separated)")
     p.add_argument("--mpiwrapper", help="libmpiwrapper.so for jax_two_mpi (MPItrampoline's MPITRAMPOLINE_LIB)")
     p.add_argument("--work", default=str(REPO / "outputs" / "bench-stacks"), help="run dirs (git-ignored)")
-    p.add_argument("--out", default=str(REPO / "docs" / "stacks"), help="where stacks.md and stacks.json go")
+    p.add_argument("--out", default=str(REPO / "outputs" / "bench-stacks"), help="where stacks.md and stacks.json go")
     args = p.parse_args(argv)
     stacks = dict(s.split("=", 1) for s in args.stack)
     variants = [v for v in args.variants.split(",") if v]

@@ -233,8 +233,18 @@ def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path
     names the coordinator and each rank passes its place; without one, a rank of a user's own mpirun is told."""
     from cifar_dist.training.engines.jax import JaxEngineError, peers_from_env
 
-    ompi5 = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "CIFAR_DIST_JAX_COORDINATOR": "h1:4242"}
-    assert peers_from_env(ompi5) == {"coordinator_address": "h1:4242", "num_processes": 2, "process_id": 1}
+    ompi5 = {
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "CIFAR_DIST_JAX_COORDINATOR": "h1:4242",
+    }
+    assert peers_from_env(ompi5) == {
+        "coordinator_address": "h1:4242",
+        "num_processes": 2,
+        "process_id": 1,
+        "local_device_ids": [1],
+    }
     assert peers_from_env({**ompi5, "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000"}) == {}  # Open MPI 4
     assert peers_from_env({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n1", "SLURM_NTASKS": "2"}) == {}
     with pytest.raises(JaxEngineError, match="CIFAR_DIST_JAX_COORDINATOR=host:port"):

@@ -73,7 +73,8 @@ class JaxEngineError(CifarDistError, RuntimeError):
 
 def peers_from_env(environ=None) -> dict:
     """``jax.distributed.initialize``'s arguments: none where JAX finds the job itself (Slurm, Open MPI 4, which
-    sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose, and this rank's place."""
+    sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose, and this rank's place
+    (its local rank too: JAX would ask mpi4py for it, and picks the GPU of that number)."""
     env = os.environ if environ is None else environ
     if not under_open_mpi(env) or "OMPI_MCA_orte_hnp_uri" in env:
         return {}
@@ -87,6 +88,7 @@ def peers_from_env(environ=None) -> dict:
         "coordinator_address": address,
         "num_processes": int(env["OMPI_COMM_WORLD_SIZE"]),
         "process_id": int(env["OMPI_COMM_WORLD_RANK"]),
+        "local_device_ids": [local_rank_from_env(env)],
     }
 
 
