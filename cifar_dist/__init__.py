@@ -1,4 +1,4 @@
-"""cifar_dist: data-parallel CIFAR-10 training with Horovod + Keras, configured by Hydra."""
+"""cifar_dist: data-parallel CIFAR-10 training with Keras on Horovod or JAX, configured by Hydra."""
 
 import os
 

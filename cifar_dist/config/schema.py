@@ -1,4 +1,4 @@
-"""The config options of data, model, optimizer, trainer, task and tracking.
+"""The config options of data, model, optimizer, trainer, engine, task and tracking.
 
 Each option is one dataclass marked ``@config_option(group, name)``
 (``options.py``): its fields are the schema, so that a misspelt key or a
