@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -253,6 +254,15 @@ def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path
         "engine=jax", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", f"hydra.run.dir={tmp_path}"
     )
     assert "-x CIFAR_DIST_JAX_COORDINATOR" in proc.stdout  # every rank gets it
+    # Where they meet: loopback on one machine; rank 0's host, by a name the other hosts can reach, on several.
+    from cifar_dist.launchers.mpirun import MpirunLauncher
+
+    def meeting_host(hosts):
+        return MpirunLauncher(np=2, hosts=hosts).jax_coordinator.rsplit(":", 1)[0]
+
+    assert meeting_host([]) == "127.0.0.1"
+    assert meeting_host(["nodea:1", "nodeb:1"]) == "nodea"
+    assert meeting_host(["localhost:1", "nodeb:1"]) == socket.gethostname()
 
 
 def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():

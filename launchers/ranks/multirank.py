@@ -181,10 +181,12 @@ class MultiRankLauncher(Launcher):
 
     @property
     def jax_coordinator(self) -> str:
-        """``host:port`` where a JAX job's processes meet: the first host (rank 0 runs there), on a port free on
-        this machine when it is the first host (a guess elsewhere, as JAX's own Open MPI detection makes)."""
+        """``host:port`` where a JAX job's processes meet: the first host (rank 0 runs there; loopback when every
+        rank is on this machine, its network name when others must reach it), on a port free on this machine
+        when it is the first host (a guess elsewhere, as JAX's own Open MPI detection makes)."""
         if self._jax_coordinator is None:
-            host = self.hosts[0].name if self.hosts and not is_local(self.hosts[0].name) else "127.0.0.1"
+            first = self.hosts[0].name if self.hosts else "localhost"
+            host = "127.0.0.1" if self.local_only else (socket.gethostname() if is_local(first) else first)
             with socket.socket() as probe:
                 probe.bind(("", 0))
                 self._jax_coordinator = f"{host}:{probe.getsockname()[1]}"
