@@ -2,7 +2,7 @@
 
 import os
 
-from cifar_dist.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
+from cifar_dist.common.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
 
 os.environ[LEGACY_KERAS_ENV] = legacy_keras(os.environ)  # before anything imports TensorFlow (keras_flavor.py)
 

@@ -2,9 +2,9 @@
 
 import sys
 
+from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.files import check_user_yaml, local_dir
 from cifar_dist.local_options import local_problems
-from cifar_dist.process_role import in_child_process
 
 
 def main() -> None:

@@ -14,7 +14,11 @@ import hydra
 from omegaconf import DictConfig
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.atomic_files import disk_full
+from cifar_dist.common.atomic_files import disk_full
+from cifar_dist.common.console_line import OpenLineTracker, end_open_line
+from cifar_dist.common.errors import CifarDistError, PointFailed
+from cifar_dist.common.redaction import RedactingWriter, redact_logs, redact_text
+from cifar_dist.common.results import final_accuracy
 from cifar_dist.config.files import holds_options, local_dir
 from cifar_dist.config.override_check import (
     command_line_problem,
@@ -23,17 +27,13 @@ from cifar_dist.config.override_check import (
     replace_overrides,
 )
 from cifar_dist.config.validation import validate
-from cifar_dist.console_line import OpenLineTracker, end_open_line
-from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, Launcher, in_child_process
 from cifar_dist.launchers.ranks.heartbeat import start_from_env
+from cifar_dist.launchers.sweep_summary import dry_run_line
 from cifar_dist.launchers.user_sources import with_searchpath
-from cifar_dist.redaction import RedactingWriter, redact_logs, redact_text
-from cifar_dist.results import final_accuracy
 from cifar_dist.rundir.owner import only_scaffolding, remove_if_created_here
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.saved_run import from_saved_run
-from cifar_dist.sweep_summary import dry_run_line
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.training.engines.choice import resolve_engine

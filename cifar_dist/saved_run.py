@@ -19,9 +19,9 @@ from typing import List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.config.override_check import parsed_command_line, replace_overrides
 from cifar_dist.config.override_syntax import override_key
-from cifar_dist.errors import CifarDistError
 
 SAVED_CONFIG = "config"  # what Hydra saved into <run>/.hydra/ (config.yaml), as --config-name names it
 FLAGS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}

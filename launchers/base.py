@@ -23,11 +23,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
+from cifar_dist.common.redaction import MASK, redact_text, secret_assignments
 from cifar_dist.config.override_syntax import names_group, override_key, quote_override_value
-from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.user_sources import Carried
-from cifar_dist.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
-from cifar_dist.redaction import MASK, redact_text, secret_assignments
 from cifar_dist.training.engines.choice import HOROVOD_HINT, horovod_installed
 from cifar_dist.training.engines.world import processes_from_env
 

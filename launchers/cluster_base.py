@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
 log = logging.getLogger(__name__)

@@ -47,19 +47,19 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cifar_dist.common.errors import CifarDistError, PointFailed
+from cifar_dist.common.redaction import redact_logs, redact_text
+from cifar_dist.common.results import final_accuracy, read_results
 from cifar_dist.config.options import config_option
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.config.validation import validate
-from cifar_dist.errors import CifarDistError, PointFailed
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
 from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
-from cifar_dist.redaction import redact_logs, redact_text
-from cifar_dist.results import final_accuracy, read_results
+from cifar_dist.launchers.sweep_summary import summarize
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import existing_ancestor
 from cifar_dist.rundir.preflight import check_run_dir
-from cifar_dist.sweep_summary import summarize
 from cifar_dist.tracking.job_hooks import after_job
 from cifar_dist.tracking.sweep_parent import close_sweep
 

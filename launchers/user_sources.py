@@ -41,9 +41,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME, PACKAGE_CONFIGS
 from cifar_dist.config.override_syntax import override_key, searchpath_override
-from cifar_dist.errors import CifarDistError
 
 SHIPPED_ROOT = "user"  # in a snapshot: user/code/<module>, user/conf/<n>/
 MAX_SHIPPED_BYTES = 20 * 1024 * 1024  # a config dir or module package bigger than this is not copied into a job

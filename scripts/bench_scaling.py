@@ -64,7 +64,7 @@ def run(overrides, run_dir: Path, env) -> dict:
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         sys.exit(f"run failed ({' '.join(cmd)}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    from cifar_dist.results import read_metrics
+    from cifar_dist.common.results import read_metrics
 
     metrics = read_metrics(run_dir)
     if metrics is None:
@@ -79,7 +79,7 @@ def run(overrides, run_dir: Path, env) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, str(REPO))  # cifar_dist.results, run from a checkout
+    sys.path.insert(0, str(REPO))  # cifar_dist.common.results, run from a checkout
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3, help="epochs each rank trains (first one is warm-up)")

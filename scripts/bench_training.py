@@ -237,7 +237,7 @@ def command(v: Variant, data: str, epochs: int, run_dir: Path) -> List[str]:
 
 def read_result(v: Variant, run_dir: Path) -> Optional[dict]:
     """The variant's result JSON (the script's result.json, cifar_dist's metrics.json); None when unreadable."""
-    from cifar_dist.results import read_json, read_metrics
+    from cifar_dist.common.results import read_json, read_metrics
 
     return read_json(run_dir / "result.json") if v.kind == "script" else read_metrics(run_dir)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import List, Sequence
 
+from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
-from cifar_dist.results import METRICS_FILE
 
 
 class RecordingLauncher(Launcher):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.atomic_files import DiskFullError, is_temp_name
+from cifar_dist.common.atomic_files import DiskFullError, is_temp_name
 from cifar_dist.launchers.azureml import monitor
 from cifar_dist.launchers.azureml.monitor import AzureMLJob
 
@@ -92,7 +92,7 @@ def test_the_check_sees_a_plain_write(tmp_path):
 
 
 def test_a_folder_built_by_a_concurrent_twin_stays_and_a_real_failure_is_raised(tmp_path):
-    from cifar_dist.atomic_files import publish_dir
+    from cifar_dist.common.atomic_files import publish_dir
 
     staged, target = tmp_path / "staged", tmp_path / "by-hash"
     staged.mkdir()

@@ -85,7 +85,7 @@ def test_prune_keeps_the_newest(tmp_path):
 def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
     import os
 
-    from cifar_dist.atomic_files import atomic_write_text
+    from cifar_dist.common.atomic_files import atomic_write_text
 
     old = os.umask(0o022)
     try:

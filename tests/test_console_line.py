@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from cifar_dist.console_line import OpenLineTracker, end_open_line
+from cifar_dist.common.console_line import OpenLineTracker, end_open_line
 from conftest import cli_env
 
 

@@ -14,7 +14,7 @@ from conftest import REPO, assert_ok, cli_env, read_metrics
 
 PROBE = """
 import json, sys
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 if sys.argv[1] == "late":
     import tensorflow  # imported before cifar_dist could choose

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_dist.atomic_files import TEMP_SUFFIX
+from cifar_dist.common.atomic_files import TEMP_SUFFIX
 from cifar_dist.config.data_options import Cifar100Config
 from cifar_dist.data import DataError, load_dataset
 from cifar_dist.data.download import download

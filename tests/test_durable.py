@@ -1,4 +1,4 @@
-"""cifar_dist.atomic_files, the one atomic writer: a failed write leaves the old file and no temp file.
+"""cifar_dist.common.atomic_files, the one atomic writer: a failed write leaves the old file and no temp file.
 
 * Only this program's own temp files are deleted from the run dir.
 * NaN or infinity written to metrics.json becomes null: the file stays strict JSON.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.atomic_files import (
+from cifar_dist.common.atomic_files import (
     TEMP_SUFFIX,
     atomic_path,
     atomic_write_text,
@@ -63,7 +63,7 @@ def test_json_and_text_are_published_whole(tmp_path):
 
 
 def test_importing_it_loads_neither_tensorflow_nor_matplotlib():
-    code = "import sys, cifar_dist.atomic_files; print(sorted({'tensorflow', 'matplotlib'} & set(sys.modules)))"
+    code = "import sys, cifar_dist.common.atomic_files; print(sorted({'tensorflow', 'matplotlib'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from cifar_dist.redaction import secret_values
+from cifar_dist.common.redaction import secret_values
 from conftest import assert_ok, cli_env
 
 CHURN = [f"CIFAR_DIST_TEST_CHURN_{i}_TOKEN" for i in range(2000)]  # secret by name: secret_values reads them

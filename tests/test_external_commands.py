@@ -1,4 +1,4 @@
-"""Short external commands have one timeout policy (cifar_dist/external_commands.py, issue 32): a
+"""Short external commands have one timeout policy (cifar_dist/common/external_commands.py, issue 32): a
 command past its timeout is killed and reported in one line that says what to do, and no other
 module starts a process except the two supervisors of long-lived children."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.external_commands import CommandTimedOut, run_command
+from cifar_dist.common.external_commands import CommandTimedOut, run_command
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable
 
@@ -58,7 +58,7 @@ def test_only_the_supervisors_of_long_lived_children_start_processes_themselves(
     sources = sorted((REPO / "cifar_dist").rglob("*.py")) + sorted((REPO / "launchers").rglob("*.py"))
     assert len(sources) > 100, len(sources)
     starts = {str(p.relative_to(REPO)): process_starts(p) for p in sources}
-    own = {"cifar_dist/external_commands.py", *SUPERVISORS}
+    own = {"cifar_dist/common/external_commands.py", *SUPERVISORS}
     assert {path: calls for path, calls in starts.items() if calls and path not in own} == {}
     assert all(starts[path] for path in own)  # the check looks where the starts are
 

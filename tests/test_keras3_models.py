@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from cifar_dist.common.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.config.override_check import command_line_problem
-from cifar_dist.keras_flavor import flavor_of, takes_keras_argument
 from cifar_dist.models import airbench, resnet9, seed_cnn
 from cifar_dist.models.blocks import adapt, data_fitted_layers
 from cifar_dist.models.builder import model_node_problem, signature_parameters
@@ -75,7 +75,7 @@ LOAD = textwrap.dedent(
         print("loaded without registering")
     except Exception as exc:
         print("unregistered:", type(exc).__name__)
-    from cifar_dist.custom_objects import register_custom_objects
+    from cifar_dist.evaluation.custom_objects import register_custom_objects
     register_custom_objects(keras)
     model = keras.saving.load_model(path, safe_mode=True)
     np.save(sys.argv[3], model.predict(x, verbose=0))

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from cifar_dist.keras_ops import current_lr
+from cifar_dist.common.keras_ops import current_lr
 from cifar_dist.training import optimizers
 from cifar_dist.training.recipe.schedules import Triangular, build_schedule, schedule_classes
 from conftest import assert_ok, cli_env
@@ -116,7 +116,7 @@ RECORD_LR = textwrap.dedent(
         on_train_batch_begin=lambda b, logs: seen.append(float(tf.keras.backend.get_value(model.optimizer.lr))))
     # What the trainer adds for trainer.warmup_epochs and trainer.lr_decay_epochs/lr_decay_factor (Keras 2):
     from types import SimpleNamespace
-    from cifar_dist.keras_flavor import KERAS2
+    from cifar_dist.common.keras_flavor import KERAS2
     from cifar_dist.training.engines.horovod import HorovodEngine
     t = SimpleNamespace(warmup_epochs=warmup, lr_decay_epochs=decays, lr_decay_factor=factor)
     callbacks = HorovodEngine.lr_callbacks(None, KERAS2, t, lr, spe, is_chief=False)
@@ -213,7 +213,7 @@ def test_the_engine_decides_whether_the_schedule_ramps_the_lr():
     of the one-process TensorFlow engine (no Horovod callbacks there), get the same ramps as the schedule."""
     import tensorflow as tf
 
-    from cifar_dist.keras_flavor import KERAS2, KERAS3
+    from cifar_dist.common.keras_flavor import KERAS2, KERAS3
     from cifar_dist.training.engines.horovod import HorovodEngine
     from cifar_dist.training.engines.tensorflow import TensorflowEngine
     from cifar_dist.training.recipe import hooks as recipe

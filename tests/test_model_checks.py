@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from omegaconf import OmegaConf
 
+from cifar_dist.common.errors import ConfigError
 from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import load_dataset
-from cifar_dist.errors import ConfigError
 from conftest import one_error_line, run_cli
 
 pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from cifar_dist import sweep_summary
-from cifar_dist.atomic_files import is_temp_name
+from cifar_dist.common.atomic_files import is_temp_name
+from cifar_dist.launchers import sweep_summary
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from conftest import assert_ok, cli_env
 

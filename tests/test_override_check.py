@@ -4,8 +4,8 @@ before Hydra composes, creates a run dir or loads any data (cifar_dist/config/ov
 import pytest
 
 from cifar_dist.all_options import register_configs
+from cifar_dist.common.errors import did_you_mean
 from cifar_dist.config.override_check import command_line_problem
-from cifar_dist.errors import did_you_mean
 from conftest import run_cli
 
 register_configs()

@@ -18,8 +18,8 @@ import uuid
 import pytest
 from omegaconf import OmegaConf
 
+from cifar_dist.common.errors import ConfigError
 from cifar_dist.config.override_check import command_line_problem
-from cifar_dist.errors import ConfigError
 from cifar_dist.models.builder import Parameters, declared_parameters, model_node_problem, signature_parameters
 from conftest import cli_env, compose_cfg, one_error_line, run_cli
 

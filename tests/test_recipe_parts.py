@@ -6,10 +6,10 @@ import tensorflow as tf
 from omegaconf import OmegaConf
 
 import cifar_dist  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from cifar_dist.common.keras_ops import current_lr
 from cifar_dist.config.schema import AugmentConfig
 from cifar_dist.config.validation import problems
 from cifar_dist.data.pipeline import alternating_flip, cutout_batch, train_stream, translate_batch
-from cifar_dist.keras_ops import current_lr
 from cifar_dist.models.tta import views, with_tta
 from cifar_dist.training.recipe.lookahead import Lookahead, decay_at
 from cifar_dist.training.recipe.schedules import Triangular, build_schedule

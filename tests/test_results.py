@@ -1,4 +1,4 @@
-"""cifar_dist.results: one reader of a run dir's result files, one rule, the same answer everywhere."""
+"""cifar_dist.common.results: one reader of a run dir's result files, one rule, the same answer everywhere."""
 
 import json
 import subprocess
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist import results
+from cifar_dist.common import results
 from cifar_dist.launchers.slurm.monitor import SlurmJob
-from cifar_dist.sweep_summary import read_point
+from cifar_dist.launchers.sweep_summary import read_point
 from cifar_dist.tracking.run_description import load_job
 from conftest import REPO
 
@@ -69,7 +69,7 @@ def test_missing_or_damaged_results_read_as_none_and_warn(tmp_path, caplog):
 def test_the_batch_scripts_question_unfinished(tmp_path, metrics, unfinished):
     run_dir = run_dir_with(tmp_path, metrics=metrics)
     proc = subprocess.run(
-        [sys.executable, "-m", "cifar_dist.results", "unfinished", str(run_dir)],
+        [sys.executable, "-m", "cifar_dist.common.results", "unfinished", str(run_dir)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar_dist.atomic_files import is_temp_name
+from cifar_dist.common.atomic_files import is_temp_name
 from conftest import REPO, assert_ok, cli_env, read_metrics, run_cli
 
 # 15 steps per epoch in calls of 4 (Keras calls batch hooks once per call: after steps 4, 8, 12, 15),

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from cifar_dist.atomic_files import TEMP_SUFFIX
+from cifar_dist.common.atomic_files import TEMP_SUFFIX
 from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
 from conftest import QUIET_SAMPLE_RUN, REPO, assert_ok, cli_env, error_lines, run_cli, start_cli
 

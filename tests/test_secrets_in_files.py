@@ -8,8 +8,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
+from cifar_dist.common.redaction import MASK, redact_config, redact_text
 from cifar_dist.config.validation import launcher_problems
-from cifar_dist.redaction import MASK, redact_config, redact_text
 from cifar_dist.rundir.resume_policy import differences
 from cifar_dist.rundir.saved_config import redact_yaml_file
 from conftest import assert_ok, compose_cfg, one_error_line, run_cli

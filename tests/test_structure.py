@@ -8,7 +8,10 @@ and are not counted. The tests say:
 
 - no import cycle between the project's modules (printed as a chain ``a -> b -> a``), nor
   between its folders (training/ and evaluation/ importing each other is a cycle even when
-  no two modules do; the flat top levels, cifar_dist/ and launchers/, count module by module);
+  no two modules do; cifar_dist/'s own modules, the app, count as one folder; launchers/'s
+  flat modules count one by one);
+- cifar_dist/'s top holds only the app, and nothing below it imports the app; the leaf
+  helpers in common/ import nothing of the project outside common/;
 - the layering reads one way: the core never imports a launcher, a sweeper, the app or the
   Hydra plugin shims; launchers and sweepers never import the app; the shims in
   hydra_plugins/ import the behaviour they wrap, and only the app (which registers them)
@@ -31,12 +34,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 # The top: the command line, the Hydra app and the registry of every option; only they may import everything.
-APP = ("cifar_dist.app", "cifar_dist.__main__", "cifar_dist.all_options", "cifar_dist.local_options")
+APP = (
+    "cifar_dist.app",
+    "cifar_dist.__main__",
+    "cifar_dist.all_options",
+    "cifar_dist.local_options",
+    "cifar_dist.saved_run",
+)
 LAUNCHERS = ("cifar_dist.launchers",)
 SWEEPERS = ("cifar_dist.sweepers",)
 SHIMS = ("hydra_plugins",)
 # Folders of unrelated modules: between their modules, only module-level cycles count.
-FLAT_TOP_LEVELS = ("cifar_dist", "cifar_dist.launchers", "hydra_plugins")
+FLAT_TOP_LEVELS = ("cifar_dist.launchers", "hydra_plugins")
+# The helpers below everything: they import nothing of the project but each other.
+COMMON = "cifar_dist.common"
 
 
 @dataclass(frozen=True)
@@ -205,15 +216,15 @@ def shortest_path(start: str, end: str, component: Set[str], edges: Dict[str, Se
 
 
 def folder_of(module: str, modules: Dict[str, Path]) -> str:
-    """The first package below a flat top level that holds the module (training/engines/ is training/),
-    or the module itself when it lies flat in a top level or is a package's command (``__main__``: it uses
-    the package like any caller, ``python -m cifar_dist.tracking`` reads sweep points too)."""
-    if module.endswith(".__main__"):
-        return module
-    for top in FLAT_TOP_LEVELS[::-1]:
+    """The first package below a top level that holds the module (training/engines/ is training/). In the
+    flat top levels a module lying flat is its own node; cifar_dist/'s own modules (the app, and the
+    package's face) are one folder, ``cifar_dist``."""
+    for top in FLAT_TOP_LEVELS[::-1] + ("cifar_dist",):
         if module.startswith(top + "."):
             first = module[len(top) + 1 :].split(".")[0]
-            return module if modules[f"{top}.{first}"].name != "__init__.py" else f"{top}.{first}"
+            if modules[f"{top}.{first}"].name == "__init__.py":
+                return f"{top}.{first}"
+            return top if top == "cifar_dist" else module
     return module
 
 
@@ -255,7 +266,7 @@ def test_cycles_are_found_and_printed_as_a_chain():
 def test_relative_imports_resolve_against_the_package():
     assert resolve("cifar_dist.tracking.store", False, 1, "settings") == "cifar_dist.tracking.settings"
     assert resolve("cifar_dist.tracking", True, 1, None) == "cifar_dist.tracking"
-    assert resolve("cifar_dist.tracking.store", False, 2, "errors") == "cifar_dist.errors"
+    assert resolve("cifar_dist.tracking.store", False, 2, "common") == "cifar_dist.common"
 
 
 def test_no_import_cycle_between_the_projects_modules(imports):
@@ -268,6 +279,22 @@ def test_no_import_cycle_between_the_projects_folders(imports):
     edges = edges_between(imports, lambda module: folder_of(module, modules))
     cycles = [" -> ".join(chain) for chain in find_cycles(edges)]
     assert cycles == [], "import cycles between folders:\n" + "\n".join(cycles)
+
+
+def test_cifar_dists_top_holds_only_the_app():
+    top = {m for m in project_modules() if m.count(".") == 1 and m.startswith("cifar_dist.")}
+    top = {m for m in top if project_modules()[m].name != "__init__.py"}
+    assert sorted(top) == sorted(APP), "cifar_dist/ is the app's level: a helper goes into common/ or its area's folder"
+
+
+def test_nothing_below_the_app_imports_it(imports):
+    wrong = [where(imp) for imp in imports if within(imp.target, APP) and not within(imp.source, APP)]
+    assert wrong == []
+
+
+def test_the_common_helpers_import_nothing_of_the_project_but_each_other(imports):
+    wrong = [where(imp) for imp in imports if within(imp.source, (COMMON,)) and not within(imp.target, (COMMON,))]
+    assert wrong == []
 
 
 def test_the_core_imports_no_launcher_sweeper_app_or_shim(imports):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from cifar_dist.sweep_summary import collect, summarize, table
+from cifar_dist.launchers.sweep_summary import collect, summarize, table
 
 
 def make_point(sweep_dir: Path, num: int, overrides, metrics=None) -> Path:

@@ -232,8 +232,8 @@ def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp
 
 
 def test_the_job_log_and_the_sweep_summary_show_no_password(tmp_path, capsys):
-    from cifar_dist.redaction import redact_logs
-    from cifar_dist.sweep_summary import summarize
+    from cifar_dist.common.redaction import redact_logs
+    from cifar_dist.launchers.sweep_summary import summarize
 
     logger = logging.getLogger("test_redaction")
     handler = logging.StreamHandler()
@@ -671,7 +671,7 @@ def test_a_failed_sweep_points_overrides_reach_hydras_error_line_masked(capsys):
     """Hydra writes "Error executing job with overrides: [...]" for a failed point: no password in it."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    from cifar_dist.errors import PointFailed
+    from cifar_dist.common.errors import PointFailed
     from cifar_dist.launchers.sweep_launcher import masked
 
     ret = JobReturn(

@@ -3,7 +3,7 @@ is recorded."""
 
 import pytest
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 from cifar_dist.training.process.keras_setup import PrecisionError, precision_policy
 from cifar_dist.training.trainer import JitCompileError, check_jit_compile

@@ -35,7 +35,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cifar_dist.errors import did_you_mean
+from cifar_dist.common.errors import did_you_mean
 from cifar_dist.models.builder import builder_problem
 
 SEE_KEYS = "python -m cifar_dist --cfg job [group=option] lists every key"

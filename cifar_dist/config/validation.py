@@ -15,10 +15,10 @@ import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
+from cifar_dist.common.process_role import in_child_process
 from cifar_dist.data import num_classes_of
-from cifar_dist.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 from cifar_dist.models.builder import model_node_problem
-from cifar_dist.process_role import in_child_process
 from cifar_dist.tracking.settings import handed_on_uri_problems
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from cifar_dist.atomic_files import fsync_dir
+from cifar_dist.common.atomic_files import fsync_dir
 from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, read_bounded, reason
 
 log = logging.getLogger("cifar_dist.data")

@@ -25,7 +25,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"  # the only data set with a packaged sample (data=sample)
 BATCH_DIR = "cifar-10-batches-py"

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cifar_dist.atomic_files import atomic_path
+from cifar_dist.common.atomic_files import atomic_path
 from cifar_dist.data.batches import DataError, reason
 
 log = logging.getLogger("cifar_dist.data")

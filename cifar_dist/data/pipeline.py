@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from cifar_dist.errors import ConfigError
+from cifar_dist.common.errors import ConfigError
 
 # Keeps the seed streams of (epoch, rank) pairs apart.
 _EPOCH_STRIDE = 1_000_003

@@ -9,12 +9,12 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.data import CifarArrays, load_dataset
 from cifar_dist.data.batches import read_batch_file
 from cifar_dist.data.checks import REFUSE, bad_images
 from cifar_dist.data.folder import decoder
 from cifar_dist.data.folder import image_files as _image_files
-from cifar_dist.errors import CifarDistError
 from cifar_dist.evaluation import model_files
 from cifar_dist.evaluation.model_trust import code_in_model_file, trusted_module_layers
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints

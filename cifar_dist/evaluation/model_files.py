@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from cifar_dist.custom_objects import register_custom_objects
+from cifar_dist.evaluation.custom_objects import register_custom_objects
 
 KERAS3_SUFFIX = ".keras"
 # config.json of the largest model here is a few hundred KB; a real architecture is far below this.

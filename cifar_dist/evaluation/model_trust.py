@@ -29,9 +29,9 @@ import importlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Set
 
+from cifar_dist.common.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
+from cifar_dist.common.keras_ops import PACKAGE
 from cifar_dist.evaluation.model_files import architecture, is_keras3_file
-from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
-from cifar_dist.keras_ops import PACKAGE
 
 # Layers whose config is code (bytecode, an op name or a method name to call).
 CODE_LAYERS = {"Lambda", "TFOpLambda", "SlicingOpLambda", "ClassMethod", "InstanceMethod", "InstanceProperty"}

@@ -14,7 +14,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
-from cifar_dist.atomic_files import atomic_write_text, save_figure
+from cifar_dist.common.atomic_files import atomic_write_text, save_figure
 
 
 def summarize(

@@ -17,14 +17,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 from omegaconf import DictConfig
 
-from cifar_dist.atomic_files import write_json
+from cifar_dist.common.atomic_files import write_json
+from cifar_dist.common.results import EVALUATION_FILE, as_metrics, read_metrics
 from cifar_dist.data import num_classes_of
 from cifar_dist.data.checks import same_on_every_rank
 from cifar_dist.data.folder import folder_class_names
 from cifar_dist.evaluation import report
 from cifar_dist.evaluation.inputs import EvaluationInputError, load_images, load_model, resolve_model_path
 from cifar_dist.evaluation.run_data import command_overrides, evaluation_data, evaluation_engine, training_run_dir
-from cifar_dist.results import EVALUATION_FILE, as_metrics, read_metrics
 from cifar_dist.training.engines import start_engine
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ custom layers exist per Keras (``custom_layers(keras)``), registered with
 that Keras (package ``cifar_dist``), so a saved model or checkpoint that uses
 them loads with that Keras' ``load_model`` once they are defined: Keras 2's
 when this module is imported (cifar_dist's evaluation does that), Keras 3's
-by ``cifar_dist.custom_objects.register_custom_objects(keras)``.
+by ``cifar_dist.evaluation.custom_objects.register_custom_objects(keras)``.
 
 - ``conv_bn``: Conv2D (no bias: BatchNorm's shift replaces it) + BatchNorm + activation.
 - ``residual``: x + conv_bn(conv_bn(x)) (Page's ResNet-9 block).
@@ -26,8 +26,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from cifar_dist.keras_flavor import flavor_of, keras_module
-from cifar_dist.keras_ops import keras_or_default, ops_of, per_keras, registered
+from cifar_dist.common.keras_flavor import flavor_of, keras_module
+from cifar_dist.common.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
 def partial_identity(kernel: np.ndarray) -> np.ndarray:

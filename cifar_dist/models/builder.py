@@ -35,8 +35,8 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.errors import ConfigError, did_you_mean
-from cifar_dist.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
+from cifar_dist.common.errors import ConfigError, did_you_mean
+from cifar_dist.common.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
 
 DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (trainer.model_kwargs)
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cifar_dist.errors import ConfigError
-from cifar_dist.keras_flavor import flavor_of, keras_module
+from cifar_dist.common.errors import ConfigError
+from cifar_dist.common.keras_flavor import flavor_of, keras_module
 
 CHECK_IMAGES = 8  # training images one prediction is made of
 SUM_TOLERANCE = 0.02  # softmax outputs sum to 1 up to rounding (bfloat16 under mixed precision: ~1e-2)

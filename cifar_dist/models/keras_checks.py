@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from cifar_dist.errors import ConfigError
-from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, name
+from cifar_dist.common.errors import ConfigError
+from cifar_dist.common.keras_flavor import KERAS2, KERAS3, flavor_of, name
 from cifar_dist.models.checks import check_is_model
 
 TENSORFLOW_BACKED = ("horovod", "tensorflow")  # the engines that train Keras 3 on TensorFlow's backend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cifar_dist.keras_ops import keras_or_default
+from cifar_dist.common.keras_ops import keras_or_default
 
 
 def build(

@@ -16,8 +16,8 @@ TensorFlow op, and no ``Lambda``, in a Keras 3 graph).
 
 from __future__ import annotations
 
-from cifar_dist.keras_flavor import KERAS2, flavor_of, keras_module
-from cifar_dist.keras_ops import ops_of
+from cifar_dist.common.keras_flavor import KERAS2, flavor_of, keras_module
+from cifar_dist.common.keras_ops import ops_of
 
 
 def mirror(images, ops=None):

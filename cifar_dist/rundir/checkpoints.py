@@ -24,8 +24,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from cifar_dist.atomic_files import atomic_path
-from cifar_dist.keras_flavor import KERAS3, flavor_of
+from cifar_dist.common.atomic_files import atomic_path
+from cifar_dist.common.keras_flavor import KERAS3, flavor_of
 
 log = logging.getLogger(__name__)
 

@@ -59,11 +59,11 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from cifar_dist.atomic_files import write_json
+from cifar_dist.common.atomic_files import write_json
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.data import source_files
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.folder import split_tree
-from cifar_dist.errors import CifarDistError
 from cifar_dist.rundir.checkpoints import list_checkpoints
 
 FINGERPRINT = ".cifar_dist_fingerprint.json"

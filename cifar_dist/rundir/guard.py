@@ -43,9 +43,9 @@ from hydra.types import RunMode
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
-from cifar_dist.errors import CifarDistError
-from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
 from cifar_dist.rundir.ranks_lock import LaunchStart

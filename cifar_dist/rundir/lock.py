@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 LOCK_NAME = ".cifar_dist.lock"
 _JOB = re.compile(r"^(\S+ job \S+): pid ")

@@ -29,10 +29,10 @@ from enum import Enum
 from pathlib import Path
 from typing import List
 
-from cifar_dist.atomic_files import is_temp_name
+from cifar_dist.common.atomic_files import is_temp_name
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.errors import CifarDistError
-from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.fingerprint import FINGERPRINT
 from cifar_dist.rundir.lock import LOCK_NAME

@@ -28,9 +28,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.validation import validate
-from cifar_dist.errors import CifarDistError
-from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
 
 # Folders the job writes into, inside the run dir (trainer, launchers).

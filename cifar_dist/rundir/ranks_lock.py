@@ -21,7 +21,7 @@ never runs. Each rank appends its pid and host below the id, which is how a
 refusal names the ranks still alive. Every exit record carries its launch id,
 so a launch reads only its own (``rank_failure.read_exit_records``).
 
-Only the standard library and ``cifar_dist.errors``: ``rank_exec`` imports this.
+Only the standard library and ``cifar_dist.common.errors``: ``rank_exec`` imports this.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 RANKS_LOCK_NAME = ".cifar_dist.ranks.lock"
 OLD_RANKS_WAIT_S = 30.0  # a launcher killed -9: its ranks are torn down in about 5-15 s (kill grace included)

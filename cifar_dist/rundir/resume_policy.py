@@ -44,9 +44,9 @@ from typing import Any, Dict, List
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.redaction import redact_config
 from cifar_dist.config.schema import engine_of
-from cifar_dist.errors import CifarDistError
-from cifar_dist.redaction import redact_config
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
 

@@ -5,7 +5,7 @@ user typed them, so ``tracking.uri=http://alice:PW@host/`` or
 ``+launcher.env.MY_TOKEN=...`` would stay in plain text in files that are
 copied, shared and uploaded with the run. Hydra writes them just before
 ``on_job_start``; this callback rewrites them there, masked by the one home of
-redaction (``cifar_dist/redaction.py``), before the task runs or anything is
+redaction (``cifar_dist/common/redaction.py``), before the task runs or anything is
 handed on. The credentials themselves still reach the job the way the user
 gave them (MLflow's variables, the launcher's environment), never through
 these files; the resume checks compare the masked forms (``resume_policy``).
@@ -19,8 +19,8 @@ from typing import Any, Iterable
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from cifar_dist.atomic_files import atomic_write_text
-from cifar_dist.redaction import redact_config
+from cifar_dist.common.atomic_files import atomic_write_text
+from cifar_dist.common.redaction import redact_config
 
 SAVED_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 

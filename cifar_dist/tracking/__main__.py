@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before anything imports TensorFlow)
-from cifar_dist.sweep_summary import read_point
+from cifar_dist.common.results import read_point
 from cifar_dist.tracking.failure_guard import one_line
 from cifar_dist.tracking.job_hooks import import_run_dir
 from cifar_dist.tracking.sweep_parent import close_sweep

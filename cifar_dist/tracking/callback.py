@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict
 
 import tensorflow as tf
 
-from cifar_dist.keras_ops import current_lr
+from cifar_dist.common.keras_ops import current_lr
 
 
 class EpochMetricsLogger(tf.keras.callbacks.Callback):

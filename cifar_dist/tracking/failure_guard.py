@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional, TypeVar
 
-from cifar_dist.redaction import redact_text
+from cifar_dist.common.redaction import redact_text
 
 log = logging.getLogger("cifar_dist.tracking")
 T = TypeVar("T")

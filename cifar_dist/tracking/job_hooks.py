@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig
 
-from cifar_dist.results import EVALUATION_FILE
+from cifar_dist.common.results import EVALUATION_FILE
 from cifar_dist.tracking import run_description as describe
 from cifar_dist.tracking.failure_guard import Guard
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref

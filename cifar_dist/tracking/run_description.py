@@ -15,9 +15,9 @@ from typing import Any, Dict, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
-from cifar_dist.redaction import SECRET_NAME, redact_text
-from cifar_dist.results import read_results
+from cifar_dist.common.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
+from cifar_dist.common.redaction import SECRET_NAME, redact_text
+from cifar_dist.common.results import read_results
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
 

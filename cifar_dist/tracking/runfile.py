@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.common.atomic_files import atomic_write_text
 
 RUN_FILE = "mlflow_run.json"  # in a job's run dir
 SWEEP_FILE = "mlflow_sweep.json"  # in a sweep dir: the parent run of its points

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional
 
-from cifar_dist.redaction import redact_uri as redact  # noqa: F401  (the one home of redaction)
-from cifar_dist.redaction import tracking_credentials, uri_query_secrets
+from cifar_dist.common.redaction import redact_uri as redact  # noqa: F401  (the one home of redaction)
+from cifar_dist.common.redaction import tracking_credentials, uri_query_secrets
 
 DEFAULT_DB = Path("outputs") / "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"  # beside a SQLite store: where its runs' artifacts go

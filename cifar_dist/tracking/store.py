@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
-from cifar_dist.redaction import redact_text
-from cifar_dist.results import EVALUATION_FILE, METRICS_FILE
+from cifar_dist.common.redaction import redact_text
+from cifar_dist.common.results import EVALUATION_FILE, METRICS_FILE
 from cifar_dist.tracking import run_description as describe
 from cifar_dist.tracking.client import client_for, run_exists
 from cifar_dist.tracking.runfile import RUN_FILE, RunRef, read_ref, write_ref

@@ -1,6 +1,6 @@
 """Files the trainer leaves in the run dir besides checkpoints: metrics.json's resume, the CSV log, the plot.
 
-They are written through cifar_dist.atomic_files (atomic) and read through cifar_dist.results.
+They are written through cifar_dist.common.atomic_files (atomic) and read through cifar_dist.common.results.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
-from cifar_dist.atomic_files import atomic_write_text, save_figure
-from cifar_dist.results import load_json
+from cifar_dist.common.atomic_files import atomic_write_text, save_figure
+from cifar_dist.common.results import load_json
 
 
 def trim_csv_log(path: Path, epochs_done: int) -> None:

@@ -20,10 +20,10 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 import tensorflow as tf
 
-from cifar_dist.atomic_files import write_json
-from cifar_dist.errors import CifarDistError
-from cifar_dist.keras_flavor import KERAS3, flavor_of
-from cifar_dist.keras_ops import current_lr
+from cifar_dist.common.atomic_files import write_json
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.keras_flavor import KERAS3, flavor_of
+from cifar_dist.common.keras_ops import current_lr
 from cifar_dist.rundir import checkpoints
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Optional
 
-from cifar_dist.keras_flavor import KERAS3
-from cifar_dist.keras_ops import module_flavor
+from cifar_dist.common.keras_flavor import KERAS3
+from cifar_dist.common.keras_ops import module_flavor
 
 
 def _is_keras3(keras: Optional[ModuleType]) -> bool:

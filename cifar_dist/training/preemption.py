@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 import tensorflow as tf
 
-from cifar_dist.process_role import STOP_SIGNAL_ENV
+from cifar_dist.common.process_role import STOP_SIGNAL_ENV
 
 log = logging.getLogger(__name__)
 

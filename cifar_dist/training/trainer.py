@@ -40,17 +40,17 @@ from typing import Any, Dict, Iterator, List
 import hydra.utils
 from omegaconf import DictConfig
 
-from cifar_dist.atomic_files import remove_partials, write_json
+from cifar_dist.common.atomic_files import remove_partials, write_json
+from cifar_dist.common.errors import CifarDistError, ConfigError
+from cifar_dist.common.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
+from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.config.schema import typed
 from cifar_dist.config.validation import validate
 from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
-from cifar_dist.errors import CifarDistError, ConfigError
-from cifar_dist.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
 from cifar_dist.models import checks as model_checks
 from cifar_dist.models.builder import check_builder
 from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
-from cifar_dist.results import METRICS_FILE
 from cifar_dist.rundir import checkpoints
 from cifar_dist.rundir.fingerprint import check_loaded_data
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log

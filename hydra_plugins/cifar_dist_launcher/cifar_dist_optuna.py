@@ -13,7 +13,7 @@ except ImportError:  # hydra-optuna-sweeper not installed
     OptunaSweeper = None
 
 if OptunaSweeper is not None:
-    from cifar_dist.errors import StudyStopped
+    from cifar_dist.common.errors import StudyStopped
     from cifar_dist.sweepers import optuna as behaviour
 
     class CifarDistOptunaSweeper(OptunaSweeper):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional
 
+from cifar_dist.common.redaction import redact_text
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.redaction import redact_text
 
 ARM_AUTH_HINT = (
     "sign in with `az login` (or set AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET) "

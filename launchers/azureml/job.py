@@ -16,13 +16,13 @@ import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from cifar_dist.common.redaction import redact_text
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.user_sources import Shipped, without_searchpath
-from cifar_dist.redaction import redact_text
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 COMPUTE_SCHEMA = "https://azuremlschemas.azureedge.net/latest/amlCompute.schema.json"

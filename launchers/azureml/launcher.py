@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional
 
 import yaml
 
-from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.common.atomic_files import atomic_write_text
 from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.job_names import job_name
 from cifar_dist.launchers.azureml.client import Workspace, import_sdk

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
 
-from cifar_dist.atomic_files import publish_dir
+from cifar_dist.common.atomic_files import publish_dir
 from cifar_dist.launchers.azure.package_sources import content_hash, copy_files, source_files, source_root
 
 # Repository folder -> where setup.cfg's package_dir installs it.

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from cifar_dist.common.redaction import MASK
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import SchedulingPriority, Settings, VmPriority
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.user_sources import Shipped
-from cifar_dist.redaction import MASK
 
 JOB_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/job.json"
 CLUSTER_FILE_SCHEMA = "https://raw.githubusercontent.com/Azure/BatchAI/master/schemas/2018-05-01/cluster.json"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.common.atomic_files import atomic_write_text
 from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.azure.job_names import job_name

@@ -19,11 +19,11 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.atomic_files import publish_dir
-from cifar_dist.external_commands import BUILD_TIMEOUT_S, run_command
+from cifar_dist.common.atomic_files import publish_dir
+from cifar_dist.common.external_commands import BUILD_TIMEOUT_S, run_command
+from cifar_dist.common.redaction import redact_text
 from cifar_dist.launchers.azure.package_sources import content_hash, copy_files, source_files, source_root
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.redaction import redact_text
 
 # Groups not repeated in the node's defaults list: hydra's own (the nodes get
 # their own run dir), the presets (their effect is already in the other

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, Iterator, List, Optional
 
-from cifar_dist.atomic_files import atomic_path
+from cifar_dist.common.atomic_files import atomic_path
 from cifar_dist.launchers.batchai.config import Secret
 
 log = logging.getLogger(__name__)

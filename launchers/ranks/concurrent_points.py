@@ -38,15 +38,15 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.results import read_results
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
-from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
 from cifar_dist.launchers.ranks.hosts import check_slots
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
 from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
-from cifar_dist.results import read_results
 from cifar_dist.rundir.ranks_lock import current_launch
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from cifar_dist.common.environment import snapshot
+from cifar_dist.common.results import read_results
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
-from cifar_dist.environment import snapshot
 from cifar_dist.launchers.base import (
     RANK_GUARD_ENV,
     JobSpec,
@@ -37,7 +38,6 @@ from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots,
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
-from cifar_dist.results import read_results
 from cifar_dist.rundir.ranks_lock import current_launch
 from cifar_dist.training.engines.world import JAX_COORDINATOR_ENV
 

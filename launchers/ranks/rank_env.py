@@ -28,8 +28,8 @@ from __future__ import annotations
 import os
 from typing import Dict, Mapping, Optional, Sequence
 
-from cifar_dist.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
-from cifar_dist.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
+from cifar_dist.common.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
+from cifar_dist.common.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
 
 
 def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:

@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from cifar_dist.atomic_files import write_json
-from cifar_dist.environment import snapshot
+from cifar_dist.common.atomic_files import write_json
+from cifar_dist.common.environment import snapshot
 from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, heartbeat_path
 from cifar_dist.rundir.ranks_lock import StaleLaunch, hold_for_rank
 
@@ -194,7 +194,7 @@ def run(
     log = open_rank_log(log_dir, rank, local_rank, local_size)
 
     chief = rank == 0 and not mpi_group  # streams to the console
-    # The rank's training: a long-lived child, so no timeout (cifar_dist/external_commands.py is for short
+    # The rank's training: a long-lived child, so no timeout (cifar_dist/common/external_commands.py is for short
     # commands); supervised instead: signals forwarded, dies with this wrapper, heartbeat file.
     child = subprocess.Popen(
         command,

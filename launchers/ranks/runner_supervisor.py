@@ -160,7 +160,7 @@ class Supervisor:
         start = time.monotonic()
         before = set(_children(os.getpid()))
         subreaper = _set_child_subreaper(True)
-        # mpirun/horovodrun: a long-lived child, so no timeout (cifar_dist/external_commands.py is for short
+        # mpirun/horovodrun: a long-lived child, so no timeout (cifar_dist/common/external_commands.py is for short
         # commands); supervised instead: Ctrl-C and the watch stop it, then the kill grace, then its tree.
         proc = subprocess.Popen(
             self.argv,

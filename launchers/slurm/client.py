@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence
 
-from cifar_dist.external_commands import DEFAULT_TIMEOUT_S, run_command
+from cifar_dist.common.external_commands import DEFAULT_TIMEOUT_S, run_command
 from cifar_dist.launchers.base import LaunchError
 
 # States after which the job will not run again by itself (a requeued job passes through

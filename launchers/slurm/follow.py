@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG, all_settings, changed
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.common.atomic_files import atomic_write_text
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.results import finished_run
 from cifar_dist.config.override_syntax import shell_command
-from cifar_dist.errors import CifarDistError
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
@@ -32,7 +33,6 @@ from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
-from cifar_dist.results import finished_run
 from cifar_dist.rundir.lock import holder_job, note_holder
 from cifar_dist.training.trainer import planned_epochs
 

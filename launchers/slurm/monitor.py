@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from cifar_dist.atomic_files import atomic_write_text
+from cifar_dist.common.atomic_files import atomic_write_text
+from cifar_dist.common.results import read_results, training_complete
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached
@@ -34,7 +35,6 @@ from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
 from cifar_dist.launchers.slurm.script import SLURM_DIR, output_file
-from cifar_dist.results import read_results, training_complete
 
 log = logging.getLogger(__name__)
 

@@ -161,7 +161,7 @@ def hold_run_dir_lines(run_dir: Path, python: str) -> List[str]:
 
 _REQUEUE_IF_UNFINISHED = """\
 # After the stop signal: requeue this job if training is not finished (it resumes from its checkpoint).
-if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -m cifar_dist.results unfinished {run_dir}; then
+if [ "$stop_requested" = 1 ] && [ "$status" = 0 ] && {python} -m cifar_dist.common.results unfinished {run_dir}; then
     if [ "${{SLURM_RESTART_COUNT:-0}}" -lt {max_resubmits} ]; then
         echo "cifar_dist: requeueing job $SLURM_JOB_ID" \\
             "(restart $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of {max_resubmits}): it resumes from its last checkpoint"

@@ -34,9 +34,9 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
-from cifar_dist.errors import CifarDistError
-from cifar_dist.process_role import in_child_process
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 from cifar_dist.training.engines.world import processes_from_env

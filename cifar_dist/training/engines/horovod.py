@@ -22,7 +22,7 @@ import logging
 
 import numpy as np
 
-from cifar_dist.keras_flavor import KERAS2, as_tf_variable, flavor_of
+from cifar_dist.common.keras_flavor import KERAS2, as_tf_variable, flavor_of
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.horovod_env import init_world

@@ -42,7 +42,7 @@ from typing import Optional
 
 import numpy as np
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import (
     JAX_COORDINATOR_ENV,

@@ -17,7 +17,7 @@ import logging
 
 import numpy as np
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn

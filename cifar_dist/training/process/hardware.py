@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 

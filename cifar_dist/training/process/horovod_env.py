@@ -17,7 +17,7 @@ import importlib
 import logging
 import sys
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.mpi_groups import join_sweep_group

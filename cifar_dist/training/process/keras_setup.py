@@ -9,8 +9,8 @@ Keras 3.
 
 from __future__ import annotations
 
-from cifar_dist.errors import CifarDistError
-from cifar_dist.keras_flavor import KERAS3
+from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.keras_flavor import KERAS3
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 GROUP_ENV = "CIFAR_DIST_MPI_GROUP"  # the colour of this rank's group (set by rank_exec --mpi-group)
 MARKER_ENV = "CIFAR_DIST_MPI_MARKER"  # path prefix of this rank's markers: <prefix>.joined / <prefix>.left

@@ -19,7 +19,7 @@ from typing import List
 
 import tensorflow as tf
 
-from cifar_dist.keras_flavor import flavor_of, keras_module
+from cifar_dist.common.keras_flavor import flavor_of, keras_module
 
 
 def moving_statistics(model) -> List:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from cifar_dist.keras_ops import keras_or_default
+from cifar_dist.common.keras_ops import keras_or_default
 from cifar_dist.models.tta import plain_and_tta
 
 

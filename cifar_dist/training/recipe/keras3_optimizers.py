@@ -22,7 +22,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from cifar_dist.keras_ops import registered
+from cifar_dist.common.keras_ops import registered
 from cifar_dist.training.recipe.sgdw import DecoupledDecay
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from cifar_dist.keras_flavor import as_tf_variable
+from cifar_dist.common.keras_flavor import as_tf_variable
 
 AIRBENCH_DECAY = 0.95**5  # airbench94: per 5 steps, at the end of the run
 AIRBENCH_POWER = 3.0

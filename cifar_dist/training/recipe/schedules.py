@@ -44,7 +44,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from cifar_dist.keras_ops import keras_or_default, ops_of, per_keras, registered
+from cifar_dist.common.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
 @per_keras

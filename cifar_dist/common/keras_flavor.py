@@ -22,7 +22,7 @@ import sys
 from types import ModuleType
 from typing import Mapping
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 KERAS2, KERAS3 = 2, 3
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"

@@ -15,7 +15,7 @@ import functools
 from types import ModuleType, SimpleNamespace
 from typing import Optional
 
-from cifar_dist.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
+from cifar_dist.common.keras_flavor import KERAS2, KERAS3, flavor_of, keras_module
 
 PACKAGE = "cifar_dist"  # the package name this project's Keras objects are registered under ("cifar_dist>Scale")
 

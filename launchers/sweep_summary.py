@@ -6,7 +6,7 @@ batch of points, from every point's run dir under the sweep dir
 ``evaluation.json`` for its results). Reading the run dirs rather than the
 launchers' return values means the summary is the same however the points
 were run, covers every batch so far, and can be rebuilt later with
-``python -m cifar_dist.sweep_summary <sweep dir>``.
+``python -m cifar_dist.launchers.sweep_summary <sweep dir>``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,13 @@ import json
 import logging
 import math
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from cifar_dist.atomic_files import atomic_path, save_figure
-from cifar_dist.redaction import redact_text
-from cifar_dist.results import read_evaluation, read_metrics
+from cifar_dist.common.atomic_files import atomic_path, save_figure
+from cifar_dist.common.results import Point, read_point
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 from cifar_dist.tracking.sweep_parent import close_sweep
 
@@ -33,65 +31,6 @@ log = logging.getLogger(__name__)
 CSV_NAME = "sweep_summary.csv"
 PLOT_NAME = "sweep_summary.png"
 CLUSTER_LAUNCHERS = ("slurm", "azureml", "batchai")  # their dry run writes a job; the others print a command
-
-
-@dataclass
-class Point:
-    num: int
-    output_dir: Path
-    overrides: List[str]
-    status: str  # ok | incomplete | failed | dry_run
-    test_accuracy: Optional[float] = None
-    test_loss: Optional[float] = None
-    images_per_sec: Optional[float] = None
-    wall_time_s: Optional[float] = None
-    ranks: Optional[int] = None
-    epochs_done: int = 0
-    mlflow_run_id: Optional[str] = None  # tracking=mlflow: the point's run (mlflow_run.json)
-    curve: List[Dict[str, Any]] = field(default_factory=list)  # metrics.json "epochs"
-
-
-def read_point(job_dir: Path) -> Optional[Point]:
-    """One sweep point from its run dir (None when it is not a Hydra job dir)."""
-    try:
-        hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
-    except (OSError, ValueError):
-        return None
-    num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
-    # masked: the table, the CSV and the tracker's parent run show them
-    overrides = [redact_text(str(o)) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
-    point = Point(num=num, output_dir=job_dir, overrides=overrides, status="dry_run" if _dry_run(job_dir) else "failed")
-    ref = read_ref(job_dir / RUN_FILE)
-    point.mlflow_run_id = ref.run_id if ref is not None else None
-    evaluation = read_evaluation(job_dir)
-    if evaluation is not None:  # a task=evaluate point: scoring results, no training curve
-        point.status = "ok"
-        point.test_accuracy = evaluation.get("accuracy")
-        point.test_loss = evaluation.get("loss")
-        point.wall_time_s = evaluation.get("wall_time_s")
-        point.ranks = evaluation.get("ranks")
-        return point
-    metrics = read_metrics(job_dir)
-    if metrics is None:
-        return point
-    test = metrics.get("test") or {}
-    point.status = "ok" if metrics.get("complete") else "incomplete"
-    point.test_accuracy = test.get("accuracy")
-    point.test_loss = test.get("loss")
-    point.images_per_sec = metrics.get("images_per_sec")
-    point.wall_time_s = metrics.get("wall_time_s")
-    point.ranks = metrics.get("ranks")
-    point.curve = list(metrics.get("epochs") or [])
-    point.epochs_done = max([int(e.get("epoch", 0)) for e in point.curve] + [0])
-    return point
-
-
-def _dry_run(job_dir: Path) -> bool:
-    """The point was launched with ``launcher.dry_run=true``: its command or job was written, not run."""
-    try:
-        return bool(OmegaConf.select(OmegaConf.load(job_dir / ".hydra" / "config.yaml"), "launcher.dry_run"))
-    except (OSError, ValueError):
-        return False
 
 
 def _launcher_choice(job_dir: Path) -> str:
@@ -130,7 +69,11 @@ def commands_written(points: List[Point]) -> int:
 
 def collect(sweep_dir: Path) -> List[Point]:
     points = [read_point(p.parent.parent) for p in Path(sweep_dir).rglob(".hydra/hydra.yaml")]
-    return sorted((p for p in points if p is not None), key=lambda p: (p.num, str(p.output_dir)))
+    points = sorted((p for p in points if p is not None), key=lambda p: (p.num, str(p.output_dir)))
+    for point in points:
+        ref = read_ref(point.output_dir / RUN_FILE)
+        point.mlflow_run_id = ref.run_id if ref is not None else None
+    return points
 
 
 def varying_overrides(points: List[Point]) -> List[List[str]]:
@@ -297,7 +240,7 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
         sys.exit(
-            "usage: python -m cifar_dist.sweep_summary <sweep dir>   "
+            "usage: python -m cifar_dist.launchers.sweep_summary <sweep dir>   "
             "(rebuilds sweep_summary.csv/.png and prints the table)"
         )
     summarize(Path(sys.argv[1]))

@@ -21,7 +21,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from cifar_dist.environment import snapshot
+from cifar_dist.common.environment import snapshot
 
 MASK = "<redacted>"
 # A config key or an environment variable whose value is a secret.

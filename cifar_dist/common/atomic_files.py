@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # Temp files of atomic_path: ``.<target name>.<mkstemp's 8 random chars>.cifar_dist.partial``.

@@ -4,7 +4,7 @@ A training run's rank 0 writes ``metrics.json`` (every epoch, then the test
 scores); a ``task=evaluate`` run writes ``evaluation.json``. Launchers (to
 report a result), the sweep launcher (to hand Hydra each point's accuracy),
 the sweep summary, tracking, the benchmarks and the Slurm batch script
-(``python -m cifar_dist.results unfinished <run dir>``) all read them through
+(``python -m cifar_dist.common.results unfinished <run dir>``) all read them through
 here, with one rule: a run dir holding both reports evaluation.json (a
 ``task=evaluate`` written into a training run dir scored it after training).
 """
@@ -15,8 +15,13 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
+
+from omegaconf import OmegaConf
+
+from cifar_dist.common.redaction import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +94,71 @@ def final_accuracy(metrics: Optional[Dict[str, Any]]) -> Optional[float]:
     return None if accuracy is None else float(accuracy)
 
 
+@dataclass
+class Point:
+    num: int
+    output_dir: Path
+    overrides: List[str]
+    status: str  # ok | incomplete | failed | dry_run
+    test_accuracy: Optional[float] = None
+    test_loss: Optional[float] = None
+    images_per_sec: Optional[float] = None
+    wall_time_s: Optional[float] = None
+    ranks: Optional[int] = None
+    epochs_done: int = 0
+    mlflow_run_id: Optional[str] = None  # tracking=mlflow: the point's run (mlflow_run.json), set by the sweep summary
+    curve: List[Dict[str, Any]] = field(default_factory=list)  # metrics.json "epochs"
+
+
+def read_point(job_dir: Path) -> Optional[Point]:
+    """One sweep point from its run dir (None when it is not a Hydra job dir)."""
+    try:
+        hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
+    except (OSError, ValueError):
+        return None
+    num = int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0)
+    # masked: the table, the CSV and the tracker's parent run show them
+    overrides = [redact_text(str(o)) for o in OmegaConf.select(hydra_cfg, "overrides.task", default=[]) or []]
+    point = Point(num=num, output_dir=job_dir, overrides=overrides, status="dry_run" if _dry_run(job_dir) else "failed")
+    evaluation = read_evaluation(job_dir)
+    if evaluation is not None:  # a task=evaluate point: scoring results, no training curve
+        point.status = "ok"
+        point.test_accuracy = evaluation.get("accuracy")
+        point.test_loss = evaluation.get("loss")
+        point.wall_time_s = evaluation.get("wall_time_s")
+        point.ranks = evaluation.get("ranks")
+        return point
+    metrics = read_metrics(job_dir)
+    if metrics is None:
+        return point
+    test = metrics.get("test") or {}
+    point.status = "ok" if metrics.get("complete") else "incomplete"
+    point.test_accuracy = test.get("accuracy")
+    point.test_loss = test.get("loss")
+    point.images_per_sec = metrics.get("images_per_sec")
+    point.wall_time_s = metrics.get("wall_time_s")
+    point.ranks = metrics.get("ranks")
+    point.curve = list(metrics.get("epochs") or [])
+    point.epochs_done = max([int(e.get("epoch", 0)) for e in point.curve] + [0])
+    return point
+
+
+def _dry_run(job_dir: Path) -> bool:
+    """The point was launched with ``launcher.dry_run=true``: its command or job was written, not run."""
+    try:
+        return bool(OmegaConf.select(OmegaConf.load(job_dir / ".hydra" / "config.yaml"), "launcher.dry_run"))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m cifar_dist.results unfinished RUN_DIR``: exit 0 when training in RUN_DIR is not finished.
+    """``python -m cifar_dist.common.results unfinished RUN_DIR``: exit 0 when training in RUN_DIR is not finished.
 
     The Slurm batch script asks this after the stop signal, to decide whether to requeue its job.
     """
-    parser = argparse.ArgumentParser(prog="python -m cifar_dist.results", description=main.__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cifar_dist.common.results", description=main.__doc__.splitlines()[0]
+    )
     parser.add_argument("question", choices=["unfinished"])
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args(argv)

@@ -18,7 +18,7 @@ import shlex
 import subprocess
 from typing import Mapping, Optional, Sequence, Type
 
-from cifar_dist.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError
 
 DEFAULT_TIMEOUT_S = 60.0  # a command that asks a service (Slurm's controller) or another host
 LOCAL_QUERY_TIMEOUT_S = 10.0  # a command that only reads this machine (ip addr, git rev-parse)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Dict
 
-from cifar_dist.keras_flavor import KERAS3
-from cifar_dist.keras_ops import module_flavor
+from cifar_dist.common.keras_flavor import KERAS3
+from cifar_dist.common.keras_ops import module_flavor
 
 
 def register_custom_objects(keras: ModuleType) -> Dict[str, type]:
