@@ -51,6 +51,7 @@ def test_a_sweep_dir_holding_other_runs_is_refused_untouched(tmp_path):
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["12-00-00"]
 
 
+@pytest.mark.horovod  # launcher.concurrent splits one mpirun into Horovod groups
 def test_a_concurrent_dry_run_counts_the_commands_it_printed(tmp_path):
     proc = run_cli(
         "-m",

@@ -126,6 +126,7 @@ def test_two_slurm_ranks_train_resume_and_evaluate_the_users_project(slurm, proj
         slurm.cancel_all()
 
 
+@pytest.mark.horovod  # Azure ML jobs train on Horovod (its image has it); the double runs them in this venv
 def test_an_azureml_job_trains_the_users_project_from_its_snapshot(project, fake_aml, snapshot_cache, tmp_path):
     """The local double runs the job's command from the uploaded code, with the job's own environment and
     no PYTHONPATH of this machine: only what the snapshot holds can be imported."""
