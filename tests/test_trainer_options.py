@@ -4,9 +4,9 @@ is recorded."""
 import pytest
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.training.engines.horovod import JitCompileError, check_jit_compile
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 from cifar_dist.training.process.keras_setup import PrecisionError, precision_policy
-from cifar_dist.training.trainer import JitCompileError, check_jit_compile
 from conftest import assert_ok, error_lines, read_metrics, run_cli
 
 

@@ -41,11 +41,9 @@ SPANS = {
         "start_record",
         "open_tracker",
         "finish",
-        "_evaluate_exact",
-        "_write_record",
-        "plot_learning_curves",
-        "write_json",
     ),
+    "cifar_dist.training.exact_test": ("evaluate_exact",),
+    "cifar_dist.training.run_records": ("write_record", "plot_learning_curves", "write_json"),
     "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
     "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
