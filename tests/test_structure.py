@@ -390,3 +390,14 @@ def test_engine_name_comparisons_are_found(tmp_path):
         "engine == 'jax'",
         "cfg.engine.name in ('horovod', 'tensorflow')",
     ]
+
+
+def test_the_trainer_imports_neither_horovod_nor_jax_not_even_in_a_function():
+    """What differs by engine is the engine's (training/engines/): the trainer talks to it, never to Horovod or
+    JAX, so no import of either stands anywhere in trainer.py."""
+    path = project_modules()["cifar_dist.training.trainer"]
+    found = []
+    for node, _ in import_nodes(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in ("horovod", "jax")]
+    assert found == []

@@ -1,11 +1,12 @@
 """What a run records about itself: ``metrics.json``, which rank 0 alone writes.
 
-The trainer asks for it in three steps: ``start_record`` (the run's
-description: world, batch, lr, data, versions; a resumed run's earlier epochs
-kept up to the restored one), ``record_ranks`` (each rank's weight digest and
-peak memory, gathered once training is done: a broken averaging shows as ranks
-out of sync) and ``write_record`` (the final model, the learning curves and the
-file). In between, the callbacks append each epoch (``MetricsRecorder``).
+The trainer asks for it in steps: ``start_record`` (the run's description:
+world, batch, lr, data, versions; a resumed run's earlier epochs kept up to
+the restored one), ``epoch_writers`` (the callbacks that write each epoch down:
+metrics.json, the CSV log, TensorBoard), ``record_ranks`` (each rank's weight
+digest and peak memory, gathered once training is done: a broken averaging
+shows as ranks out of sync) and ``write_record`` (the final model, the learning
+curves and the file).
 
 Imports: as the trainer's (its module docstring): TensorFlow only inside the
 step that runs after the engine's start.
@@ -85,6 +86,25 @@ def describe_run(run: Run, policy: str, data, train_data) -> Dict[str, Any]:
         **run.engine.versions(),
         **recipe.run_info(t),
     }
+
+
+def epoch_writers(run: Run, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float) -> list:
+    """Rank 0's Keras callbacks that write each epoch down: the CSV log, TensorBoard (trainer.tensorboard) and
+    metrics.json (``metrics``, with the wall time so far); the trainer puts the checkpoint after them."""
+    from cifar_dist.training.callbacks import EpochCSVLogger, MetricsRecorder  # Keras callbacks: import TensorFlow
+
+    writers = [EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch))]
+    if run.trainer.tensorboard:
+        writers.append(run.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard")))
+    run_start = time.time()
+    writers.append(
+        MetricsRecorder(
+            run.metrics_path,
+            metrics,
+            on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
+        )
+    )
+    return writers
 
 
 def engine_versions(run: Run) -> Dict[str, str]:

@@ -9,6 +9,12 @@ metrics) is the engine's (``training/engines/``); each step that needs it is
 marked ENGINE: with why, as Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py
 marks its Horovod lines.
 
+The steps' parts live beside it: the model's build, checks and compile in
+``model_setup.py``, what the run records about itself (metrics.json) in
+``run_records.py``, the final test's exact scores in ``exact_test.py``; what
+differs by engine is the engine's, and this module imports neither Horovod
+nor JAX.
+
 The model may be Keras 2 (tf.keras) or Keras 3 (``import keras``): the
 trainer builds with the Keras the model option asks for (a built-in's
 ``engine.keras``, a user's builder's own imports) and asks the built model
@@ -48,27 +54,11 @@ from cifar_dist.models.builder import check_builder
 from cifar_dist.models.keras_checks import import_failure
 from cifar_dist.rundir import checkpoints
 from cifar_dist.rundir.fingerprint import check_loaded_data
+from cifar_dist.training import model_setup, run_records
 from cifar_dist.training.engines import start_engine
 from cifar_dist.training.exact_test import evaluate_exact
-from cifar_dist.training.model_setup import (
-    compile_distributed,
-    create_optimizer_slots,
-    instantiate_model,
-    make_optimizer,
-    model_kwargs,
-    optimizer_variables,
-    probe_model_flavor,
-    steps_per_call,
-)
 from cifar_dist.training.process.keras_setup import prepare_keras
 from cifar_dist.training.recipe import hooks as recipe
-from cifar_dist.training.run_records import (
-    engine_versions,
-    last_epoch_done,
-    record_ranks,
-    start_record,
-    write_record,
-)
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +192,7 @@ def _train(run: Run, policy) -> Dict[str, Any]:
     model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
     train_data, val_data = make_streams(run, data, initial_epoch)
-    metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
+    metrics, previous_wall = run_records.start_record(run, initial_epoch, policy, data, train_data)
     with interrupts_kept() as kept_interrupt:  # a Ctrl-C Python could not raise is raised at the next batch
         tracker = open_tracker(run)
         if initial_epoch < run.epochs:
@@ -234,7 +224,7 @@ def start_run(cfg: DictConfig, output_dir: Path):
         check_builder(cfg.model)  # imported now, after the engine's start; checked against its signature
     except ConfigError as exc:
         raise import_failure(exc, cfg.engine.name) from None
-    flavor = probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
+    flavor = model_setup.probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
     engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
     policy = prepare_keras(
         flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu), bool(t.deterministic)
@@ -254,9 +244,7 @@ def start_run(cfg: DictConfig, output_dir: Path):
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
     data = load_dataset(run.cfg.data, run.trainer.seed)
-    check_same_on_every_rank(
-        data, run.engine.allgather_object
-    )  # a factory giving ranks different data: named, no stall
+    check_same_on_every_rank(data, run.engine.allgather_object)  # a factory giving ranks different data: named
     if run.world.is_chief:
         log.info("data: %s", data.source)
         log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
@@ -272,7 +260,9 @@ def build_model(run: Run, data):
 
     t, world = run.trainer, run.world
     # (model_kwargs: a model.num_classes that disagrees with the data is one line)
-    model = instantiate_model(run.cfg.model, model_kwargs(run.cfg.model, data)["num_classes"], run.flavor)
+    model = model_setup.instantiate_model(
+        run.cfg.model, model_setup.model_kwargs(run.cfg.model, data)["num_classes"], run.flavor
+    )
     # the data's images and classes, softmax
     model_checks.check_model(model, data, run.cfg.model._target_, predict=run.engine.predict_here)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
@@ -282,14 +272,14 @@ def build_model(run: Run, data):
     ramps = run.engine.ramps_lr_in_schedule(run.flavor)
     lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size, ramps)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
-    compile_distributed(
+    model_setup.compile_distributed(
         run,
         model,
-        make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
+        model_setup.make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
         compile_kwargs,
-        steps_per_call(run.flavor, steps, t.steps_per_execution),
+        model_setup.steps_per_call(run.flavor, steps, t.steps_per_execution),
     )
-    create_optimizer_slots(model.optimizer, model.trainable_variables)
+    model_setup.create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
 
 
@@ -309,7 +299,7 @@ def restore_or_start(run: Run, model) -> int:
     # build_model), so no rank ever steps from weights of its own, not even for
     # the first steps_per_execution steps (the callback's "first batch").
     # The model's weights, not its random-seed states: each rank keeps drawing its own dropout.
-    run.engine.broadcast_model(model, list(model.weights) + optimizer_variables(model.optimizer))
+    run.engine.broadcast_model(model, list(model.weights) + model_setup.optimizer_variables(model.optimizer))
     return initial_epoch
 
 
@@ -341,7 +331,7 @@ def open_tracker(run: Run):
         return None
     from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
-    return open_for_training(run.cfg, run.output_dir, run.world.size, engine_versions(run))
+    return open_for_training(run.cfg, run.output_dir, run.world.size, run_records.engine_versions(run))
 
 
 def make_callbacks(
@@ -351,9 +341,7 @@ def make_callbacks(
 
     from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
         AtomicCheckpoint,
-        EpochCSVLogger,
         EpochTimer,
-        MetricsRecorder,
         ReseedEachEpoch,
         StopAfterEpochs,
         StopOnNonFiniteLoss,
@@ -380,19 +368,9 @@ def make_callbacks(
         callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
-        callbacks.append(EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
-        if t.tensorboard:
-            callbacks.append(run.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard")))
-        run_start = time.time()
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
-        callbacks.append(
-            MetricsRecorder(
-                run.metrics_path,
-                metrics,
-                on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
-            )
-        )
+        callbacks += run_records.epoch_writers(run, metrics, initial_epoch, previous_wall)
         callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
     if tracker is not None:  # TRACKING: log each epoch once it is on disk
         callbacks.append(tracker.callback())
@@ -414,8 +392,8 @@ def finish(
 
     world, t, engine = run.world, run.trainer, run.engine
     recipe.sync_model(model, engine)  # BatchNorm moving statistics: one set for the job
-    record_ranks(engine, model, metrics)  # ENGINE: each rank's weight digest: a broken averaging shows
-    done = last_epoch_done(metrics, initial_epoch) if world.is_chief else 0
+    run_records.record_ranks(engine, model, metrics)  # ENGINE: each rank's weight digest: a broken averaging shows
+    done = run_records.last_epoch_done(metrics, initial_epoch) if world.is_chief else 0
     # ENGINE: rank 0 alone kept the record; every rank must agree whether to score.
     finished = engine.broadcast_object(done) >= run.epochs
     if finished:
@@ -430,7 +408,7 @@ def finish(
             )
         )
     if world.is_chief:
-        write_record(run, model, metrics, finished, done, previous_wall)
+        run_records.write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
             tracker.finish(metrics)
     return engine.broadcast_object(metrics if world.is_chief else None)

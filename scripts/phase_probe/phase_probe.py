@@ -38,12 +38,11 @@ SPANS = {
         "build_model",
         "restore_or_start",
         "make_streams",
-        "start_record",
         "open_tracker",
         "finish",
     ),
     "cifar_dist.training.exact_test": ("evaluate_exact",),
-    "cifar_dist.training.run_records": ("write_record", "plot_learning_curves", "write_json"),
+    "cifar_dist.training.run_records": ("start_record", "write_record", "plot_learning_curves", "write_json"),
     "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
     "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
