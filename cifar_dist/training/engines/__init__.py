@@ -16,7 +16,7 @@ and moves small Python objects between ranks. One module per engine:
 ``engine=auto`` (the default) is none of them: ``choice.py`` names the one a
 job trains on, in the process that launches it, before anything is written.
 
-All answer the same questions (``world``, ``distribute_models``,
+All answer the same questions (``world``, ``check_jit_compile``, ``distribute_models``,
 ``rank_seed``, ``distributed_optimizer``, ``broadcast_model``,
 ``restore_latest``, ``average_variables``, ``metric_averaging``,
 ``exact_test_slice``, ``ramps_lr_in_schedule``, ``lr_callbacks``, the object
