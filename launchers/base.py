@@ -23,6 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.common.redaction import MASK, redact_text, secret_assignments
@@ -166,13 +167,16 @@ class Launcher(abc.ABC):
 
     def engine_problems(self, engine: str) -> List[str]:
         """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
-        checked with ``config_problems``. Every launcher: engine=horovod needs Horovod where the job runs, and
-        engine=tensorflow is one process."""
-        if engine == "horovod" and not (self.builds_own_environment or horovod_installed()):
-            return [f"engine=horovod: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
-        if engine == "tensorflow" and self.processes() > 1:
+        checked with ``config_problems``. Every launcher: an engine that needs Horovod (horovod) needs it where
+        the job runs, and a one-process engine (tensorflow) is one process. engine=auto: nothing yet."""
+        facts = engine_facts(engine)
+        if facts is None:
+            return []
+        if facts.needs_horovod and not (self.builds_own_environment or horovod_installed()):
+            return [f"engine={engine}: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
+        if not facts.multi_process and self.processes() > 1:
             return [
-                f"engine=tensorflow trains in one process, but this launch has {self.processes()}: use engine=jax "
+                f"engine={engine} trains in one process, but this launch has {self.processes()}: use engine=jax "
                 "(Keras 3) or engine=horovod, or leave engine unset (engine=auto chooses)"
             ]
         return []

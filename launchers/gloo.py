@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List
 
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.config.options import config_option
 from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
 
@@ -63,10 +64,12 @@ class GlooLauncher(MultiRankLauncher):
         return self.conf.horovodrun
 
     def engine_problems(self, engine: str) -> List[str]:
-        """horovodrun --gloo gives its ranks Horovod's rendezvous only, which JAX processes cannot join."""
-        if engine == "jax":
+        """horovodrun --gloo gives its ranks Horovod's rendezvous only, which JAX processes cannot join (they
+        find their peers in Open MPI's or Slurm's environment)."""
+        facts = engine_facts(engine)
+        if facts is not None and facts.peers_from_mpi_or_slurm:
             return [
-                "launcher=gloo starts Horovod's Gloo ranks, which engine=jax processes cannot join; use "
+                f"launcher=gloo starts Horovod's Gloo ranks, which engine={engine} processes cannot join; use "
                 "launcher=mpirun (JAX's own collectives run over Gloo on CPU) or engine=horovod"
             ]
         return super().engine_problems(engine)

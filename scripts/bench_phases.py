@@ -40,6 +40,8 @@ CATEGORIES = (
     "exit",
 )
 TRAINER = "cifar_dist.training.trainer."
+EXACT_TEST = "cifar_dist.training.exact_test."
+RECORDS = "cifar_dist.training.run_records."
 RECIPE = "cifar_dist.training.recipe.hooks."
 APP = "cifar_dist.app."
 
@@ -88,10 +90,10 @@ FIT = ("fit", None, "R", "fit.train_end.first")
 AFTER_FIT = [
     ("Keras fit tear-down", "Keras fit overhead", "R", TRAINER + "finish:enter"),
     ("BatchNorm sync, weight digests, peak RSS", "final test (plain and TTA)", "R", RECIPE + "final_test:enter"),
-    ("final test, plain", "final test (plain and TTA)", "R", TRAINER + "_evaluate_exact:exit"),
+    ("final test, plain", "final test (plain and TTA)", "R", EXACT_TEST + "evaluate_exact:exit"),
     ("final test, TTA", "final test (plain and TTA)", "R", RECIPE + "final_test:exit"),
     ("model save", "model save", "R", "cifar_dist.rundir.checkpoints.atomic_save_model:exit"),
-    ("learning-curve plot + metrics.json", "checkpoints and logs", "R", TRAINER + "_write_record:exit"),
+    ("learning-curve plot + metrics.json", "checkpoints and logs", "R", RECORDS + "write_record:exit"),
     ("tracker finish + result broadcast", "tracking", "R", TRAINER + "finish:exit"),
     ("trainer return", "exit", "R", TRAINER + "train:exit"),
 ]

@@ -100,7 +100,7 @@ def test_a_model_num_classes_that_disagrees_with_the_data_is_refused(overrides, 
 
 def test_the_trainer_builds_models_with_the_datas_class_count():
     from cifar_dist.config.validation import ConfigError
-    from cifar_dist.training.trainer import model_kwargs
+    from cifar_dist.training.model_setup import model_kwargs
 
     data = type("D", (), {"num_classes": 7, "source": "image folder x"})()
     assert model_kwargs(OmegaConf.create({"num_classes": None}), data) == {"num_classes": 7}

@@ -18,8 +18,8 @@ from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
 from cifar_dist.models.airbench import build as build_airbench
 from cifar_dist.models.tta import views, with_tta
+from cifar_dist.training.exact_test import evaluate_exact
 from cifar_dist.training.recipe import hooks as recipe
-from cifar_dist.training.trainer import _evaluate_exact
 
 
 class OneRank:
@@ -45,7 +45,7 @@ def reference_tta_model(model, mode):
 
 
 def reference_score(model, stream):
-    """The earlier _evaluate_exact's numbers for one rank."""
+    """The earlier evaluate_exact's numbers for one rank."""
     loss, acc = model.evaluate(stream.dataset, steps=stream.steps, verbose=0)
     return {
         "loss": float(loss),
@@ -79,7 +79,7 @@ def test_one_pass_final_test_equals_the_two_pass_one(trained_looking_model, mode
     tta_before = reference_score(old_tta, stream)
 
     got = recipe.final_test(
-        model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs), mode, compile_kwargs
+        model, lambda m, outputs=("",): evaluate_exact(m, stream, OneRank, outputs), mode, compile_kwargs
     )
 
     assert got["test"]["tta"] == mode
@@ -94,7 +94,7 @@ def test_one_pass_final_test_equals_the_two_pass_one(trained_looking_model, mode
 def test_without_tta_the_final_test_is_the_models_own_evaluate(trained_looking_model):
     model, compile_kwargs, stream = trained_looking_model
     got = recipe.final_test(
-        model, lambda m, outputs=("",): _evaluate_exact(m, stream, OneRank, outputs), "none", compile_kwargs
+        model, lambda m, outputs=("",): evaluate_exact(m, stream, OneRank, outputs), "none", compile_kwargs
     )
     assert got == {"test": reference_score(model, stream)}
 

@@ -345,3 +345,28 @@ def test_supervisor_kills_ranks_orphaned_before_it_saw_them(tmp_path):
     assert "RESULT 0 False ''" in proc.stdout
     rank = int((tmp_path / "runner.log").read_text().split("rank pid")[1].split()[0])
     assert not Path(f"/proc/{rank}").exists() or Path(f"/proc/{rank}/stat").read_text().split()[2] == "Z"
+
+
+def test_launchers_refuse_an_engine_by_its_facts_not_its_name(monkeypatch):
+    """What a launcher cannot start is a property of the engine (cifar_dist/common/engine_facts.py): an engine
+    named like none of today's, with JAX's or the one-process engine's facts, is refused as they are."""
+    import dataclasses
+
+    from cifar_dist.common import engine_facts
+    from cifar_dist.launchers.batchai.launcher import BatchAILauncher
+    from cifar_dist.launchers.gloo import GlooLauncher
+    from cifar_dist.launchers.local import LocalLauncher
+    from cifar_dist.launchers.mpirun import MpirunLauncher
+
+    like_jax = dataclasses.replace(engine_facts.JAX, name="likejax")
+    one_process = dataclasses.replace(engine_facts.TENSORFLOW, name="single")
+    monkeypatch.setitem(engine_facts.ENGINES, like_jax.name, like_jax)
+    monkeypatch.setitem(engine_facts.ENGINES, one_process.name, one_process)
+
+    assert "engine=likejax processes cannot join" in GlooLauncher(np=2).engine_problems("likejax")[0]
+    assert "engine=likejax" in BatchAILauncher(node_count=1).engine_problems("likejax")[0]
+    assert "engine=likejax joins the whole mpirun" in MpirunLauncher(np=2, concurrent=2).engine_problems("likejax")[0]
+    assert MpirunLauncher(np=2).engine_problems("likejax") == []
+    assert "engine=single trains in one process" in MpirunLauncher(np=2).engine_problems("single")[0]
+    assert LocalLauncher().engine_problems("single") == []
+    assert all(launcher.engine_problems("auto") == [] for launcher in (GlooLauncher(np=2), LocalLauncher()))

@@ -343,3 +343,61 @@ def test_the_readme_layout_names_every_folder_and_only_modules_that_exist():
     assert sorted(named - files) == [], "the README's layout names modules that do not exist"
     folders = {path.parent.name for name, path in project_modules().items() if path.name == "__init__.py"}
     assert sorted(f for f in folders if f + "/" not in layout) == [], "folders the README's layout does not show"
+
+
+# Where an engine's name may be compared: the engines package (which chooses and starts one) and the facts' module.
+ENGINE_HOMES = ("cifar_dist.training.engines", "cifar_dist.common.engine_facts")
+ENGINE_NAMES = {"horovod", "jax", "tensorflow"}
+
+
+def engine_name_comparisons(module: str, path: Path) -> Iterator[str]:
+    """Every comparison of something engine-named (its source says ``engine``) with an engine's name as a string
+    literal (``engine == "jax"``, ``engine_name in ("horovod", "tensorflow")``): what differs by engine is a
+    property of its facts (cifar_dist/common/engine_facts.py), not a name to compare."""
+    source = path.read_text()
+    for node in ast.walk(ast.parse(source, str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = {
+            c.value
+            for operand in operands
+            for c in ast.walk(operand)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        }
+        named = [o for o in operands if "engine" in ast.unparse(o).lower()]
+        if literals & ENGINE_NAMES and named:
+            yield f"{module} (line {node.lineno}): {ast.unparse(node)}"
+
+
+def test_no_engine_name_is_compared_outside_the_engines_package():
+    found = [
+        line
+        for module, path in project_modules().items()
+        if not within(module, ENGINE_HOMES)
+        for line in engine_name_comparisons(module, path)
+    ]
+    assert found == [], "engine names compared (ask the engine's facts instead):\n" + "\n".join(found)
+
+
+def test_engine_name_comparisons_are_found(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        'if engine == "jax" or cfg.engine.name in ("horovod", "tensorflow"):\n    pass\n'
+        'if "tensorflow" in sys.modules or backend != "tensorflow":\n    pass\n'
+    )
+    assert [line.split(": ", 1)[1] for line in engine_name_comparisons("m", path)] == [
+        "engine == 'jax'",
+        "cfg.engine.name in ('horovod', 'tensorflow')",
+    ]
+
+
+def test_the_trainer_imports_neither_horovod_nor_jax_not_even_in_a_function():
+    """What differs by engine is the engine's (training/engines/): the trainer talks to it, never to Horovod or
+    JAX, so no import of either stands anywhere in trainer.py."""
+    path = project_modules()["cifar_dist.training.trainer"]
+    found = []
+    for node, _ in import_nodes(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in ("horovod", "jax")]
+    assert found == []

@@ -1,5 +1,7 @@
 """Per-rank CPU thread plans: N ranks on N cores must not oversubscribe."""
 
+import pytest
+
 from cifar_dist.training.process import threads
 
 
@@ -28,3 +30,43 @@ def test_explicit_settings_win(monkeypatch):
     _machine(monkeypatch, cores=2, visible=2)
     plan = threads.plan_threads(local_size=2, intra_op=3, inter_op=4)
     assert (plan.intra_op, plan.inter_op) == (3, 4)
+
+
+def test_each_rank_takes_the_gpu_of_its_local_rank_and_its_share_of_the_cores(monkeypatch):
+    """The one GPU and thread set-up of the TensorFlow-run engines (process/tf_devices.py), on a stand-in
+    TensorFlow with two GPUs (this machine has none): memory growth on every GPU, only the rank's own visible,
+    the pools sized by the host's ranks; a third rank on the host is one line."""
+    import sys
+    from types import SimpleNamespace
+
+    from cifar_dist.training.process.tf_devices import GpuCountError, use_gpu_and_threads
+
+    calls = []
+    gpus = [SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(2)]
+    fake_tf = SimpleNamespace(
+        config=SimpleNamespace(
+            list_physical_devices=lambda kind: gpus if kind == "GPU" else [],
+            experimental=SimpleNamespace(set_memory_growth=lambda gpu, on: calls.append(("growth", gpu.name, on))),
+            set_visible_devices=lambda gpu, kind: calls.append(("visible", gpu.name, kind)),
+            threading=SimpleNamespace(
+                set_intra_op_parallelism_threads=lambda n: calls.append(("intra", n)),
+                set_inter_op_parallelism_threads=lambda n: calls.append(("inter", n)),
+            ),
+        )
+    )
+    monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+
+    gpu, plan = use_gpu_and_threads(1, 2, 4, 0, 0)
+    assert gpu == "/physical_device:GPU:1" and plan == threads.plan_threads(4, 0, 0)
+    assert calls == [
+        ("growth", "/physical_device:GPU:0", True),
+        ("growth", "/physical_device:GPU:1", True),
+        ("visible", "/physical_device:GPU:1", "GPU"),
+        ("intra", plan.intra_op),
+        ("inter", plan.inter_op),
+    ]
+    with pytest.raises(GpuCountError, match="3 ranks on this host but 2 GPU"):
+        use_gpu_and_threads(2, 3, 3)
+    gpus.clear()
+    assert use_gpu_and_threads(0, 1, 1)[0] == ""

@@ -4,9 +4,9 @@ is recorded."""
 import pytest
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.training.engines.horovod import JitCompileError, check_jit_compile
 from cifar_dist.training.process.hardware import cpu_supports_bfloat16
 from cifar_dist.training.process.keras_setup import PrecisionError, precision_policy
-from cifar_dist.training.trainer import JitCompileError, check_jit_compile
 from conftest import assert_ok, error_lines, read_metrics, run_cli
 
 
@@ -21,6 +21,34 @@ def test_jit_compile_on_gpu_needs_horovods_xla_ops():
         check_jit_compile(True, on_gpu=True, environ={})
     check_jit_compile(True, on_gpu=True, environ={"HOROVOD_ENABLE_XLA_OPS": "1"})
     check_jit_compile(False, on_gpu=False)
+
+
+def test_each_engine_carries_its_listed_facts_and_answers_the_jit_check_itself():
+    """One list of the engines (common/engine_facts.py): each engine class carries its entry, the config has an
+    option for each (and auto); the jit rule is the engine's: Horovod's (the tensorflow engine keeps it), none on
+    jax, whose steps are XLA already."""
+    from types import SimpleNamespace
+
+    from cifar_dist.common.engine_facts import AUTO, ENGINES
+    from cifar_dist.config.schema import ENGINE_SCHEMAS
+    from cifar_dist.training.engines.horovod import HorovodEngine
+    from cifar_dist.training.engines.jax import JaxEngine
+    from cifar_dist.training.engines.tensorflow import TensorflowEngine
+
+    classes = {cls.name: cls for cls in (HorovodEngine, JaxEngine, TensorflowEngine)}
+    assert sorted(classes) == sorted(ENGINES) and sorted(ENGINE_SCHEMAS) == sorted([*ENGINES, AUTO])
+    assert all(cls.facts is ENGINES[name] for name, cls in classes.items())
+    on_cpu = {}
+    for name, cls in classes.items():
+        engine = object.__new__(cls)  # not started: the check reads only the world's GPU
+        engine.world = SimpleNamespace(gpu="")
+        engine.check_jit_compile(False)
+        try:
+            engine.check_jit_compile(True)
+            on_cpu[name] = "runs"
+        except JitCompileError:
+            on_cpu[name] = "refused"
+    assert on_cpu == {"horovod": "refused", "jax": "runs", "tensorflow": "refused"}
 
 
 def test_jit_compile_cli_fails_fast_in_one_line(tmp_path):

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf, open_dict
 
+from cifar_dist.common.engine_facts import AUTO, HOROVOD, JAX, TENSORFLOW
 from cifar_dist.config.data_options import AugmentConfig, DataConfig, SampleDataConfig, data_schema  # noqa: F401  (the data options; re-exported)
 from cifar_dist.config.options import config_option
 
@@ -361,7 +362,7 @@ class EngineConfig:
     why: str = ""
 
 
-@config_option("engine", "auto")
+@config_option("engine", AUTO)
 @dataclass
 class AutoEngineConfig(EngineConfig):
     """engine=auto (the default): the engine is chosen when the job is launched, and recorded (the run dir's
@@ -369,37 +370,37 @@ class AutoEngineConfig(EngineConfig):
     process and jax for several. A resume keeps the engine its checkpoints were trained on.
     training/engines/choice.py, docs/engines.md."""
 
-    name: str = "auto"
+    name: str = AUTO
     # null: the chosen engine's default (2 on horovod and tensorflow, 3 on jax)
     keras: Optional[int] = None
 
 
-@config_option("engine", "horovod")
+@config_option("engine", HOROVOD.name)
 @dataclass
 class HorovodEngineConfig(EngineConfig):
     """engine=horovod: Horovod averages the gradients over MPI or Gloo; Keras 2 and Keras 3
     (on TensorFlow) models alike. Needs the horovod stack (docs/install.md). docs/engines.md."""
 
-    name: str = "horovod"
+    name: str = HOROVOD.name
 
 
-@config_option("engine", "jax")
+@config_option("engine", JAX.name)
 @dataclass
 class JaxEngineConfig(EngineConfig):
     """engine=jax: Keras 3 models on JAX, made one job by Keras' own data parallelism (keras.distribution),
     processes joined by jax.distributed; no Horovod. Keras 3 only: the built-ins are built in it. docs/engines.md."""
 
-    name: str = "jax"
+    name: str = JAX.name
     keras: int = 3
 
 
-@config_option("engine", "tensorflow")
+@config_option("engine", TENSORFLOW.name)
 @dataclass
 class TensorflowEngineConfig(EngineConfig):
     """engine=tensorflow: one process on TensorFlow alone, no Horovod; Keras 2 and Keras 3 (on TensorFlow)
     models alike. What engine=auto trains one process on where Horovod is not installed. docs/engines.md."""
 
-    name: str = "tensorflow"
+    name: str = TENSORFLOW.name
 
 
 ENGINE_SCHEMAS = {c.name: c for c in (AutoEngineConfig, HorovodEngineConfig, JaxEngineConfig, TensorflowEngineConfig)}

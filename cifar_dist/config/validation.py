@@ -15,6 +15,7 @@ import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from cifar_dist.common.engine_facts import AUTO, HOROVOD, engine_facts
 from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.data import num_classes_of
@@ -175,20 +176,22 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
     engine = cfg.get("engine")
     if engine is None:  # a run dir's config saved before engines existed: Horovod, Keras 2
         return []
-    if engine.keras not in (2, 3) and not (engine.keras is None and engine.name == "auto"):  # (auto: the chosen's)
+    if engine.keras not in (2, 3) and not (engine.keras is None and engine.name == AUTO):  # (auto: the chosen's)
         return [f"engine.keras={engine.keras} must be 2 (tf.keras) or 3 (keras)"]
-    if engine.name != "jax":
+    facts = engine_facts(engine.name)
+    if facts is None:
         return []
     found = []
-    if engine.keras != 3:
+    if engine.keras not in facts.keras_versions:  # (jax: Keras 3 only)
+        versions = " or ".join(str(v) for v in facts.keras_versions)
         found.append(
-            f"engine=jax trains Keras 3 models: engine.keras={engine.keras} cannot apply "
-            "(leave it at 3, or use engine=horovod for Keras 2)"
+            f"engine={facts.name} trains Keras {versions} models: engine.keras={engine.keras} cannot apply "
+            f"(leave it at {facts.keras_versions[-1]}, or use engine=horovod for Keras 2)"
         )
     compression = str(getattr(cfg.trainer.compression, "value", cfg.trainer.compression))
-    if compression != "none":
+    if facts.xla_only and compression != "none":
         found.append(
-            f"trainer.compression={compression} is Horovod's gradient compression; engine=jax reduces "
+            f"trainer.compression={compression} is Horovod's gradient compression; engine={facts.name} reduces "
             "gradients inside XLA's step: use trainer.compression=none"
         )
     return found
@@ -216,7 +219,9 @@ def launcher_problems(cfg: DictConfig) -> List[str]:
         launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
     except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
         return []
-    found = launcher.config_problems() + launcher.engine_problems(str((cfg.get("engine") or {}).get("name", "horovod")))
+    found = launcher.config_problems() + launcher.engine_problems(
+        str((cfg.get("engine") or {}).get("name", HOROVOD.name))
+    )
     return found + ([] if launcher.runs_in_this_process else handed_on_uri_problems(cfg))
 
 

@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from cifar_dist.common.errors import ConfigError, did_you_mean
 from cifar_dist.common.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
 
-DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (trainer.model_kwargs)
+DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (training/model_setup.py, model_kwargs)
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys
 
 

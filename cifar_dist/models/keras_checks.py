@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.errors import ConfigError
 from cifar_dist.common.keras_flavor import KERAS2, KERAS3, flavor_of, name
 from cifar_dist.models.checks import check_is_model
 
-TENSORFLOW_BACKED = ("horovod", "tensorflow")  # the engines that train Keras 3 on TensorFlow's backend
+TENSORFLOW_BACKEND = "tensorflow"  # Keras 3's name for TensorFlow's backend (keras.backend.backend())
 
 
 class ModelKerasError(ConfigError):
@@ -87,21 +88,29 @@ def model_flavor(model, target: str) -> int:
 
 
 def check_backend(flavor: int, engine_name: str, target: str = "") -> None:
-    """A Keras 3 model on the Horovod or TensorFlow engine must run on TensorFlow's backend; engine=jax trains
-    Keras 3 only."""
-    if engine_name == "jax" and flavor != KERAS3:
+    """A model of a Keras the engine does not train is refused (engine=jax trains Keras 3 only); a Keras 3 model on
+    an engine that trains Keras 3 on TensorFlow's backend (horovod, tensorflow) must run on that backend."""
+    facts = engine_facts(engine_name)
+    if facts is not None and flavor not in facts.keras_versions:
+        versions = " or ".join(str(v) for v in facts.keras_versions)
         raise ModelKerasError(
-            f"model._target_={target} builds a {name(flavor)} model, but engine=jax trains Keras 3 models only; "
-            "write it with `import keras` (docs/engines.md), or train it with engine=horovod (the horovod stack "
-            "installs it: docs/install.md)"
+            f"model._target_={target} builds a {name(flavor)} model, but engine={engine_name} trains Keras {versions} "
+            "models only; write it with `import keras` (docs/engines.md), or train it with engine=horovod (the "
+            "horovod stack installs it: docs/install.md)"
         )
-    if flavor != KERAS3 or engine_name not in TENSORFLOW_BACKED:
+    if flavor != KERAS3 or not _keras3_on_tensorflow(engine_name):
         return
     import keras  # lazy: Keras 3
 
     backend = keras.backend.backend()
-    if backend != "tensorflow":
+    if backend != TENSORFLOW_BACKEND:
         raise _wrong_backend(backend, engine_name)
+
+
+def _keras3_on_tensorflow(engine_name: str) -> bool:
+    """Whether the engine trains Keras 3 models on TensorFlow's backend (horovod, tensorflow; not jax)."""
+    facts = engine_facts(engine_name)
+    return facts is not None and facts.keras3_backend == TENSORFLOW_BACKEND
 
 
 def backend_asked_for(environ=None) -> str:
@@ -113,7 +122,7 @@ def import_failure(exc: ConfigError, engine_name: str) -> ConfigError:
     """A builder that cannot be imported where KERAS_BACKEND names another backend: Keras 3 itself failed
     to start on it (its package missing, say), which is the line to give."""
     backend = backend_asked_for()
-    if engine_name in TENSORFLOW_BACKED and backend and backend != "tensorflow":
+    if _keras3_on_tensorflow(engine_name) and backend and backend != TENSORFLOW_BACKEND:
         return _wrong_backend(backend, engine_name)
     return exc
 

@@ -9,6 +9,12 @@ metrics) is the engine's (``training/engines/``); each step that needs it is
 marked ENGINE: with why, as Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py
 marks its Horovod lines.
 
+The steps' parts live beside it: the model's build, checks and compile in
+``model_setup.py``, what the run records about itself (metrics.json) in
+``run_records.py``, the final test's exact scores in ``exact_test.py``; what
+differs by engine is the engine's, and this module imports neither Horovod
+nor JAX.
+
 The model may be Keras 2 (tf.keras) or Keras 3 (``import keras``): the
 trainer builds with the Keras the model option asks for (a built-in's
 ``engine.keras``, a user's builder's own imports) and asks the built model
@@ -25,24 +31,19 @@ import them at module level are imported inside the steps that run after
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import os
-import resource
-import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator
 
-import hydra.utils
 from omegaconf import DictConfig
 
-from cifar_dist.common.atomic_files import remove_partials, write_json
+from cifar_dist.common.atomic_files import remove_partials
 from cifar_dist.common.errors import CifarDistError, ConfigError
-from cifar_dist.common.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module, version_of
+from cifar_dist.common.keras_flavor import keras_module
 from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.config.schema import typed
 from cifar_dist.config.validation import validate
@@ -50,11 +51,12 @@ from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
 from cifar_dist.models import checks as model_checks
 from cifar_dist.models.builder import check_builder
-from cifar_dist.models.keras_checks import build_failure, check_model, import_failure
+from cifar_dist.models.keras_checks import import_failure
 from cifar_dist.rundir import checkpoints
 from cifar_dist.rundir.fingerprint import check_loaded_data
-from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
+from cifar_dist.training import model_setup, run_records
 from cifar_dist.training.engines import start_engine
+from cifar_dist.training.exact_test import evaluate_exact
 from cifar_dist.training.process.keras_setup import prepare_keras
 from cifar_dist.training.recipe import hooks as recipe
 
@@ -63,36 +65,6 @@ log = logging.getLogger(__name__)
 
 class ResumeError(CifarDistError, RuntimeError):
     pass
-
-
-class JitCompileError(CifarDistError, RuntimeError):
-    pass
-
-
-def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
-    """Refuse ``trainer.jit_compile=true`` where XLA cannot compile the train step.
-
-    With ``jit_compile`` Keras compiles the whole train step, optimizer
-    included, so Horovod's allreduce must be an XLA op. Horovod has XLA
-    kernels only in CUDA builds, enabled by HOROVOD_ENABLE_XLA_OPS=1; on CPU
-    the first step fails deep in TensorFlow ("No registered 'HorovodAllreduce'
-    OpKernel for XLA_CPU_JIT"). (Without Horovod, XLA on this CPU also runs
-    the seed CNN ~8x slower than the default oneDNN kernels; see
-    docs/benchmarks.md.)
-    """
-    environ = os.environ if environ is None else environ
-    if not jit_compile:
-        return
-    if not on_gpu:
-        raise JitCompileError(
-            "trainer.jit_compile=true cannot run on CPU: Horovod's allreduce has no XLA CPU kernel "
-            "(and XLA is ~8x slower than oneDNN for this model on CPU); use trainer.jit_compile=false"
-        )
-    if environ.get("HOROVOD_ENABLE_XLA_OPS") != "1":
-        raise JitCompileError(
-            "trainer.jit_compile=true on GPU needs Horovod's XLA ops: export HOROVOD_ENABLE_XLA_OPS=1 "
-            "(Horovod built with CUDA), or use trainer.jit_compile=false"
-        )
 
 
 def planned_epochs(trainer_cfg, size: int) -> int:
@@ -159,68 +131,6 @@ def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int
     return epoch
 
 
-def _evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, float]]:
-    """Test loss/accuracy over the whole test set, equal to a single-rank run, for each of the
-    model's ``outputs`` (the prefixes of their metric names; "" for a one-output model).
-
-    Every rank evaluates its own slice (all ranks together cover each image
-    once); sums, not means, are combined, so uneven slices weigh right.
-    """
-    logs = {}
-    if stream.samples:
-        logs = model.evaluate(
-            labels_for_each_output(stream.dataset, outputs), steps=stream.steps, verbose=0, return_dict=True
-        )
-    # Keras reports a float32 mean; the count of correct images behind it is
-    # exact after rounding, so the combined accuracy is an exact fraction.
-    mine = [
-        (
-            float(logs.get(f"{o}loss", 0.0)) * stream.samples,
-            round(float(logs.get(f"{o}accuracy", 0.0) * stream.samples)),
-        )
-        for o in outputs
-    ]
-    # ENGINE: one collective for the numbers of every rank; ranks that scored the same slice count once
-    # (JAX: every process scores all of it, and its numbers are the whole job's).
-    parts = list(dict(engine.allgather_object((engine.exact_test_slice(), (mine, stream.samples)))).values())
-    total = sum(p[1] for p in parts)
-    results = []
-    for i in range(len(outputs)):
-        correct = sum(p[0][i][1] for p in parts)
-        results.append(
-            {
-                "loss": sum(p[0][i][0] for p in parts) / total,
-                "accuracy": correct / total,
-                "correct": int(correct),
-                "samples": int(total),
-            }
-        )
-    return results
-
-
-def labels_for_each_output(dataset, outputs):
-    """``dataset``'s (images, labels) as a model with several named outputs takes them: the labels once per
-    output, keyed by its name (the metric prefix without its "_"). Keras 2 took one label tensor for all
-    outputs; Keras 3 wants the outputs' own structure."""
-    if len(outputs) == 1:
-        return dataset
-    names = [o.rstrip("_") for o in outputs]
-    return dataset.map(lambda images, labels: (images, {name: labels for name in names}))
-
-
-def weights_digest(model) -> str:
-    """A fingerprint of the model's weights, to check that ranks agree."""
-    h = hashlib.sha256()
-    for w in model.get_weights():
-        h.update(w.tobytes())
-    return h.hexdigest()[:16]
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 @dataclass
 class Run:
     """What every step of ``train`` needs: the config, this rank's world, where to write."""
@@ -282,7 +192,7 @@ def _train(run: Run, policy) -> Dict[str, Any]:
     model, compile_kwargs = build_model(run, data)
     initial_epoch = restore_or_start(run, model)
     train_data, val_data = make_streams(run, data, initial_epoch)
-    metrics, previous_wall = start_record(run, initial_epoch, policy, data, train_data)
+    metrics, previous_wall = run_records.start_record(run, initial_epoch, policy, data, train_data)
     with interrupts_kept() as kept_interrupt:  # a Ctrl-C Python could not raise is raised at the next batch
         tracker = open_tracker(run)
         if initial_epoch < run.epochs:
@@ -309,13 +219,12 @@ def start_run(cfg: DictConfig, output_dir: Path):
     validate(cfg)
     t = cfg.trainer
     engine = start_engine(cfg.engine.name, t)  # TensorFlow loads only now, with the CPU kernels it chose
-    if not engine.xla_only:
-        check_jit_compile(bool(t.jit_compile), bool(engine.world.gpu))
+    engine.check_jit_compile(bool(t.jit_compile))  # what XLA can compile differs by engine
     try:
         check_builder(cfg.model)  # imported now, after the engine's start; checked against its signature
     except ConfigError as exc:
         raise import_failure(exc, cfg.engine.name) from None
-    flavor = probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
+    flavor = model_setup.probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
     engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
     policy = prepare_keras(
         flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu), bool(t.deterministic)
@@ -332,49 +241,14 @@ def start_run(cfg: DictConfig, output_dir: Path):
     return run, policy
 
 
-def instantiate_model(model_cfg, num_classes: int, keras_version: int):
-    """The model option's builder called with ``num_classes`` and, if it declares the parameter, the Keras to use."""
-    keras = keras_argument(hydra.utils.get_method(model_cfg._target_), keras_version)
-    return hydra.utils.instantiate(model_cfg, num_classes=num_classes, **keras)
-
-
-def probe_model_flavor(cfg) -> int:
-    """Build the model once with a stand-in class count and check it (one Keras, the engine's backend,
-    saveable): returns its Keras. The real model is built once the data says how many classes there are."""
-    asked = cfg.model.get("num_classes")
-    try:
-        probe = instantiate_model(cfg.model, int(asked) if asked is not None else 10, cfg.engine.keras)
-    except Exception as exc:  # the builder's own error, whatever it is: one line naming the builder
-        raise build_failure(exc, cfg.model._target_) from None
-    flavor = check_model(probe, cfg.model._target_, cfg.engine.name)
-    # Forget the probe: the real model's layers get the names they would have had without it
-    # ("scale", not "scale_1"), as saved models, checkpoints and messages show them.
-    del probe
-    keras_module(flavor).backend.clear_session()
-    return flavor
-
-
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
     data = load_dataset(run.cfg.data, run.trainer.seed)
-    check_same_on_every_rank(
-        data, run.engine.allgather_object
-    )  # a factory giving ranks different data: named, no stall
+    check_same_on_every_rank(data, run.engine.allgather_object)  # a factory giving ranks different data: named
     if run.world.is_chief:
         log.info("data: %s", data.source)
         log.info("%d train samples, %d test samples, %d classes", data.train_size, data.test_size, data.num_classes)
     return data
-
-
-def model_kwargs(model_cfg, data) -> Dict[str, Any]:
-    """The model builder's ``num_classes``: the data's; a model.num_classes that disagrees is refused."""
-    asked = model_cfg.get("num_classes")
-    if asked is not None and int(asked) != data.num_classes:
-        raise ConfigError(
-            f"model.num_classes={asked} but {data.source} has {data.num_classes} classes; "
-            "leave model.num_classes unset (it comes from the data)"
-        )
-    return {"num_classes": data.num_classes}
 
 
 def build_model(run: Run, data):
@@ -386,7 +260,9 @@ def build_model(run: Run, data):
 
     t, world = run.trainer, run.world
     # (model_kwargs: a model.num_classes that disagrees with the data is one line)
-    model = instantiate_model(run.cfg.model, model_kwargs(run.cfg.model, data)["num_classes"], run.flavor)
+    model = model_setup.instantiate_model(
+        run.cfg.model, model_setup.model_kwargs(run.cfg.model, data)["num_classes"], run.flavor
+    )
     # the data's images and classes, softmax
     model_checks.check_model(model, data, run.cfg.model._target_, predict=run.engine.predict_here)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
@@ -396,88 +272,15 @@ def build_model(run: Run, data):
     ramps = run.engine.ramps_lr_in_schedule(run.flavor)
     lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size, ramps)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
-    compile_distributed(
+    model_setup.compile_distributed(
         run,
         model,
-        make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
+        model_setup.make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
         compile_kwargs,
-        steps_per_call(run.flavor, steps, t.steps_per_execution),
+        model_setup.steps_per_call(run.flavor, steps, t.steps_per_execution),
     )
-    create_optimizer_slots(model.optimizer, model.trainable_variables)
+    model_setup.create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
-
-
-def make_optimizer(optimizer_cfg, lr_or_schedule, flavor: int):
-    """The optimizer option's factory called with the lr (a float or a schedule) and, if it declares it, the Keras."""
-    # (_partial_: a LearningRateSchedule is no float for the typed config node)
-    factory = hydra.utils.instantiate(optimizer_cfg, _partial_=True)
-    return factory(lr=lr_or_schedule, **keras_argument(factory.func, flavor))
-
-
-def steps_per_call(flavor: int, steps_per_epoch: int, asked: int) -> int:
-    """trainer.steps_per_execution as the model's Keras can honour it.
-
-    Keras 2 ends an epoch's last call early. Keras 3 runs whole calls: with 63
-    steps an epoch and 16 a call it trains 64 and takes the next epoch's first
-    batch, so epochs no longer match their data (and a resumed run differs from
-    one never stopped). For Keras 3 the largest divisor of the epoch's steps up
-    to ``asked`` is used."""
-    if flavor == KERAS2 or steps_per_epoch % asked == 0:
-        return asked
-    fitting = max(d for d in range(1, min(asked, steps_per_epoch) + 1) if steps_per_epoch % d == 0)
-    log.info(
-        "trainer.steps_per_execution=%d runs as %d (Keras 3 needs a divisor of the epoch's %d steps)",
-        asked,
-        fitting,
-        steps_per_epoch,
-    )
-    return fitting
-
-
-def compile_distributed(run: Run, model, optimizer, compile_kwargs, steps_per_execution: int) -> None:
-    """Compile ``model`` with ``optimizer`` made to average its gradients over the ranks.
-
-    ENGINE: Keras 2's distributed optimizer is Horovod's wrapper, given to
-    compile; a Keras 3 optimizer is wrapped as compile left it (Keras 3 puts a
-    LossScaleOptimizer around it under mixed_float16, whose finiteness check
-    must see the averaged gradients, or ranks could disagree on skipping a step).
-    """
-    t = run.trainer
-    compression = t.compression.value
-    if run.flavor == KERAS2:
-        optimizer = run.engine.distributed_optimizer(optimizer, compression)
-    model.compile(
-        optimizer=optimizer,
-        **compile_kwargs,
-        jit_compile=run.engine.xla_only or bool(t.jit_compile),
-        steps_per_execution=steps_per_execution,
-    )
-    if run.flavor == KERAS3:
-        run.engine.distributed_optimizer(model.optimizer, compression)
-
-
-def create_optimizer_slots(optimizer, variables) -> None:
-    """Create the optimizer's step counter, hyperparameters and slots now, before any step.
-
-    HOROVOD: the broadcast in restore_or_start matches variables across
-    ranks by name, and legacy optimizers name their slots after the scope
-    they are created in. Creating them here, the same way on every rank,
-    makes rank 0 restoring a checkpoint and ranks starting fresh name them
-    alike. Keras' new optimizers do this with the public ``build``; Keras 2's
-    legacy optimizers, which this project uses (training/optimizers.py), and
-    their LossScaleOptimizer have no public equivalent: tf-keras' own HDF5
-    loader calls ``_create_all_weights`` for the same purpose, and so do we.
-    """
-    if hasattr(optimizer, "build"):
-        optimizer.build(variables)
-    else:
-        optimizer._create_all_weights(variables)
-
-
-def optimizer_variables(optimizer) -> list:
-    """The optimizer's variables (a method in Keras 2, a property in Keras 3)."""
-    found = optimizer.variables
-    return list(found() if callable(found) else found)
 
 
 def restore_or_start(run: Run, model) -> int:
@@ -496,7 +299,7 @@ def restore_or_start(run: Run, model) -> int:
     # build_model), so no rank ever steps from weights of its own, not even for
     # the first steps_per_execution steps (the callback's "first batch").
     # The model's weights, not its random-seed states: each rank keeps drawing its own dropout.
-    run.engine.broadcast_model(model, list(model.weights) + optimizer_variables(model.optimizer))
+    run.engine.broadcast_model(model, list(model.weights) + model_setup.optimizer_variables(model.optimizer))
     return initial_epoch
 
 
@@ -522,64 +325,13 @@ def make_streams(run: Run, data, initial_epoch: int):
     return train_data, val_data
 
 
-def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
-    """metrics.json's content so far (rank 0; records after the restored epoch dropped) and its wall time."""
-    import tensorflow as tf  # after the engine's start (module docstring)
-
-    cfg, t, world = run.cfg, run.trainer, run.world
-    metrics: Dict[str, Any] = {}
-    if world.is_chief and initial_epoch:
-        metrics = read_metrics_to_resume(run.metrics_path)  # {} when missing or damaged
-        # Epochs logged after the restored checkpoint are redone: drop their records.
-        metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
-        trim_csv_log(run.output_dir / "training_log.csv", initial_epoch)
-    previous_wall = float(metrics.get("wall_time_s", 0.0)) if initial_epoch else 0.0
-    metrics.update(
-        {
-            "ranks": world.size,
-            "run": {
-                "epochs": run.epochs,
-                "epoch_policy": t.epoch_policy.value,
-                "batch_size_per_rank": t.batch_size,
-                "global_batch_size": t.batch_size * world.size,
-                "lr_config": cfg.optimizer.lr,
-                "lr_scaled": run.lr,
-                "lr_scaling": t.lr_scaling.value,
-                "optimizer": cfg.optimizer._target_.rsplit(".", 1)[-1],
-                "model": cfg.model._target_,
-                "precision": policy,
-                "data": data.source,
-                "train_images": int(data.train_size),
-                "test_images": int(data.test_size),
-                "class_names": list(data.class_names),
-                "steps_per_epoch": train_data.steps_per_epoch,
-                "steps_per_execution": t.steps_per_execution,
-                "threads_intra_op": world.threads.intra_op,
-                "threads_inter_op": world.threads.inter_op,
-                "onednn": world.onednn,
-                "tensorflow": tf.__version__,
-                "engine": run.engine.name,
-                "engine_reason": run.cfg.engine.why or f"engine={run.engine.name} as configured",
-                "keras": version_of(run.keras),
-                **run.engine.versions(),
-                **recipe.run_info(t),
-            },
-            "resumed_from_epoch": initial_epoch,
-            "complete": False,
-        }
-    )
-    metrics.setdefault("epochs", [])
-    return metrics, previous_wall
-
-
 def open_tracker(run: Run):
     """TRACKING (cifar_dist/tracking): rank 0 opens, or when resuming reopens, its MLflow run; None otherwise."""
     if not run.world.is_chief:
         return None
     from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
-    engine = {"engine": run.engine.name, "keras": version_of(run.keras), **run.engine.versions()}
-    return open_for_training(run.cfg, run.output_dir, run.world.size, engine)
+    return open_for_training(run.cfg, run.output_dir, run.world.size, run_records.engine_versions(run))
 
 
 def make_callbacks(
@@ -589,9 +341,7 @@ def make_callbacks(
 
     from cifar_dist.training.callbacks import (  # Keras callbacks: import TensorFlow
         AtomicCheckpoint,
-        EpochCSVLogger,
         EpochTimer,
-        MetricsRecorder,
         ReseedEachEpoch,
         StopAfterEpochs,
         StopOnNonFiniteLoss,
@@ -618,19 +368,9 @@ def make_callbacks(
         callbacks.append(stop_on_signal)
     if world.is_chief:
         # HOROVOD: only rank 0 writes, so ranks never corrupt each other's files.
-        callbacks.append(EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch)))
-        if t.tensorboard:
-            callbacks.append(run.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard")))
-        run_start = time.time()
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
-        callbacks.append(
-            MetricsRecorder(
-                run.metrics_path,
-                metrics,
-                on_update=lambda m: m.update(wall_time_s=previous_wall + time.time() - run_start),
-            )
-        )
+        callbacks += run_records.epoch_writers(run, metrics, initial_epoch, previous_wall)
         callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
     if tracker is not None:  # TRACKING: log each epoch once it is on disk
         callbacks.append(tracker.callback())
@@ -652,18 +392,8 @@ def finish(
 
     world, t, engine = run.world, run.trainer, run.engine
     recipe.sync_model(model, engine)  # BatchNorm moving statistics: one set for the job
-    # ENGINE: with averaged gradients every rank ends with the same weights;
-    # record each rank's fingerprint so a broken averaging is visible.
-    digests = engine.allgather_object(weights_digest(model))
-    peak_rss = engine.allgather_object(peak_rss_mb())
-    if world.is_chief:
-        metrics["peak_rss_mb_per_rank"] = peak_rss
-        metrics["rank_weight_digests"] = digests
-        metrics["ranks_in_sync"] = len(set(digests)) == 1
-        if not metrics["ranks_in_sync"]:
-            log.warning("ranks ended with different weights: %s", digests)
-
-    done = max([e["epoch"] for e in metrics.get("epochs", [])] + [initial_epoch]) if world.is_chief else 0
+    run_records.record_ranks(engine, model, metrics)  # ENGINE: each rank's weight digest: a broken averaging shows
+    done = run_records.last_epoch_done(metrics, initial_epoch) if world.is_chief else 0
     # ENGINE: rank 0 alone kept the record; every rank must agree whether to score.
     finished = engine.broadcast_object(done) >= run.epochs
     if finished:
@@ -672,44 +402,13 @@ def finish(
         metrics.update(
             recipe.final_test(
                 model,
-                lambda m, outputs=("",): _evaluate_exact(m, test_stream, engine, outputs),
+                lambda m, outputs=("",): evaluate_exact(m, test_stream, engine, outputs),
                 t.tta.value,
                 compile_kwargs,
             )
         )
     if world.is_chief:
-        _write_record(run, model, metrics, finished, done, previous_wall)
+        run_records.write_record(run, model, metrics, finished, done, previous_wall)
         if tracker is not None:  # TRACKING: test metrics, artifacts, FINISHED (KILLED when stopped early)
             tracker.finish(metrics)
     return engine.broadcast_object(metrics if world.is_chief else None)
-
-
-def _write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done: int, previous_wall: float) -> None:
-    """Rank 0: the final model, the learning curves and metrics.json."""
-    t = run.trainer
-    rates = [e["images_per_sec"] for e in metrics["epochs"] if "images_per_sec" in e]
-    steady = rates[1:] or rates  # the first epoch includes tracing
-    metrics["images_per_sec"] = statistics.median(steady) if steady else None
-    metrics["wall_time_s"] = previous_wall + time.time() - run.wall_start
-    if finished:
-        metrics["complete"] = True
-        if t.save_model:
-            model_path = checkpoints.saved_model_path(run.output_dir, checkpoints.model_suffix(model))
-            checkpoints.atomic_save_model(model, model_path, include_optimizer=False)
-            metrics["model_path"] = str(model_path.relative_to(run.output_dir))
-            log.info("Saved trained model at %s", model_path)
-        log.info("Test loss: %.4f", metrics["test"]["loss"])
-        log.info("Test accuracy: %.4f", metrics["test"]["accuracy"])
-    else:
-        log.info(
-            "stopped after epoch %d of %d (trainer.max_epochs_per_run or a stop signal); re-run to resume",
-            done,
-            run.epochs,
-        )
-    if t.plot and metrics["epochs"]:
-        plot_learning_curves(
-            metrics["epochs"],
-            run.output_dir / "learning_curves.png",
-            title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, {run.world.size} rank(s)",
-        )
-    write_json(run.metrics_path, metrics)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from cifar_dist.common.atomic_files import atomic_write_text
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.launchers.azure.credentials import make_credential
 from cifar_dist.launchers.azure.errors import azure_errors
 from cifar_dist.launchers.azure.job_names import job_name
@@ -94,11 +95,13 @@ class BatchAILauncher(ClusterLauncher):
         return self.conf.process_count or self.conf.node_count
 
     def engine_problems(self, engine: str) -> List[str]:
-        """Batch AI (retired in 2019) runs Horovod's job type only; no JAX engine is offered on it."""
-        if engine == "jax":
+        """Batch AI (retired in 2019) runs Horovod's job type only, whose nodes get Horovod and no JAX; no JAX
+        engine is offered on it."""
+        facts = engine_facts(engine)
+        if facts is not None and facts.needs_jax:
             return [
                 "launcher=batchai runs Batch AI's Horovod jobs (horovodSettings) only; use engine=horovod, "
-                "or launcher=azureml / launcher=slurm for engine=jax"
+                f"or launcher=azureml / launcher=slurm for engine={engine}"
             ]
         return super().engine_problems(engine)
 

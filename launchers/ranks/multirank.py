@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.environment import snapshot
 from cifar_dist.common.results import read_results
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
@@ -317,8 +318,9 @@ class MultiRankLauncher(Launcher):
 
     def engine_problems(self, engine: str) -> List[str]:
         """Concurrent points are Horovod groups of one mpirun: engine=jax joins the whole mpirun, and
-        engine=tensorflow is one process of it."""
-        if engine in ("jax", "tensorflow") and self.conf.concurrent > 1:
+        engine=tensorflow is one process of it (``splits_into_mpi_groups``: horovod only)."""
+        facts = engine_facts(engine)
+        if facts is not None and not facts.splits_into_mpi_groups and self.conf.concurrent > 1:
             return [
                 f"launcher.concurrent={self.conf.concurrent} splits one mpirun into Horovod groups, but "
                 f"engine={engine} joins the whole mpirun; use launcher.concurrent=1 with engine={engine}"

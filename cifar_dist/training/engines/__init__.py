@@ -16,11 +16,17 @@ and moves small Python objects between ranks. One module per engine:
 ``engine=auto`` (the default) is none of them: ``choice.py`` names the one a
 job trains on, in the process that launches it, before anything is written.
 
-All answer the same questions (``world``, ``distribute_models``,
+All answer the same questions (``world``, ``check_jit_compile``, ``distribute_models``,
 ``rank_seed``, ``distributed_optimizer``, ``broadcast_model``,
 ``restore_latest``, ``average_variables``, ``metric_averaging``,
 ``exact_test_slice``, ``ramps_lr_in_schedule``, ``lr_callbacks``, the object
 collectives, ``peer_failure``: one line when another process died); docs/engines.md compares them.
+
+What differs by engine and is needed before one starts (in the launching
+process, by the launchers and the config's checks) is each engine's
+``facts`` (``cifar_dist/common/engine_facts.py``: the list of the engines,
+each one's properties), which imports none of them; callers ask a property
+(``facts.multi_process``), never compare the engine's name.
 
 ``start_engine`` is the one entry: it imports the engine's module only when
 that engine is used (a Horovod run imports nothing of another engine).
@@ -28,20 +34,20 @@ that engine is used (a Horovod run imports nothing of another engine).
 
 from __future__ import annotations
 
-ENGINES = ("horovod", "jax", "tensorflow")
+from cifar_dist.common.engine_facts import ENGINES, HOROVOD, JAX, TENSORFLOW
 
 
 def start_engine(name: str, trainer_cfg):
     """Start the named engine in this process (once, before any model is built) and return it."""
-    if name == "horovod":
+    if name == HOROVOD.name:
         from cifar_dist.training.engines.horovod import HorovodEngine  # lazy: only the engine this run uses
 
         return HorovodEngine.start(trainer_cfg)
-    if name == "jax":
+    if name == JAX.name:
         from cifar_dist.training.engines.jax import JaxEngine  # lazy: only the engine this run uses
 
         return JaxEngine.start(trainer_cfg)
-    if name == "tensorflow":
+    if name == TENSORFLOW.name:
         from cifar_dist.training.engines.tensorflow import TensorflowEngine  # lazy: only the engine this run uses
 
         return TensorflowEngine.start(trainer_cfg)

@@ -34,6 +34,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cifar_dist.common.engine_facts import AUTO, HOROVOD, JAX, TENSORFLOW, engine_facts
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
@@ -43,7 +44,6 @@ from cifar_dist.training.engines.world import processes_from_env
 
 log = logging.getLogger(__name__)
 
-AUTO = "auto"
 HOROVOD_HINT = (
     "Horovod is not installed in this environment (the current stack); install the horovod stack "
     "(`CIFAR_DIST_STACK=horovod make install`, Python 3.10/3.11: docs/install.md)"
@@ -62,15 +62,15 @@ def horovod_installed() -> bool:
 def choose(processes: int, horovod_available: bool, keras: Optional[int] = None) -> tuple:
     """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3)."""
     if horovod_available:
-        return "horovod", "engine=auto: Horovod is installed"
+        return HOROVOD.name, "engine=auto: Horovod is installed"
     if processes == 1:
-        return "tensorflow", "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
+        return TENSORFLOW.name, "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
     if keras == 2:
         raise EngineChoiceError(
             f"engine.keras=2 asks for Keras 2 models on {processes} processes, which only Horovod trains: "
             f"{HOROVOD_HINT}, or drop engine.keras=2 (engine=jax builds the built-in models in Keras 3)"
         )
-    return "jax", f"engine=auto: Horovod is not installed; {processes} processes train on JAX (Keras 3)"
+    return JAX.name, f"engine=auto: Horovod is not installed; {processes} processes train on JAX (Keras 3)"
 
 
 def runnable_engine(name: str) -> str:
@@ -80,8 +80,9 @@ def runnable_engine(name: str) -> str:
     processes = processes_from_env()
     if name == AUTO:
         return choose(processes, horovod_installed())[0]
-    if name == "horovod" and processes == 1 and not horovod_installed():
-        return "tensorflow"
+    facts = engine_facts(name)
+    if facts is not None and facts.needs_horovod and processes == 1 and not horovod_installed():
+        return TENSORFLOW.name
     return name
 
 

@@ -19,9 +19,12 @@ allreduce Horovod's MetricAverageCallback makes.
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 
+from cifar_dist.common.engine_facts import HOROVOD
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_flavor import KERAS2, as_tf_variable, flavor_of
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World
@@ -30,11 +33,41 @@ from cifar_dist.training.process.horovod_env import init_world
 log = logging.getLogger(__name__)
 
 
+class JitCompileError(CifarDistError, RuntimeError):
+    pass
+
+
+def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
+    """Refuse ``trainer.jit_compile=true`` where XLA cannot compile the train step.
+
+    With ``jit_compile`` Keras compiles the whole train step, optimizer
+    included, so Horovod's allreduce must be an XLA op. Horovod has XLA
+    kernels only in CUDA builds, enabled by HOROVOD_ENABLE_XLA_OPS=1; on CPU
+    the first step fails deep in TensorFlow ("No registered 'HorovodAllreduce'
+    OpKernel for XLA_CPU_JIT"). (Without Horovod, XLA on this CPU also runs
+    the seed CNN ~8x slower than the default oneDNN kernels; see
+    docs/benchmarks.md.)
+    """
+    environ = os.environ if environ is None else environ
+    if not jit_compile:
+        return
+    if not on_gpu:
+        raise JitCompileError(
+            "trainer.jit_compile=true cannot run on CPU: Horovod's allreduce has no XLA CPU kernel "
+            "(and XLA is ~8x slower than oneDNN for this model on CPU); use trainer.jit_compile=false"
+        )
+    if environ.get("HOROVOD_ENABLE_XLA_OPS") != "1":
+        raise JitCompileError(
+            "trainer.jit_compile=true on GPU needs Horovod's XLA ops: export HOROVOD_ENABLE_XLA_OPS=1 "
+            "(Horovod built with CUDA), or use trainer.jit_compile=false"
+        )
+
+
 class HorovodEngine:
     """Horovod, started by ``start`` (hvd.init, GPU pinning, thread pools) in every rank."""
 
-    name = "horovod"
-    xla_only = False  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
+    facts = HOROVOD
+    name = HOROVOD.name
 
     def __init__(self, world: World):
         import horovod.tensorflow as hvd  # lazy: Horovod
@@ -46,6 +79,10 @@ class HorovodEngine:
     def start(cls, trainer_cfg) -> HorovodEngine:
         t = trainer_cfg
         return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
+
+    def check_jit_compile(self, jit_compile: bool) -> None:
+        """trainer.jit_compile=true only where Horovod's allreduce is an XLA op (``check_jit_compile``)."""
+        check_jit_compile(jit_compile, bool(self.world.gpu))
 
     def distribute_models(self) -> None:
         """Nothing to set: every rank holds its own copy of the model; the optimizer averages the gradients."""

@@ -42,6 +42,7 @@ from typing import Optional
 
 import numpy as np
 
+from cifar_dist.common.engine_facts import JAX
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import (
@@ -58,7 +59,7 @@ from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
-BACKEND = "jax"
+BACKEND = JAX.keras3_backend
 # What a JAX collective raises (JaxRuntimeError, XlaRuntimeError or ValueError, by version) when a peer is gone:
 # "Gloo all-reduce failed: ... Connection reset by peer", "Gloo AllGather failed", a closed connection.
 _PEER_GONE = re.compile(
@@ -95,8 +96,8 @@ def peers_from_env(environ=None) -> dict:
 class JaxEngine:
     """Keras 3 on JAX; started by ``start`` in every process, before any model is built."""
 
-    name = "jax"
-    xla_only = True  # every step is an XLA program: trainer.jit_compile does not apply
+    facts = JAX
+    name = JAX.name
 
     def __init__(self, world: World):
         import jax  # lazy: JAX
@@ -159,6 +160,9 @@ class JaxEngine:
         keras.distribution.set_distribution(
             keras.distribution.DataParallel(devices=keras.distribution.list_devices(), auto_shard_dataset=False)
         )
+
+    def check_jit_compile(self, jit_compile: bool) -> None:
+        """Nothing to refuse: every step is an XLA program already (``facts.xla_only``), whatever it says."""
 
     def peer_failure(self, exc: BaseException) -> Optional[CifarDistError]:
         """One line for ``exc`` when a collective failed because another process of the job is gone (killed,

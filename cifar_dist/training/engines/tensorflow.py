@@ -17,13 +17,14 @@ import logging
 
 import numpy as np
 
+from cifar_dist.common.engine_facts import TENSORFLOW
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.world import World, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.horovod_env import tensorflow_without_jax
 from cifar_dist.training.process.tf_console import filtered_native_stderr
-from cifar_dist.training.process.threads import plan_threads
+from cifar_dist.training.process.tf_devices import use_gpu_and_threads
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,8 @@ class OneProcessOnly(CifarDistError, RuntimeError):
 class TensorflowEngine:
     """TensorFlow alone, in the one process of the job."""
 
-    name = "tensorflow"
-    xla_only = False  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
+    facts = TENSORFLOW
+    name = TENSORFLOW.name
 
     def __init__(self, world: World):
         self.world = world
@@ -54,14 +55,9 @@ class TensorflowEngine:
         with filtered_native_stderr(), tensorflow_without_jax():  # CUDA start-up noise on CPU machines; no JAX here
             import tensorflow as tf  # lazy: TensorFlow
 
-            gpus = tf.config.list_physical_devices("GPU")
-        if gpus:  # the first GPU, growing its memory as needed (as every Horovod rank does with its own)
-            tf.config.experimental.set_memory_growth(gpus[0], True)
-            tf.config.set_visible_devices(gpus[0], "GPU")
-        plan = plan_threads(1, t.intra_op_threads, t.inter_op_threads)
-        tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
-        tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
-        world = World(0, 1, 0, 1, plan, gpus[0].name if gpus else "", onednn_enabled())
+        # The first GPU, growing its memory as needed, and the whole host's cores: as a Horovod rank alone on it.
+        gpu, plan = use_gpu_and_threads(0, 1, 1, t.intra_op_threads, t.inter_op_threads)
+        world = World(0, 1, 0, 1, plan, gpu, onednn_enabled())
         log.info(
             "one process, TensorFlow %s: %s, threads intra=%d inter=%d (%s), CPU kernels %s",
             tf.__version__,
@@ -72,6 +68,14 @@ class TensorflowEngine:
             "oneDNN" if world.onednn else "Eigen",
         )
         return cls(world)
+
+    def check_jit_compile(self, jit_compile: bool) -> None:
+        """The Horovod engine's rule, as this engine has always had it (XLA on CPU is ~8x slower than oneDNN
+        for these models; its GPU line asks for Horovod's XLA ops, which a run without Horovod does not use)."""
+        if jit_compile:
+            from cifar_dist.training.engines.horovod import check_jit_compile  # the rule's home (no Horovod import)
+
+            check_jit_compile(jit_compile, bool(self.world.gpu))
 
     def distribute_models(self) -> None:
         """Nothing to set: one process holds the one model."""

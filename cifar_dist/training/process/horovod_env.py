@@ -2,7 +2,8 @@
 
 Follows Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py: init
 Horovod, pin one GPU per local rank with memory growth, then size the CPU
-thread pools for this rank (threads.py).
+thread pools for this rank (both in tf_devices.py, which the TensorFlow engine
+uses too).
 
 TensorFlow and Horovod are imported inside the functions, in this order:
 TensorFlow reads the CPU-kernel choice (``use_onednn``) once, when it loads,
@@ -17,18 +18,13 @@ import importlib
 import logging
 import sys
 
-from cifar_dist.common.errors import CifarDistError
 from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.mpi_groups import join_sweep_group
 from cifar_dist.training.process.tf_console import filtered_native_stderr
-from cifar_dist.training.process.threads import plan_threads
+from cifar_dist.training.process.tf_devices import use_gpu_and_threads
 
 log = logging.getLogger(__name__)
-
-
-class GpuCountError(CifarDistError, RuntimeError):
-    """More ranks on a host than it has GPUs."""
 
 
 def keras_backing_tf_keras() -> tuple:
@@ -121,7 +117,6 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
             bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
     import horovod.tensorflow as hvd
-    import tensorflow as tf  # lazy: TensorFlow
 
     group = join_sweep_group()
     if group is None:
@@ -129,28 +124,12 @@ def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: boo
     else:
         hvd.init(comm=group.comm)
 
-    # HOROVOD: one GPU per process, chosen by local rank; memory growth so that
-    # co-located ranks do not each grab all memory of their GPU.
-    gpu_name = ""
-    with filtered_native_stderr():  # "failed call to cuInit" on CPU machines
-        gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if hvd.local_rank() >= len(gpus):
-            raise GpuCountError(
-                f"{hvd.local_size()} ranks on this host but {len(gpus)} GPU(s): "
-                f"start at most {len(gpus)} ranks per host (launcher.np / hosts slots)"
-            )
-        for gpu in gpus:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-        gpu_name = gpus[hvd.local_rank()].name
-
-    # Must happen before TensorFlow runs its first op.
+    # HOROVOD: one GPU per process, chosen by local rank; the thread pools sized to this rank's share.
     # In a concurrent sweep the other groups' ranks on this host share its cores too.
     host_ranks = group.host_ranks if group is not None else hvd.local_size()
-    plan = plan_threads(host_ranks, intra_op_threads, inter_op_threads)
-    tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
-    tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+    gpu_name, plan = use_gpu_and_threads(
+        hvd.local_rank(), hvd.local_size(), host_ranks, intra_op_threads, inter_op_threads
+    )
 
     world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name, onednn_enabled())
     log.info(

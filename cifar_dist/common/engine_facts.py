@@ -1,0 +1,87 @@
+"""What each engine is, as facts the launching process can read: the one list of the engines.
+
+The engines themselves (``cifar_dist/training/engines/``) import TensorFlow,
+JAX or Horovod when they start. What the launchers, the config's validation
+and the model checks need to know of an engine (whether it runs several
+processes, needs Horovod, trains Keras 2, ...) is here instead, as plain data
+that imports nothing: so they ask an engine's property, never compare its
+name, and the launching process stays light (``tests/test_lazy_imports.py``).
+Each engine class carries its facts (``engine.facts``); ``docs/engines.md``
+compares the engines.
+
+It lives with the leaf helpers, not in the engines package, because the
+config (``config/validation.py``) and the models (``models/keras_checks.py``)
+read it, and the training folder imports both: no folder imports the
+training folder from below (``tests/test_structure.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+# engine=auto: no engine, the choice of one when the job is launched (training/engines/choice.py).
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    name: str  # engine=<name>
+    # Trains several processes as one job (else one process only).
+    multi_process: bool
+    # Needs Horovod installed where the job runs.
+    needs_horovod: bool
+    # Needs JAX installed where the job runs.
+    needs_jax: bool
+    # The Keras versions of the models it trains (2: tf.keras, 3: keras).
+    keras_versions: Tuple[int, ...]
+    # The backend Keras 3 models run on (``keras.backend.backend()``).
+    keras3_backend: str
+    # Every training step is an XLA program: trainer.jit_compile does not apply, and no gradient is compressed.
+    xla_only: bool
+    # Runs launcher.concurrent's sweep points as groups of one mpirun (each group its own world).
+    splits_into_mpi_groups: bool
+    # Its processes find each other in Open MPI's or Slurm's environment, which horovodrun does not set.
+    peers_from_mpi_or_slurm: bool
+
+
+HOROVOD = EngineFacts(
+    name="horovod",
+    multi_process=True,
+    needs_horovod=True,
+    needs_jax=False,
+    keras_versions=(2, 3),
+    keras3_backend="tensorflow",
+    xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
+    splits_into_mpi_groups=True,  # hvd.init(comm=<the group's communicator>)
+    peers_from_mpi_or_slurm=False,  # hvd.init joins mpirun's and horovodrun's ranks alike
+)
+JAX = EngineFacts(
+    name="jax",
+    multi_process=True,
+    needs_horovod=False,
+    needs_jax=True,
+    keras_versions=(3,),
+    keras3_backend="jax",
+    xla_only=True,  # every step is an XLA program over the global batch
+    splits_into_mpi_groups=False,  # jax.distributed joins the whole mpirun
+    peers_from_mpi_or_slurm=True,  # jax.distributed.initialize()
+)
+TENSORFLOW = EngineFacts(
+    name="tensorflow",
+    multi_process=False,
+    needs_horovod=False,
+    needs_jax=False,
+    keras_versions=(2, 3),
+    keras3_backend="tensorflow",
+    xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
+    splits_into_mpi_groups=False,  # one process: no group of an mpirun
+    peers_from_mpi_or_slurm=False,  # no peers
+)
+
+ENGINES: Dict[str, EngineFacts] = {facts.name: facts for facts in (HOROVOD, JAX, TENSORFLOW)}
+
+
+def engine_facts(name: str) -> Optional[EngineFacts]:
+    """The facts of engine ``name``; None for ``auto`` (not chosen yet) or a name that is no engine."""
+    return ENGINES.get(name)
