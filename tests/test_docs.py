@@ -8,6 +8,7 @@
   stores cifar_dist's options; not a list of this file's) is named where the groups are listed:
   the README's configuration table, ``--help``'s "Chosen:" line, conf/config.yaml's opening
   comment, and the docstrings of the modules that define the options.
+* Every relative link of the README and docs/*.md reaches a file, and a heading where it names one.
 * docs/launchers.md has a row for every launcher, docs/tracking.md says
   how every launcher is tracked, and ``python -m cifar_dist.tracking --help``
   shows no RST markup.
@@ -301,3 +302,28 @@ def test_the_packaging_and_launchers_package_name_every_launcher(hydra_conf):
         for where, text in (("setup.cfg", described), ("launchers/__init__.py", package_doc), ("README intro", intro)):
             assert names[launcher] in text, f"{where} does not name {launcher}"
     assert "retired" in intro
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """A moved section or file (docs/benchmarks.md's history went to docs/benchmarks-history.md) leaves no link
+    to a file or heading that is gone."""
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = page.read_text("utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+            elif anchor and linked.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", linked.read_text("utf-8"), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert broken == []
