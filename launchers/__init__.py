@@ -7,7 +7,10 @@ for the points of a sweep) and its config dataclass marked
 ``@config_option("launcher", "<name>")`` (``cifar_dist/config/options.py``), which
 *is* the option ``launcher=<name>`` and which the class receives as is. The
 module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
-launcher that is a package; ``register_built_in`` finds it (no list to edit).
+launcher that is a package; ``register_built_in`` finds it (no list to edit),
+and everything that names the launchers (``--help``, the checks of a command
+line, the tests of the docs) reads them from Hydra's ConfigStore, where the
+module stored its option.
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
 

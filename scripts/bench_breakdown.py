@@ -18,8 +18,11 @@ configured epochs vs twice as many). Last, the seed port
 (``scripts/seed_reference.py``) for 25 epochs: the speedrun's whole command
 on 2 ranks against it (issue 15's budget: at most half).
 
-    python scripts/bench_breakdown.py --out docs/benchmark_breakdown_before    # ~10 min on 2 cores
-    python scripts/bench_breakdown.py --smoke --out /tmp/bd                      # ~1 min: seed CNN, 1 rank, tiny data
+    python scripts/bench_breakdown.py --out outputs/bench/breakdown    # ~10 min on 2 cores
+    python scripts/bench_breakdown.py --smoke --out /tmp/bd             # ~1 min: seed CNN, 1 rank, tiny data
+
+A sitting worth keeping: its tables go into docs/benchmarks-history.md, its JSON beside it in docs/
+(as issue 24's four sittings did, docs/benchmark_breakdown_*.json).
 
 Hold the machine for the whole sitting (nothing else running); ratios are
 comparable within one sitting only.
@@ -225,7 +228,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument(
         "--smoke", action="store_true", help="seed CNN on 1 rank, 1 vs 2 epochs, 640/256 images, no seed port"
     )
-    p.add_argument("--out", required=True, help="writes OUT.json and OUT.md (e.g. docs/benchmark_breakdown_before)")
+    p.add_argument("--out", required=True, help="writes OUT.json and OUT.md (e.g. outputs/bench/breakdown)")
     p.add_argument("--work", help="run dirs and event files, kept (default outputs/bench/breakdown-<timestamp>)")
     a = p.parse_args(argv)
     if a.smoke:

@@ -4,6 +4,11 @@
   compose API; a sweep's comma list, range or interval is tried with its
   first value), so a renamed key or option breaks this test, not a reader.
 * Every key the README's configuration tables name exists in its group.
+* Every config group (read from Hydra's ConfigStore, where ``all_options.register_configs``
+  stores cifar_dist's options; not a list of this file's) is named where the groups are listed:
+  the README's configuration table, ``--help``'s "Chosen:" line, conf/config.yaml's opening
+  comment, and the docstrings of the modules that define the options.
+* Every relative link of the README and docs/*.md reaches a file, and a heading where it names one.
 * docs/launchers.md has a row for every launcher, docs/tracking.md says
   how every launcher is tracked, and ``python -m cifar_dist.tracking --help``
   shows no RST markup.
@@ -15,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest
@@ -26,6 +32,7 @@ from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSw
 from omegaconf import DictConfig, OmegaConf
 
 import cifar_dist.app  # noqa: F401  (registers the config schema)
+from cifar_dist.all_options import register_configs
 from conftest import REPO, assert_ok, cli_env
 
 README = (REPO / "README.md").read_text("utf-8")
@@ -61,6 +68,79 @@ def options(loader, group: str) -> List[str]:
         for o in loader.get_group_options(group)
         if not o.endswith("_schema") and (f"{o}.yaml" not in repo or repo[f"{o}.yaml"].provider == "cifar_dist")
     ]
+
+
+def store_groups() -> Dict[str, Set[str]]:
+    """Every config group with an option of cifar_dist's own in Hydra's ConfigStore (Hydra's groups under
+    ``hydra/`` left out), each with the source files that define its options' dataclasses."""
+    register_configs()
+    groups: Dict[str, Set[str]] = {}
+    for group, entries in ConfigStore.instance().repo.items():
+        if group == "hydra" or not isinstance(entries, dict):
+            continue
+        for node in entries.values():
+            if getattr(node, "provider", None) != "cifar_dist":
+                continue
+            kind = OmegaConf.get_type(node.node)
+            source = getattr(sys.modules.get(getattr(kind, "__module__", "")), "__file__", None)
+            groups.setdefault(group, set()).add(str(Path(source).resolve()) if source else "")
+    return groups
+
+
+def test_the_config_store_has_the_groups():
+    """The derivation itself: if it found nothing, the tests below would check nothing."""
+    groups = store_groups()
+    assert len(groups) >= 8 and "launcher" in groups, sorted(groups)
+
+
+def named(text: str) -> Set[str]:
+    return set(re.findall(r"[a-z_]+", text))
+
+
+def test_the_readme_table_has_a_row_for_every_group():
+    section = README.split("## Configuration", 1)[1].split("### `trainer` keys", 1)[0]
+    rows = {m for m in re.findall(r"^\| `(\w+)` \|", section, re.M)}
+    missing = sorted(set(store_groups()) - rows)
+    assert missing == [], f"the README's configuration table has no row for {missing}"
+
+
+def test_help_chosen_line_names_every_group(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "cifar_dist", "--help"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert_ok(proc)
+    chosen = [line for line in proc.stdout.splitlines() if line.startswith("Chosen:")]
+    assert len(chosen) == 1, proc.stdout
+    shown = set(re.findall(r"(\w+)=\S+", chosen[0]))
+    missing = sorted(set(store_groups()) - shown)
+    assert missing == [], f"--help's Chosen line does not show {missing}: {chosen[0]}"
+
+
+def test_config_yaml_opening_comment_names_every_group():
+    text = (REPO / "conf" / "config.yaml").read_text("utf-8")
+    comment = text.split("\ndefaults:", 1)[0]
+    missing = sorted(set(store_groups()) - named(comment))
+    assert missing == [], f"conf/config.yaml's opening comment does not name {missing}"
+
+
+def test_the_modules_that_define_options_name_their_groups():
+    """config/schema.py's docstring opens with the groups whose options it holds (or re-exports: data's, from
+    data_options.py), config/options.py's says which module registers which groups: each group whose options
+    are defined under cifar_dist/config/ must be in both."""
+    config_dir = REPO / "cifar_dist" / "config"
+    core = {g for g, files in store_groups().items() if any(Path(f).parent == config_dir for f in files)}
+    assert core, "no option defined under cifar_dist/config/: the derivation is broken"
+    schema = (config_dir / "schema.py").read_text("utf-8").split('"""')[1].split("\n\n", 1)[0]
+    options_doc = (config_dir / "options.py").read_text("utf-8").split('"""')[1]
+    registers = options_doc.split("register_configs", 1)[1]
+    for where, text in (("config/schema.py's docstring", schema), ("config/options.py's docstring", registers)):
+        missing = sorted(core - named(text))
+        assert missing == [], f"{where} does not name {missing}"
 
 
 def readme_commands() -> List[List[str]]:
@@ -163,11 +243,12 @@ def table_keys(section: str) -> Dict[str, List[str]]:
 def test_every_key_in_the_configuration_tables_exists(hydra_conf):
     section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     tables = table_keys(section)
-    assert {"data", "model", "optimizer", "trainer", "task", "tracking"} <= set(tables)
+    groups = set(store_groups())
+    assert groups <= set(tables)
     assert len(tables["trainer"]) >= 25
     missing = []
     for group, keys in tables.items():
-        if group not in ("data", "model", "optimizer", "trainer", "task", "tracking"):
+        if group not in groups:  # experiment, debug, local: presets and files of conf/, no keys of their own
             continue
         known: Set[str] = set()
         for option in options(hydra_conf, group):
@@ -221,3 +302,28 @@ def test_the_packaging_and_launchers_package_name_every_launcher(hydra_conf):
         for where, text in (("setup.cfg", described), ("launchers/__init__.py", package_doc), ("README intro", intro)):
             assert names[launcher] in text, f"{where} does not name {launcher}"
     assert "retired" in intro
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves():
+    """A moved section or file (docs/benchmarks.md's history went to docs/benchmarks-history.md) leaves no link
+    to a file or heading that is gone."""
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = page.read_text("utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+            elif anchor and linked.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", linked.read_text("utf-8"), re.M)
+                if anchor not in {slug(h) for h in headings}:
+                    broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert broken == []

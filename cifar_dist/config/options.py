@@ -8,9 +8,10 @@ defaults are the values. No YAML file repeats them; YAML in ``conf/`` is for
 presets that combine options (``experiment/``, ``debug/``) and for options
 without a schema (a user's own ``model/<name>.yaml`` under ``--config-dir``).
 
-The built-in options register when their modules are imported:
-``cifar_dist.config.schema`` (data, model, optimizer, trainer, task, tracking) and
-every launcher module (``launchers.register_built_in``, found by pkgutil).
+The built-in options are stored by ``cifar_dist.all_options.register_configs``:
+those of ``cifar_dist.config.schema`` (model, optimizer, trainer, engine, task,
+tracking), of ``cifar_dist.config.data_options`` (data), and of every launcher
+module (``launchers.register_built_in``, found by pkgutil).
 """
 
 from __future__ import annotations
