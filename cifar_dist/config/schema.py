@@ -225,12 +225,12 @@ class TrainerConfig:
     jit_compile: bool = False
     # TensorFlow's oneDNN CPU kernels instead of Eigen's. TensorFlow enables
     # them by itself only on CPUs with AVX512-VNNI/BF16 or AMX; on AVX2 CPUs
-    # they trained the seed CNN up to ~1.2x faster here (docs/benchmarks.md). Same float32
+    # they trained the seed CNN up to ~1.2x faster here (docs/benchmarks-history.md). Same float32
     # maths, summed in another order. No effect on GPU ops.
     onednn: bool = True
     # Train steps per call into TensorFlow (Keras' compile(steps_per_execution)).
     # Same maths, less Python between steps: +4-8 % images/s on 2 CPU cores at
-    # batch 32 (docs/benchmarks.md). Per-batch callbacks (Horovod's lr warmup
+    # batch 32 (docs/benchmarks-history.md). Per-batch callbacks (Horovod's lr warmup
     # and schedule) then act every this many steps; 1 = Keras' default.
     steps_per_execution: int = 16
     precision: Precision = Precision.float32

@@ -144,7 +144,7 @@ def without_model_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
     That thread re-plans the pipeline at a period that doubles up to 60 s, and
     (TF 2.18) an iterator's destructor waits for its next wake-up: Keras' fit
     stalled 0-60 s as it returned (16-54 s measured with 2 ranks; see
-    docs/benchmarks.md). Without it, AUTOTUNE parallelism is the runner thread
+    docs/benchmarks-history.md). Without it, AUTOTUNE parallelism is the runner thread
     pool's size and prefetch grows its buffer by the legacy autotuner; the
     pipeline still feeds the model many times faster than it trains."""
     options = tf.data.Options()

@@ -46,7 +46,7 @@ def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
     the first step fails deep in TensorFlow ("No registered 'HorovodAllreduce'
     OpKernel for XLA_CPU_JIT"). (Without Horovod, XLA on this CPU also runs
     the seed CNN ~8x slower than the default oneDNN kernels; see
-    docs/benchmarks.md.)
+    docs/benchmarks-history.md.)
     """
     environ = os.environ if environ is None else environ
     if not jit_compile:

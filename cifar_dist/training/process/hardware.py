@@ -46,7 +46,7 @@ def use_onednn(enabled: bool, environ=None) -> None:
     CPUs with AVX512-VNNI/BF16 or AMX; on AVX2 CPUs they run Eigen's kernels,
     which for the seed CNN were up to ~1.2x slower on a Zen 3 AMD EPYC (same
     float32 maths: direct convolutions either way, summed in another order;
-    docs/benchmarks.md). TensorFlow reads the choice once, when it is
+    docs/benchmarks-history.md). TensorFlow reads the choice once, when it is
     imported, from TF_ENABLE_ONEDNN_OPTS; a process that imported it already
     keeps what it has, so a mismatch there is an error, not a silent no-op.
     """
