@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -226,8 +225,3 @@ def _override_strings(node) -> List[str]:
 
 def _is_parent_only(override: str) -> bool:
     return any(names_group(override, prefix) for prefix in _PARENT_ONLY_HYDRA_PREFIXES)
-
-
-def parse_overrides(overrides: Sequence[str]) -> list:
-    """Parse overrides with Hydra's own parser (used by tests and dry runs)."""
-    return OverridesParser.create().parse_overrides(list(overrides))
