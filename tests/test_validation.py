@@ -4,6 +4,8 @@ A diverging run: test_training_divergence.py. Strict JSON and the disk-full
 message: test_durable.py.
 """
 
+import re
+
 import pytest
 
 from cifar_dist.config.validation import ConfigError, validate
@@ -56,3 +58,42 @@ def test_a_batch_larger_than_the_data_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "cifar_dist: error: trainer.batch_size=100000 is larger than the" in proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
+def test_a_multi_rank_launchers_own_settings_are_refused_with_the_other_values(launcher, tmp_path):
+    """launcher.np, bind_to, the hosts' slots and the stall timeout are the launcher's own checks
+    (``config_problems``), listed in validation's one line with the config's other bad values."""
+    bad = ("trainer.epochs=0", f"launcher={launcher}", "launcher.np=0", "launcher.bind_to=cores")
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(*bad, "launcher.stall_shutdown_s=1"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("bad config: trainer.epochs=0 must be >= 1; ")
+    for fragment in (
+        "launcher.stall_shutdown_s=1 must be 0 (off) or >= 10",
+        "launcher.np=0 must be >= 1",
+        "launcher.bind_to='cores' must be auto, core or none",
+    ):
+        assert fragment in message
+    short = ("launcher.np=3", "launcher.hosts=[h1:1,h2:1]")
+    with pytest.raises(ConfigError, match=r"launcher.np=3 exceeds the 2 slots of the hosts \(h1:1,h2:1;"):
+        validate(compose_cfg(f"launcher={launcher}", *short))
+    validate(compose_cfg(f"launcher={launcher}", *short, "launcher.oversubscribe=true"))
+    for overrides, fragment in (
+        (("launcher.np=100000",), "launcher.np=100000 exceeds the"),
+        (("launcher.hosts=[h1:0]",), "bad slot count in launcher.hosts entry 'h1:0'"),
+        ((f"launcher.hostfile={tmp_path / 'none'}",), f"cannot read launcher.hostfile {tmp_path / 'none'}"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            validate(compose_cfg(f"launcher={launcher}", *overrides))
+
+
+def test_a_launcher_setting_is_refused_before_the_run_dir_exists(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        "launcher=mpirun", "launcher.np=3", "launcher.hosts=[h1:1,h2:1]", f"hydra.run.dir={run_dir}", timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cifar_dist: error: bad config: launcher.np=3 exceeds the 2 slots of the hosts")
+    assert not run_dir.exists() and not [p for p in tmp_path.iterdir() if p.name != "run"]
