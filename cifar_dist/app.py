@@ -120,7 +120,7 @@ def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
         return  # a sweep's summary says it for all its points
     if only_scaffolding(job.output_dir):
         remove_if_created_here(job.output_dir)
-    print(dry_run_line([str(job.choices.get("launcher") or "")]), flush=True)
+    print(dry_run_line([select_launcher(cfg).dry_run_writes]), flush=True)
 
 
 def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = False) -> None:

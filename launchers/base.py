@@ -149,6 +149,10 @@ class Launcher(abc.ABC):
     # Whether the job runs in this very process (launcher=local); every other launcher hands it on as a
     # command or job file, which carries no secret (``tracking.settings.handed_on_uri_problems``).
     runs_in_this_process = False
+    # What a dry run (``launcher.dry_run=true``) writes instead of starting anything: "command" (the command
+    # line that would start the job, printed) or "job" (a cluster job's files, submitted by hand); the dry run's
+    # closing line and the sweep summary count them by this name (``sweep_summary.dry_run_line``).
+    dry_run_writes = "command"
 
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).
