@@ -15,7 +15,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -153,6 +153,9 @@ class Launcher(abc.ABC):
     # line that would start the job, printed) or "job" (a cluster job's files, submitted by hand); the dry run's
     # closing line and the sweep summary count them by this name (``sweep_summary.dry_run_line``).
     dry_run_writes = "command"
+    # Folders the launcher writes at the top of a run dir (Slurm's ``slurm/``): a folder a user adopts as a run
+    # dir has its own entries of these names moved aside first, as the job's outputs (``rundir/owner.py``).
+    run_dir_folders: Tuple[str, ...] = ()
 
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).

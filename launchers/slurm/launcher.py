@@ -49,6 +49,8 @@ class PreparedJob:
 
 
 class SlurmLauncher(ClusterLauncher):
+    run_dir_folders = (SLURM_DIR,)  # slurm/: the batch script, the job's output files, the ids submitted
+
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
         self.client = SlurmClient()
