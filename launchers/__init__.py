@@ -7,7 +7,9 @@ for the points of a sweep) and its config dataclass marked
 ``@config_option("launcher", "<name>")`` (``cifar_dist/config/options.py``), which
 *is* the option ``launcher=<name>`` and which the class receives as is. The
 module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
-launcher that is a package; ``register_built_in`` finds it (no list to edit).
+launcher that is a package; ``register_built_in`` finds it (no list to edit). What a
+launcher is (its dry run writes a job or a command, the folders it writes into a run dir)
+its class says (``base.Launcher``), asked through the ``_target_`` of its option.
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
 
