@@ -31,10 +31,10 @@ from cifar_dist.models.builder import model_node_problem
 from cifar_dist.tracking.settings import handed_on_uri_problems
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
+MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
 # The mark of a config that passed ``validate``: an OmegaConf flag, which copies keep (Hydra's job config is a
 # deep copy of the one its callbacks saw) and no saved config shows.
 VALIDATED = "cifar_dist_validated"
-MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
 
 
 def _interpolations(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any, Any]]:

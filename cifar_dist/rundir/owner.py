@@ -31,7 +31,7 @@ from typing import List, Set
 
 from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
 from cifar_dist.common.atomic_files import is_temp_name
 from cifar_dist.common.errors import CifarDistError
@@ -145,7 +145,8 @@ def launcher_folders() -> Set[str]:
     no launcher."""
     found: Set[str] = set()
     for entry in ConfigStore.instance().repo.get("launcher", {}).values():
-        target = OmegaConf.select(getattr(entry, "node", None) or OmegaConf.create(), "_target_", default=None)
+        node = getattr(entry, "node", None)  # (a nested group would be a dict: no launcher option)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
         try:
             cls = get_class(str(target))
         except Exception:  # noqa: BLE001 - an option without a class to ask (or one that cannot be imported)

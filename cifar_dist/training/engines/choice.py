@@ -19,7 +19,9 @@ re-run's settings), for each point of a sweep (the sweep launcher), and as a
 last resort in the job itself. Launched processes get the chosen engine on
 their command line (``JobSpec.child_overrides``). An engine that cannot run
 here (``engine=horovod`` without Horovod) is refused by the config's
-validation, in one line that says how to get it.
+validation, in one line that says how to get it; an engine chosen here after
+that validation gets the checks that depend on the engine as it is chosen
+(``validation.check_chosen_engine``), before anything is written.
 """
 
 from __future__ import annotations
