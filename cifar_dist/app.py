@@ -20,6 +20,7 @@ from cifar_dist.common.errors import CifarDistError, PointFailed
 from cifar_dist.common.redaction import RedactingWriter, redact_logs, redact_text
 from cifar_dist.common.results import final_accuracy
 from cifar_dist.config.files import holds_options, local_dir
+from cifar_dist.config.launcher_object import configured_launcher
 from cifar_dist.config.override_check import (
     command_line_problem,
     parsed_command_line,
@@ -48,14 +49,15 @@ register_configs()
 
 
 def select_launcher(cfg: DictConfig) -> Launcher:
-    """The configured launcher, or the in-process one inside a launched process."""
+    """The configured launcher (the object validation built: ``config/launcher_object.py``), or the in-process
+    one inside a launched process."""
     if in_child_process():
         # Never recurse: a process some launcher started is a rank, whatever
         # the config says (its overrides say launcher=local anyway).
         from cifar_dist.launchers.local import LocalLauncher
 
         return LocalLauncher()
-    return hydra.utils.instantiate(cfg.launcher, _convert_="all")
+    return configured_launcher(cfg)
 
 
 def fail(message: str, code: int, run_dir: Optional[Path] = None) -> None:
@@ -118,7 +120,7 @@ def end_of_dry_run(cfg: DictConfig, job: JobSpec) -> None:
         return  # a sweep's summary says it for all its points
     if only_scaffolding(job.output_dir):
         remove_if_created_here(job.output_dir)
-    print(dry_run_line([str(job.choices.get("launcher") or "")]), flush=True)
+    print(dry_run_line([select_launcher(cfg).dry_run_writes]), flush=True)
 
 
 def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = False) -> None:
@@ -196,7 +198,7 @@ def run_job(cfg: DictConfig) -> Optional[float]:
     try:
         check_run_dir(job.output_dir)
         resolve_engine(cfg, job.output_dir)  # engine=auto, where no callback chose it yet (another Hydra launcher)
-        validate(cfg)
+        validate(cfg)  # a rank's one validation; the launching process's preflight did it (the mark says so)
         if not in_child_process():
             say_engine(cfg)
             export_credentials(cfg)  # the ranks' command lines carry the tracking URI without them

@@ -10,7 +10,9 @@ module is ``launchers/<name>.py``, or ``launchers/<name>/config.py`` for a
 launcher that is a package; ``register_built_in`` finds it (no list to edit),
 and everything that names the launchers (``--help``, the checks of a command
 line, the tests of the docs) reads them from Hydra's ConfigStore, where the
-module stored its option.
+module stored its option. What a launcher is (its dry run writes a job or a
+command, the folders it writes into a run dir) its class says
+(``base.Launcher``), asked through the ``_target_`` of its option.
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
 """
 

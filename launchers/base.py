@@ -15,10 +15,9 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -151,6 +150,13 @@ class Launcher(abc.ABC):
     # Whether the job runs in this very process (launcher=local); every other launcher hands it on as a
     # command or job file, which carries no secret (``tracking.settings.handed_on_uri_problems``).
     runs_in_this_process = False
+    # What a dry run (``launcher.dry_run=true``) writes instead of starting anything: "command" (the command
+    # line that would start the job, printed) or "job" (a cluster job's files, submitted by hand); the dry run's
+    # closing line and the sweep summary count them by this name (``sweep_summary.dry_run_line``).
+    dry_run_writes = "command"
+    # Folders the launcher writes at the top of a run dir (Slurm's ``slurm/``): a folder a user adopts as a run
+    # dir has its own entries of these names moved aside first, as the job's outputs (``rundir/owner.py``).
+    run_dir_folders: Tuple[str, ...] = ()
 
     def config_problems(self) -> List[str]:
         """This launcher's bad settings, one phrase each (``launcher.nodes=0 must be >= 1``).
@@ -230,8 +236,3 @@ def _override_strings(node) -> List[str]:
 
 def _is_parent_only(override: str) -> bool:
     return any(names_group(override, prefix) for prefix in _PARENT_ONLY_HYDRA_PREFIXES)
-
-
-def parse_overrides(overrides: Sequence[str]) -> list:
-    """Parse overrides with Hydra's own parser (used by tests and dry runs)."""
-    return OverridesParser.create().parse_overrides(list(overrides))

@@ -105,6 +105,7 @@ class ClusterLauncher(Launcher):
     """
 
     conf: Any
+    dry_run_writes = "job"  # a dry run writes the cluster job's files (script, job file) and submits nothing
 
     @abc.abstractmethod
     def prepare(self, job: JobSpec) -> Any:

@@ -34,7 +34,6 @@ discovery.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,12 +43,12 @@ from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrid
 from hydra.errors import InstantiationException
 from hydra.plugins.launcher import Launcher as HydraLauncher
 from hydra.types import HydraContext, TaskFunction
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cifar_dist.common.errors import CifarDistError, PointFailed
 from cifar_dist.common.redaction import redact_logs, redact_text
 from cifar_dist.common.results import final_accuracy, read_results
+from cifar_dist.config.launcher_object import configured_launcher, launcher_key
 from cifar_dist.config.options import config_option
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.config.validation import validate
@@ -78,13 +77,9 @@ def runs_in_process(config: DictConfig) -> bool:
     return target is None or target == LocalLauncherConf._target_
 
 
-def launcher_key(config: DictConfig) -> str:
-    """Points share a launcher (and one launch_all) when their launcher configs are equal."""
-    return json.dumps(OmegaConf.to_container(config.launcher, resolve=True), sort_keys=True, default=str)
-
-
 def prepare_job(cfg: DictConfig) -> JobSpec:
-    """Task function of a point another launcher runs: build and check its JobSpec, train nothing."""
+    """Task function of a point another launcher runs: build and check its JobSpec, train nothing (its values were
+    validated with the batch, ``sweep_checks.py``: ``validate`` trusts that)."""
     job = JobSpec.from_hydra(cfg)
     try:
         check_run_dir(job.output_dir)
@@ -160,7 +155,7 @@ class SweepLauncher(HydraLauncher):
             elif runs_in_process(config):
                 returns[i] = self.run(config, self.task_function)
             else:
-                groups.setdefault(launcher_key(config), []).append(i)
+                groups.setdefault(launcher_key(config.launcher), []).append(i)  # equal settings: one launch_all
         for indices in groups.values():
             for i, ret in zip(indices, self.launch_group([points[i] for i in indices])):
                 returns[i] = ret
@@ -201,7 +196,7 @@ class SweepLauncher(HydraLauncher):
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
 
         try:
-            launcher = instantiate(configs[ready[0]].launcher, _convert_="all")
+            launcher = configured_launcher(configs[ready[0]])  # the object the points' validation built
             results = launcher.launch_all(jobs)
         except (CifarDistError, InstantiationException) as exc:
             message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -17,8 +17,9 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from cifar_dist.common.atomic_files import atomic_path, save_figure
@@ -30,24 +31,34 @@ log = logging.getLogger(__name__)
 
 CSV_NAME = "sweep_summary.csv"
 PLOT_NAME = "sweep_summary.png"
-CLUSTER_LAUNCHERS = ("slurm", "azureml", "batchai")  # their dry run writes a job; the others print a command
 
 
-def _launcher_choice(job_dir: Path) -> str:
+def _saved_launcher(job_dir: Path) -> Dict[str, Any]:
+    """The launcher node of the point's saved config (``.hydra/config.yaml``); {} when it cannot be read."""
     try:
-        hydra_cfg = OmegaConf.load(job_dir / ".hydra" / "hydra.yaml").hydra
-    except (OSError, ValueError):
-        return ""
-    return str(OmegaConf.select(hydra_cfg, "runtime.choices.launcher", default="") or "")
+        return OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "config.yaml").launcher)
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
-def dry_run_line(launchers: List[str], written: Optional[int] = None) -> str:
-    """``dry run: N commands written, nothing started`` for dry runs of points of these launchers (jobs for the
-    cluster ones); ``written`` commands when fewer than the points (a concurrent sweep runs k points per mpirun)."""
-    kinds = {"job" if name in CLUSTER_LAUNCHERS else "command" for name in launchers}
-    noun = kinds.pop() if len(kinds) == 1 else "command/job"
-    count = len(launchers) if written is None else written
-    of = f" for {len(launchers)} points" if count != len(launchers) else ""
+def dry_run_writes(launcher: Dict[str, Any]) -> str:
+    """What a dry run of this launcher node wrote: its class's ``dry_run_writes`` (``launchers/base.py``: "job"
+    for a cluster's, "command" for the others), the class its ``_target_`` names; "command" when none can be found."""
+    try:
+        cls = get_class(str(launcher["_target_"]))
+    except Exception:  # noqa: BLE001 - a point without a launcher node, or one whose class is gone
+        return "command"
+    return str(getattr(cls, "dry_run_writes", "command"))
+
+
+def dry_run_line(kinds: List[str], written: Optional[int] = None) -> str:
+    """``dry run: N commands written, nothing started`` for dry runs that wrote these ``kinds`` (each point's
+    launcher's ``dry_run_writes``: "command" or "job"); ``written`` commands when fewer than the points (a
+    concurrent sweep runs k points per mpirun)."""
+    nouns = set(kinds)
+    noun = nouns.pop() if len(nouns) == 1 else "command/job"
+    count = len(kinds) if written is None else written
+    of = f" for {len(kinds)} points" if count != len(kinds) else ""
     return f"dry run: {count} {noun}{'s' if count != 1 else ''}{of} written, nothing started"
 
 
@@ -56,11 +67,8 @@ def commands_written(points: List[Point]) -> int:
     launcher config and ``launcher.concurrent=k`` (mpirun, Gloo) share one command per k of them."""
     groups: Dict[str, List[int]] = {}  # launcher config (or the point alone) -> [k, points]
     for point in points:
-        try:
-            launcher = OmegaConf.to_container(OmegaConf.load(point.output_dir / ".hydra" / "config.yaml").launcher)
-        except (OSError, ValueError, AttributeError):
-            launcher = {}
-        cluster = _launcher_choice(point.output_dir) in CLUSTER_LAUNCHERS
+        launcher = _saved_launcher(point.output_dir)
+        cluster = dry_run_writes(launcher) == "job"
         k = 0 if cluster else int(launcher.get("concurrent", 0) or 0)
         key = json.dumps(launcher, sort_keys=True, default=str) if k > 1 else str(point.output_dir)
         groups.setdefault(key, [k, 0])[1] += 1
@@ -226,7 +234,8 @@ def summarize(sweep_dir: Path, out=None) -> List[Point]:
     close_sweep(sweep_dir, [p.num for p in failed])  # tracking=mlflow: the parent run gets the summary
     dry = [p for p in points if p.status == "dry_run"]
     if dry:
-        print(dry_run_line([_launcher_choice(p.output_dir) for p in dry], commands_written(dry)), file=out, flush=True)
+        kinds = [dry_run_writes(_saved_launcher(p.output_dir)) for p in dry]
+        print(dry_run_line(kinds, commands_written(dry)), file=out, flush=True)
     if failed:
         log.warning(
             "%d of %d sweep points did not complete: %s",

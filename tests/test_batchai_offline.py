@@ -205,14 +205,17 @@ def test_the_node_config_recomposes_to_the_same_typed_config(tmp_path):
 
 
 def test_node_entry_quotes_the_run_dir_with_the_one_rule_and_reads_every_rank_variable(monkeypatch):
-    from cifar_dist.launchers.base import parse_overrides
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     from cifar_dist.launchers.batchai import node_entry
     from cifar_dist.launchers.ranks.rank_exec import RANK_VARS
 
     run_dir = "/mnt/share/a\\b/it's=1,2 x"  # a backslash Hydra reads literally, a quote, '=', ',' and a space
     argv = node_entry.hydra_argv("/cfg", "job_config", run_dir, rank=1)
     (override,) = [a for a in argv if a.startswith("hydra.run.dir=")]
-    assert parse_overrides([override])[0].value() == run_dir  # the node's run dir is the one staged
+    assert (
+        OverridesParser.create().parse_overrides([override])[0].value() == run_dir
+    )  # the node's run dir is the one staged
 
     for name in RANK_VARS:
         monkeypatch.delenv(name, raising=False)

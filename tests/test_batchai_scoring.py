@@ -17,18 +17,15 @@ from omegaconf import OmegaConf
 
 from cifar_dist.launchers.base import LaunchError
 from cifar_dist.launchers.batchai.config import conf_from_kwargs, resolve_settings
-from cifar_dist.launchers.batchai.schema import errors_against
+from cifar_dist.launchers.batchai.job import az_cluster_file, az_job_file
+from cifar_dist.launchers.batchai.schema import cluster_schema_errors, schema_errors
 from cifar_dist.launchers.batchai.scoring import plan_scoring
-from conftest import assert_ok, run_cli, shared_path
+from conftest import assert_ok, run_cli
 from fake_azure.fixtures import cli_env, fake_azure, launcher_overrides, storage_key, wheel_cache  # noqa: F401
 
 pytestmark = (
     pytest.mark.horovod
 )  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
-
-
-def shared_schema(name: str) -> dict:
-    return json.loads(shared_path("batchai", "schemas", "2018-05-01", name).read_text())
 
 
 def _body(record) -> dict:
@@ -62,12 +59,11 @@ def test_scoring_a_batchai_training_run_reads_its_outputs_on_the_share(fake_azur
     # against the service's published schemas.
     (cluster_put,) = fake_azure.arm_requests("PUT", "/clusters/lowprio")
     assert _body(cluster_put)["properties"]["vmPriority"] == "lowpriority"
-    assert errors_against(shared_schema("cluster.json"), _body(cluster_put)) == []
+    assert cluster_schema_errors(az_cluster_file(_body(cluster_put)["properties"])) == []
     score_create = fake_azure.job_creates()[-1]
     props = _body(score_create)["properties"]
     assert props["schedulingPriority"] == "low" and props["cluster"]["id"].endswith("/clusters/lowprio")
-    for schema in ("job.json", "horovod.json"):
-        assert errors_against(shared_schema(schema), _body(score_create)) == []
+    assert schema_errors(az_job_file(props)) == []  # the published horovod.json (test_batchai_scheduling.py)
 
     # The nodes read the training job's outputs where training saved them; nothing was uploaded for it.
     train_outputs = fake_azure.batchai.run_dir(train_job)[1]
@@ -141,8 +137,7 @@ def test_a_scoring_sweep_uploads_a_local_model_and_reads_another_from_the_share(
         point = sweep_dir / str(num)
         assert json.loads((point / "evaluation.json").read_text())["accuracy"] == 0.5
         assert (point / "predictions.csv").is_file()
-        for schema in ("job.json", "horovod.json"):
-            assert errors_against(shared_schema(schema), json.loads((point / "job.json").read_text())) == []
+        assert schema_errors(json.loads((point / "job.json").read_text())) == []
 
 
 def test_a_model_missing_on_the_share_fails_before_anything_is_submitted(

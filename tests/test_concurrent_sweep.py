@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
+from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
 from conftest import assert_ok, read_metrics, run_cli
@@ -72,7 +73,7 @@ def contexts(argv):
 def child_overrides(program):
     child = program[program.index("--") + 1 :]
     assert child[1:3] == ["-m", "cifar_dist"]
-    return {o.key_or_group: o.value() for o in parse_overrides(child[3:])}
+    return {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(child[3:])}
 
 
 def test_one_mpirun_runs_each_point_as_its_own_group(tmp_path, monkeypatch):

@@ -1,12 +1,13 @@
 """Config composition: the defaults are the seed's run; typos and bad values fail early."""
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from hydra.utils import get_object
 from omegaconf import OmegaConf, open_dict
 
 from cifar_dist.config.validation import ConfigError, validate
-from cifar_dist.launchers.base import JobSpec, parse_overrides
+from cifar_dist.launchers.base import JobSpec
 from conftest import compose_cfg
 
 pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
@@ -170,5 +171,5 @@ def test_child_overrides_recreate_the_job_pinned_to_its_dir(tmp_path):
     )
     assert "hydra.verbose=true" in overrides
     assert "hydra.output_subdir=null" in overrides
-    parsed = {o.key_or_group: o.value() for o in parse_overrides(overrides)}
+    parsed = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(overrides)}
     assert parsed["hydra.run.dir"] == str(out)  # quoting survives Hydra's parser

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.launchers.base import JobSpec, LaunchError, parse_overrides
+from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.gloo import GlooLauncher
 from cifar_dist.launchers.mpirun import MpirunLauncher
 from cifar_dist.launchers.ranks import hosts as hosts_mod
@@ -54,7 +55,7 @@ def split_command(argv):
 
 
 def overrides_dict(overrides):
-    return {o.key_or_group: o for o in parse_overrides(overrides)}
+    return {o.key_or_group: o for o in OverridesParser.create().parse_overrides(overrides)}
 
 
 def test_mpirun_local_command_rebuilds_the_job_in_the_same_run_dir(make_job, monkeypatch):

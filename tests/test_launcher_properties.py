@@ -10,11 +10,12 @@ import string
 from pathlib import Path
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cifar_dist.config.override_syntax import quote_override_value
-from cifar_dist.launchers.base import JobSpec, parse_overrides
+from cifar_dist.launchers.base import JobSpec
 from cifar_dist.launchers.mpirun import MpirunLauncher
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -71,7 +72,9 @@ def test_every_rank_gets_the_jobs_overrides_and_nothing_of_the_sweep(drawn, np):
     argv = launcher.command(job, env={})
     assert "-m" not in argv[argv.index("--") + 4 :] and "--multirun" not in argv
     child = argv[argv.index("--") + 4 :]
-    parsed = {o.key_or_group: o for o in parse_overrides(child)}  # Hydra's own parser accepts every one
+    parsed = {
+        o.key_or_group: o for o in OverridesParser.create().parse_overrides(child)
+    }  # Hydra's own parser accepts every one
     assert not any(o.is_sweep_override() for o in parsed.values())
     for key, value in expected.items():
         if key.startswith("launcher."):

@@ -193,3 +193,18 @@ def test_a_run_dir_on_a_full_disk_is_one_line(full_disk):
     assert proc.returncode == 2 and no_traceback(proc), proc.stderr[-2000:]
     (line,) = error_lines(proc)
     assert "no space left" in line and "hydra.run.dir" in line
+
+
+def test_adopting_a_folder_keeps_the_folders_the_launchers_write(tmp_path):
+    """Each launcher names the folders it writes into a run dir (``run_dir_folders``: Slurm's slurm/, ...);
+    the owner asks every launcher option's class for them, importing no launcher."""
+    from cifar_dist.all_options import register_configs
+
+    register_configs()
+    folder = tmp_path / "mine"
+    for name in ("slurm", "azureml", "batchai", "notes"):
+        (folder / name).mkdir(parents=True)
+    (folder / MARKER).touch()
+    kept = claim(folder, Owner.ADOPTED, folder)
+    assert sorted(p.name.split(".kept-")[0] for p in kept) == ["azureml", "batchai", "slurm"]
+    assert (folder / "notes").is_dir()

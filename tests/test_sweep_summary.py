@@ -184,3 +184,20 @@ def test_a_dry_run_sweep_reports_dry_run_points_not_failures(tmp_path, caplog):
     assert [r["status"] for r in csv.DictReader(open(sweep / "sweep_summary.csv"))] == ["dry_run", "dry_run"]
     assert "dry run: 2 commands written, nothing started" in proc.stdout
     assert "did not complete" not in out and "failed" not in out
+
+
+def test_a_dry_run_counts_what_its_launcher_says_it_writes():
+    """Each launcher says what its dry run writes (``dry_run_writes``): a cluster's, a job; the others, a command.
+    The summary asks the class a point's saved launcher node names (its ``_target_``)."""
+    from cifar_dist.launchers.sweep_summary import dry_run_line, dry_run_writes
+    from conftest import compose_cfg
+
+    for name in ("local", "mpirun", "gloo", "slurm", "azureml", "batchai"):
+        launcher = OmegaConf.to_container(compose_cfg(f"launcher={name}").launcher)
+        assert dry_run_writes(launcher) == ("job" if name in ("slurm", "azureml", "batchai") else "command"), name
+    assert dry_run_writes({}) == dry_run_writes({"_target_": "gone.Launcher"}) == "command"
+    assert dry_run_line(["job"]) == "dry run: 1 job written, nothing started"
+    assert (
+        dry_run_line(["job", "command", "command"], 2)
+        == "dry run: 2 command/jobs for 3 points written, nothing started"
+    )

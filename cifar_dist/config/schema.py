@@ -407,11 +407,6 @@ ENGINE_SCHEMAS = {c.name: c for c in (AutoEngineConfig, HorovodEngineConfig, Jax
 
 
 @dataclass
-class LauncherConfig:
-    _target_: str = MISSING
-
-
-@dataclass
 class Config:
     data: DataConfig = MISSING
     # A built-in option is typed by its dataclass (a misspelt key is refused by Hydra); a user's

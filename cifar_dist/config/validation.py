@@ -1,9 +1,18 @@
 """Checks on values that the config's types alone cannot express.
 
-Run in the launching process before anything starts (and again in each rank,
-which costs nothing), so that a zero batch size fails in a second, not after
-mpirun has started N processes or a cluster has been resized. Every problem
-found is listed in one line; nothing is checked piecemeal later.
+Run once per process: in the launching process before anything is written
+(``rundir/preflight.py``, before Hydra creates the run dir; a sweep's points in
+``sweep_checks.py``), in a rank where it composes its config (``app.py``), so
+that a zero batch size fails in a second, not after mpirun has started N
+processes or a cluster has been resized. A config that passed is marked
+(``is_validated``): the steps after (the app, the trainer, the sweep's
+``prepare_job``) are handed copies of it and trust the mark. The launcher's own
+settings are its ``config_problems`` (``launchers/base.py``), checked here with the
+rest. Every problem found is listed in one line; nothing is checked piecemeal
+later. One thing is decided after the check: the engine ``engine=auto`` trains
+on, chosen once the run dir's checkpoints can be read (``engines/choice.py``);
+the chosen engine then gets the checks that depend on the engine
+(``check_chosen_engine``), before anything is written too.
 """
 
 from __future__ import annotations
@@ -11,22 +20,22 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator, List, Tuple
 
-import hydra.utils
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, engine_facts
 from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
 from cifar_dist.common.process_role import in_child_process
+from cifar_dist.config.launcher_object import configured_launcher
 from cifar_dist.data import num_classes_of
 from cifar_dist.models.builder import model_node_problem
 from cifar_dist.tracking.settings import handed_on_uri_problems
 
 CIFAR_IMAGE_SHAPE = [32, 32, 3]
 MAX_SEED = 2**31  # tf.keras.utils.set_random_seed takes < 2**32; seed + rank must fit
-# launcher.stall_shutdown_s: a rank beats every heartbeat.INTERVAL_S (2 s);
-# a timeout shorter than a few beats would stop healthy jobs.
-MIN_STALL_SHUTDOWN_S = 10
+# The mark of a config that passed ``validate``: an OmegaConf flag, which copies keep (Hydra's job config is a
+# deep copy of the one its callbacks saw) and no saved config shows.
+VALIDATED = "cifar_dist_validated"
 
 
 def _interpolations(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any, Any]]:
@@ -142,13 +151,6 @@ def _task_problems(cfg: DictConfig) -> List[str]:
             found.append("task=evaluate needs evaluate.model=<a training run dir or a .h5 model file>")
         if ev is not None and ev.batch_size < 1:
             found.append(f"evaluate.batch_size={ev.batch_size} must be >= 1")
-    launcher = cfg.get("launcher")
-    stall = launcher.get("stall_shutdown_s") if isinstance(launcher, DictConfig) else None
-    if stall is not None and stall != 0 and not stall >= MIN_STALL_SHUTDOWN_S:
-        found.append(
-            f"launcher.stall_shutdown_s={stall} must be 0 (off) or >= {MIN_STALL_SHUTDOWN_S}: "
-            "ranks beat every 2 s, a shorter timeout stops healthy jobs"
-        )
     return found
 
 
@@ -211,23 +213,54 @@ def _data_problems(data: DictConfig) -> List[str]:
     return found
 
 
+def _launcher(cfg: DictConfig) -> Any:
+    """The configured launcher (built once: ``launcher_object.py``); None inside a rank, or when it cannot be
+    built (it says why when the job starts)."""
+    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
+        return None
+    try:
+        return configured_launcher(cfg)
+    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
+        return None
+
+
+def _engine_name(cfg: DictConfig) -> str:
+    return str((cfg.get("engine") or {}).get("name", HOROVOD.name))
+
+
 def launcher_problems(cfg: DictConfig) -> List[str]:
     """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
-    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
+    launcher = _launcher(cfg)
+    if launcher is None:
         return []
-    try:
-        launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
-    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
-        return []
-    found = launcher.config_problems() + launcher.engine_problems(
-        str((cfg.get("engine") or {}).get("name", HOROVOD.name))
-    )
+    found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg))
     return found + ([] if launcher.runs_in_this_process else handed_on_uri_problems(cfg))
 
 
+def is_validated(cfg: Any) -> bool:
+    """Whether ``cfg`` (or the config it was copied from) passed ``validate`` in this process."""
+    return isinstance(cfg, DictConfig) and cfg._get_node_flag(VALIDATED) is True
+
+
 def validate(cfg: DictConfig) -> None:
+    """Every bad value of ``cfg``, the launcher's settings included, as one ``ConfigError`` line; a config that
+    passes is marked, and validating it (or a copy) again costs nothing."""
+    if is_validated(cfg):
+        return
     found = problems(cfg)
     if not unresolvable(cfg):  # a launcher built from unresolved values would only repeat them
         found += launcher_problems(cfg)
+    if found:
+        raise ConfigError("bad config: " + "; ".join(found))
+    cfg._set_flag(VALIDATED, True)
+
+
+def check_chosen_engine(cfg: DictConfig) -> None:
+    """After ``engine=auto`` became an engine in a validated config: the checks that depend on the engine (its
+    own, the launcher's ``engine_problems``), in the line ``validate`` would have given."""
+    found = _engine_problems(cfg)
+    launcher = _launcher(cfg)
+    if launcher is not None:
+        found += launcher.engine_problems(_engine_name(cfg))
     if found:
         raise ConfigError("bad config: " + "; ".join(found))

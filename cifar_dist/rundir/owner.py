@@ -27,7 +27,11 @@ import socket
 import time
 from enum import Enum
 from pathlib import Path
-from typing import List
+from typing import List, Set
+
+from hydra.core.config_store import ConfigStore
+from hydra.utils import get_class
+from omegaconf import DictConfig
 
 from cifar_dist.common.atomic_files import is_temp_name
 from cifar_dist.common.errors import CifarDistError
@@ -40,7 +44,8 @@ from cifar_dist.rundir.ranks_lock import RANKS_LOCK_NAME
 
 MARKER = ".cifar_dist_run"
 OURS = "cifar_dist run dir"  # first words of the marker cifar_dist writes; an empty marker is a user's adoption
-# Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking).
+# Names a run writes, replaces or deletes at the top of its run dir (trainer, evaluation, launchers, tracking);
+# the launchers' own folders (Slurm's slurm/, ...) each launcher names itself (launcher_folders).
 OUTPUT_NAMES = (
     ".hydra",
     "cifar_dist.log",
@@ -55,9 +60,6 @@ OUTPUT_NAMES = (
     "confusion_matrix.png",
     "predictions.csv",
     "mlflow_run.json",
-    "slurm",
-    "azureml",
-    "batchai",
     LOCK_NAME,
     RANKS_LOCK_NAME,
     FINGERPRINT,
@@ -137,12 +139,29 @@ def refuse_foreign(run_dir: Path) -> None:
     )
 
 
+def launcher_folders() -> Set[str]:
+    """The folders launchers write at the top of a run dir (``Launcher.run_dir_folders``: Slurm's ``slurm/``, ...),
+    of every launcher option in Hydra's ConfigStore, asked of the class its ``_target_`` names: the core imports
+    no launcher."""
+    found: Set[str] = set()
+    for entry in ConfigStore.instance().repo.get("launcher", {}).values():
+        node = getattr(entry, "node", None)  # (a nested group would be a dict: no launcher option)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        try:
+            cls = get_class(str(target))
+        except Exception:  # noqa: BLE001 - an option without a class to ask (or one that cannot be imported)
+            continue
+        found.update(getattr(cls, "run_dir_folders", ()))
+    return found
+
+
 def keep_aside(run_dir: Path) -> List[Path]:
     """Move every entry a run would write, replace or delete to ``<name>.kept-<time>``; the new paths."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    written = set(OUTPUT_NAMES) | launcher_folders()
     kept = []
     for entry in sorted(Path(run_dir).iterdir()):
-        if entry.name in OUTPUT_NAMES or is_temp_name(entry.name):
+        if entry.name in written or is_temp_name(entry.name):
             target = entry.with_name(f"{entry.name}.kept-{stamp}")
             entry.rename(target)
             kept.append(target)

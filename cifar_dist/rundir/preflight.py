@@ -2,8 +2,9 @@
 
 ``RunDirCheck`` first checks the config's values (``validation.py``, the
 launcher's settings included), before Hydra creates the run dir: a refused
-command leaves nothing under ``outputs/``. Then: is the run dir writable,
-with room left on its disk?
+command leaves nothing under ``outputs/``. It is the launching process's one
+validation: the config passed on is marked validated, and the app and the
+trainer trust it. Then: is the run dir writable, with room left on its disk?
 
 Without this a run dir under a file, on a read-only mount or without write
 permission fails with Hydra's traceback (it creates the dir before the job

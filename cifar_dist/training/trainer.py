@@ -213,10 +213,11 @@ def _train(run: Run, policy) -> Dict[str, Any]:
 
 
 def start_run(cfg: DictConfig, output_dir: Path):
-    """Validate the config, start the engine, and check the model before any data is read."""
+    """Validate the config (unless this process did: app.py), start the engine, and check the model before any
+    data is read."""
     wall_start = time.time()
     cfg = typed(cfg)
-    validate(cfg)
+    validate(cfg)  # a copy of a validated config keeps the mark: nothing is checked again
     t = cfg.trainer
     engine = start_engine(cfg.engine.name, t)  # TensorFlow loads only now, with the CPU kernels it chose
     engine.check_jit_compile(bool(t.jit_compile))  # what XLA can compile differs by engine

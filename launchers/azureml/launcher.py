@@ -55,6 +55,7 @@ class PreparedJob:
 
 
 class AzureMLLauncher(ClusterLauncher):
+    run_dir_folders = (LOCAL_SUBDIR,)  # azureml/: job.yml, the environment's build context, the job's logs
     builds_own_environment = True  # the job's image builds Horovod (job.dockerfile), or names a registered one
 
     def __init__(self, **kwargs):

@@ -86,6 +86,7 @@ class BatchAIJob(ClusterJob):
 
 
 class BatchAILauncher(ClusterLauncher):
+    run_dir_folders = (LOCAL_SUBDIR,)  # batchai/: job.json's companions, the streamed output
     builds_own_environment = True  # the nodes' setup task installs Horovod (horovodSettings)
 
     def __init__(self, **kwargs):

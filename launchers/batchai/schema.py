@@ -128,13 +128,6 @@ def cluster_schema_errors(cluster_file: Dict[str, Any]) -> List[str]:
     return _format(_validator("cluster").iter_errors(cluster_file))
 
 
-def errors_against(schema: Dict[str, Any], document: Dict[str, Any]) -> List[str]:
-    """Violations of any published Batch AI schema alone (e.g. the originals in
-    ../shared/batchai/schemas), with the same offline expression stand-in."""
-    uri = "urn:cifar-dist:batchai:given-schema"
-    return _format(_make_validator({"$ref": uri}, {uri: schema}).iter_errors(document))
-
-
 def validate_job_file(job_file: Dict[str, Any]) -> None:
     """Raise a one-line LaunchError when the job does not match the Batch AI schema."""
     errors = schema_errors(job_file)

@@ -25,10 +25,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 HEARTBEAT_ENV = "CIFAR_DIST_HEARTBEAT"
 INTERVAL_S = 2.0
+# launcher.stall_shutdown_s: a rank beats every INTERVAL_S; a timeout shorter than a few beats would stop healthy
+# jobs.
+MIN_STALL_SHUTDOWN_S = 10
 
 
 def heartbeat_path(log_dir: Path, rank: int) -> Path:
@@ -42,6 +45,17 @@ def _touch(path: str) -> None:
         os.utime(path)
     except OSError:
         pass  # a full or vanished log dir must not kill the rank
+
+
+def stall_timeout_problems(stall_shutdown_s) -> List[str]:
+    """``launcher.stall_shutdown_s`` of a launcher whose ranks beat (mpirun, Gloo, Slurm): 0 (off) or long
+    enough for a few beats; one phrase, checked with the launcher's other settings (``config_problems``)."""
+    if stall_shutdown_s is not None and stall_shutdown_s != 0 and not stall_shutdown_s >= MIN_STALL_SHUTDOWN_S:
+        return [
+            f"launcher.stall_shutdown_s={stall_shutdown_s} must be 0 (off) or >= {MIN_STALL_SHUTDOWN_S}: "
+            "ranks beat every 2 s, a shorter timeout stops healthy jobs"
+        ]
+    return []
 
 
 def start_from_env(environ=None, interval: float = INTERVAL_S) -> Optional[threading.Thread]:

@@ -34,7 +34,7 @@ from cifar_dist.launchers.base import (
     quote_override_value,
 )
 from cifar_dist.launchers.ranks import hosts as hostlib
-from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch
+from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch, stall_timeout_problems
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
 from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
@@ -44,6 +44,7 @@ from cifar_dist.training.engines.world import JAX_COORDINATOR_ENV
 
 log = logging.getLogger(__name__)
 
+BIND_TO = ("auto", "core", "none")  # launcher.bind_to's values
 LOG_DIR = "logs"  # per-rank logs, exit records and the runner's output, under the run dir
 RUNNER_LOG = "launcher.log"
 
@@ -196,7 +197,7 @@ class MultiRankLauncher(Launcher):
     @property
     def hosts(self) -> List[Host]:
         if self._hosts is None:
-            if self.conf.bind_to not in ("auto", "core", "none"):
+            if self.conf.bind_to not in BIND_TO:
                 raise LaunchError(f"launcher.bind_to={self.conf.bind_to!r} must be auto, core or none")
             self._hosts = resolve_hosts(self.conf.hosts, self.conf.hostfile)
         return self._hosts
@@ -303,15 +304,28 @@ class MultiRankLauncher(Launcher):
         return RunningJob(self, job, self.command(job, env), env)
 
     def config_problems(self) -> List[str]:
-        """launcher.concurrent: >= 1, and > 1 only where the runner's world can be split into groups (mpirun)."""
+        """The stall timeout; launcher.np, bind_to, the hosts (or hostfile) and their slots, as ``preflight``
+        checks them at launch; launcher.concurrent: >= 1, and > 1 only where the runner's world can be split into
+        groups (mpirun)."""
+        found = stall_timeout_problems(self.conf.stall_shutdown_s)
+        if self.conf.np < 1:
+            found.append(f"launcher.np={self.conf.np} must be >= 1")
+        if self.conf.bind_to not in BIND_TO:
+            found.append(f"launcher.bind_to={self.conf.bind_to!r} must be auto, core or none")
+        try:
+            hosts = resolve_hosts(self.conf.hosts, self.conf.hostfile)
+            if self.conf.np >= 1:
+                check_slots(self.conf.np, hosts, self.conf.oversubscribe)
+        except LaunchError as exc:
+            found.append(str(exc))
         if self.conf.concurrent < 1:
-            return [f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)"]
-        if self.conf.concurrent > 1 and not self.splits_into_groups:
-            return [
+            found.append(f"launcher.concurrent={self.conf.concurrent} must be >= 1 (points run at once)")
+        elif self.conf.concurrent > 1 and not self.splits_into_groups:
+            found.append(
                 f"launcher.concurrent needs launcher=mpirun: {self.runner_name} starts one Horovod world that "
                 "cannot be split into groups; use launcher=mpirun or launcher.concurrent=1"
-            ]
-        return []
+            )
+        return found
 
     def processes(self) -> int:
         return self.conf.np

@@ -26,6 +26,7 @@ from cifar_dist.common.results import finished_run
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
+from cifar_dist.launchers.ranks.heartbeat import stall_timeout_problems
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
@@ -48,6 +49,8 @@ class PreparedJob:
 
 
 class SlurmLauncher(ClusterLauncher):
+    run_dir_folders = (SLURM_DIR,)  # slurm/: the batch script, the job's output files, the ids submitted
+
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
         self.client = SlurmClient()
@@ -71,7 +74,7 @@ class SlurmLauncher(ClusterLauncher):
         return self.conf.world_size
 
     def config_problems(self):
-        return problems(self.conf)
+        return stall_timeout_problems(self.conf.stall_shutdown_s) + problems(self.conf)
 
     def prepare(self, job: JobSpec) -> PreparedJob:
         check(self.conf)

@@ -19,7 +19,9 @@ re-run's settings), for each point of a sweep (the sweep launcher), and as a
 last resort in the job itself. Launched processes get the chosen engine on
 their command line (``JobSpec.child_overrides``). An engine that cannot run
 here (``engine=horovod`` without Horovod) is refused by the config's
-validation, in one line that says how to get it.
+validation, in one line that says how to get it; an engine chosen here after
+that validation gets the checks that depend on the engine as it is chosen
+(``validation.check_chosen_engine``), before anything is written.
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, JAX, TENSORFLOW, engine_facts
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import in_child_process
+from cifar_dist.config.launcher_object import configured_launcher
 from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
+from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 from cifar_dist.training.engines.world import processes_from_env
@@ -96,11 +99,12 @@ def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
 
 
 def _launcher_facts(cfg: DictConfig) -> tuple:
-    """(processes, whether Horovod can run the job) for the configured launcher; a rank reads its environment."""
+    """(processes, whether Horovod can run the job) for the configured launcher (the one validation built); a
+    rank reads its environment."""
     if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
         return processes_from_env(), horovod_installed()
     try:
-        launcher = hydra.utils.instantiate(cfg.launcher, _convert_="all")
+        launcher = configured_launcher(cfg)
     except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when it is validated
         return processes_from_env(), horovod_installed()
     return launcher.processes(), launcher.builds_own_environment or horovod_installed()
@@ -127,6 +131,8 @@ def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[
         chosen.keras = keras
     with open_dict(cfg):
         cfg.engine = chosen
+    if is_validated(cfg):  # checked before the engine was known: what depends on it is checked now
+        check_chosen_engine(cfg)
     return reason
 
 

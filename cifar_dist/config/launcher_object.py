@@ -1,0 +1,33 @@
+"""The configured launcher, built once in the process that launches the job.
+
+Validation asks it for its bad settings, the engine choice how many processes it
+starts, the app (or the sweep launcher) to run the job: all the same object,
+built from ``cfg.launcher`` (its ``_target_`` and fields) on the first call.
+Hydra hands each step its own copy of the config, so the object is found again by
+the launcher node's values; a sweep's points with equal launcher settings share
+one. The core builds it by its ``_target_``, never importing a launcher.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+import hydra.utils
+from omegaconf import DictConfig, OmegaConf
+
+_built: Dict[str, Any] = {}
+
+
+def launcher_key(launcher: DictConfig) -> str:
+    """The launcher node's values, resolved, as one string: equal settings, equal key."""
+    return json.dumps(OmegaConf.to_container(launcher, resolve=True), sort_keys=True, default=str)
+
+
+def configured_launcher(cfg: DictConfig) -> Any:
+    """The launcher ``cfg.launcher`` configures, built on the first call for these settings and the same object
+    after; raises what Hydra's ``instantiate`` raises (then nothing is kept, and the next call tries again)."""
+    key = launcher_key(cfg.launcher)
+    if key not in _built:
+        _built[key] = hydra.utils.instantiate(cfg.launcher, _convert_="all")
+    return _built[key]
