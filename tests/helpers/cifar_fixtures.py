@@ -4,7 +4,7 @@ Files are written the way the original ``cifar-10-python.tar.gz`` lays them
 out (``cifar-10-batches-py/data_batch_N``, ``test_batch``, ``batches.meta``;
 dicts with bytes keys pickled with protocol 2), so the real loading code reads
 them exactly as it reads the real archive. Import with
-``from cifar_fixtures import ...`` (pytest puts ``tests/`` on sys.path).
+``from helpers.cifar_fixtures import ...`` (pytest's pythonpath puts ``tests/`` on sys.path).
 """
 
 from __future__ import annotations

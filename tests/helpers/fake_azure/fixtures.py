@@ -1,7 +1,8 @@
 """pytest fixtures and helpers for the Batch AI launcher tests: a running
 FakeAzure, a planted storage key, and the overrides and environment that point
 ``python -m cifar_dist launcher=batchai`` at the fake with small polling
-intervals (start it with conftest's run_cli/start_cli)."""
+intervals (start it with helpers.cli's run_cli/start_cli). The fixtures are registered once by the root
+conftest (pytest_plugins); test modules import only the functions."""
 
 from __future__ import annotations
 
