@@ -18,9 +18,11 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
 ]
 
+# Both modes in one mpirun (each its own model, built from the same seed after a fresh Keras session, as two
+# separate mpiruns would build it): one job of 2 ranks started instead of two.
 BN_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     import cifar_dist
     import numpy as np
     import horovod.tensorflow as hvd_tf
@@ -28,30 +30,32 @@ BN_SCRIPT = textwrap.dedent(
     import tensorflow as tf
     from cifar_dist.models import airbench
     from cifar_dist.training.recipe.batchnorm import AverageBatchNormStatistics, moving_statistics
-
-    hvd.init()
-    tf.keras.utils.set_random_seed(1)
-    model = airbench.build(widths=[8, 8, 8])
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01))
-    model.compile(optimizer=optimizer, loss="categorical_crossentropy")
-    hvd_tf.broadcast_variables(model.variables, root_rank=0)
-    rng = np.random.default_rng(100 + hvd.rank())  # each rank its own images: its own batch statistics
-    x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
-    y = tf.one_hot(rng.integers(0, 10, 64), 10)
     from cifar_dist.training.engines.horovod import HorovodEngine
     from cifar_dist.training.engines.world import World
     from cifar_dist.training.process.threads import plan_threads
 
+    hvd.init()
     world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan_threads(1, 0, 0), "", False)
     engine = HorovodEngine(world)
-    callbacks = [AverageBatchNormStatistics(engine)] if sys.argv[2] == "average" else []
-    model.fit(x, y, epochs=1, batch_size=16, callbacks=callbacks, verbose=0)
-    stats = hvd_tf.allgather_object([v.numpy() for v in moving_statistics(model)])
-    trainable = hvd_tf.allgather_object([v.numpy() for v in model.trainable_variables])
-    if hvd.rank() == 0:
-        same = lambda parts: all(np.array_equal(a, b) for a, b in zip(parts[0], parts[1]))
-        json.dump({"statistics": len(stats[0]), "stats_identical": same(stats), "trainable_identical": same(trainable)},
-                  open(sys.argv[1], "w"))
+    for mode in ("average", "off"):
+        tf.keras.backend.clear_session()
+        tf.keras.utils.set_random_seed(1)
+        model = airbench.build(widths=[8, 8, 8])
+        optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01))
+        model.compile(optimizer=optimizer, loss="categorical_crossentropy")
+        hvd_tf.broadcast_variables(model.variables, root_rank=0)
+        rng = np.random.default_rng(100 + hvd.rank())  # each rank its own images: its own batch statistics
+        x = rng.random((64, 32, 32, 3)).astype(np.float32) * (1 + hvd.rank())
+        y = tf.one_hot(rng.integers(0, 10, 64), 10)
+        callbacks = [AverageBatchNormStatistics(engine)] if mode == "average" else []
+        model.fit(x, y, epochs=1, batch_size=16, callbacks=callbacks, verbose=0)
+        stats = hvd_tf.allgather_object([v.numpy() for v in moving_statistics(model)])
+        trainable = hvd_tf.allgather_object([v.numpy() for v in model.trainable_variables])
+        if hvd.rank() == 0:
+            same = lambda parts: all(np.array_equal(a, b) for a, b in zip(parts[0], parts[1]))
+            result = {"statistics": len(stats[0]), "stats_identical": same(stats)}
+            result["trainable_identical"] = same(trainable)
+            json.dump(result, open(os.path.join(sys.argv[1], mode + ".json"), "w"))
     """
 )
 
@@ -69,12 +73,8 @@ def mpirun(*args, timeout=1200):
 def test_batchnorm_statistics_are_identical_across_two_ranks_after_an_epoch(tmp_path):
     script = tmp_path / "bn.py"
     script.write_text(BN_SCRIPT)
-    results = {}
-    for mode in ("average", "off"):
-        out = tmp_path / f"{mode}.json"
-        proc = mpirun(str(script), str(out), mode)
-        assert_ok(proc)
-        results[mode] = json.loads(out.read_text())
+    assert_ok(mpirun(str(script), str(tmp_path)))
+    results = {mode: json.loads((tmp_path / f"{mode}.json").read_text()) for mode in ("average", "off")}
     assert results["average"]["statistics"] == 12  # mean and variance of 6 BatchNorm layers
     # Gradients are averaged either way; the moving statistics only with the callback.
     assert results["off"]["trainable_identical"] and not results["off"]["stats_identical"]
