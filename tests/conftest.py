@@ -1,5 +1,5 @@
 """The fixtures and hooks several test folders share: the session's one real Slurm, and the trained runs several
-modules read (each trained once per session; a test that changes a run dir works on a copy: ``copy_run``).
+modules read (each trained once per session; a test that changes a run dir works on a copy, ``shutil.copytree``).
 
 Plain functions and constants live in the ``helpers`` package (tests/helpers/), imported as ``from helpers.cli
 import ...``; the Azure doubles' fixtures are registered here as plugins, so no module imports a fixture.
@@ -45,7 +45,8 @@ def cluster(slurm):
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """One short real training run on the packaged sample, shared by the end-to-end tests."""
+    """One short real training run on the packaged sample (3 epochs, seed 7), read by e2e/, evaluation/, rundir/ and
+    training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels)."""
     run_dir = tmp_path_factory.mktemp("e2e") / "run"
     proc = assert_ok(run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}"))
     return run_dir, proc
@@ -53,7 +54,8 @@ def trained_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def half_run(tmp_path_factory):
-    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it)."""
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it), read by
+    rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's."""
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
     proc = run_cli(
         *QUIET_SAMPLE_RUN,
