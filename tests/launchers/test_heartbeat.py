@@ -14,10 +14,10 @@ import signal
 import time
 
 import pytest
-from test_launcher_mpirun import QUICK, processes_of, rank_pid
 
 from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, HeartbeatWatch, heartbeat_path, start_from_env
 from helpers.cli import start_cli, wait_for
+from helpers.mpirun_jobs import QUICK, processes_of, rank_pid
 
 
 class Clock:

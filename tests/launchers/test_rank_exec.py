@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_launcher_mpirun import QUICK, processes_of
 
 from helpers.cli import cli_env, start_cli, wait_for
+from helpers.mpirun_jobs import QUICK, processes_of
 from helpers.paths import REPO
 
 

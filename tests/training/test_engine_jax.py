@@ -23,7 +23,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_keras3 import MODEL
 
 from helpers.cli import (
     assert_ok,
@@ -35,6 +34,7 @@ from helpers.cli import (
     straight_and_killed_runs,
 )
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
+from helpers.keras3_project import MODEL
 
 pytestmark = [
     pytest.mark.mpi,

@@ -32,61 +32,13 @@ from helpers.cli import (
     run_cli,
     straight_and_killed_runs,
 )
+from helpers.keras3_project import MODEL
 
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.horovod,
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
 ]
-
-MODEL = textwrap.dedent('''
-    """A Keras 3 model as today's Keras guides write one."""
-    import keras
-
-
-    @keras.saving.register_keras_serializable("mymodels3")
-    class Scale(keras.layers.Layer):
-        def __init__(self, factor=1.0, **kwargs):
-            super().__init__(**kwargs)
-            self.factor = factor
-
-        def call(self, x):
-            return x * self.factor
-
-        def get_config(self):
-            return {**super().get_config(), "factor": self.factor}
-
-
-    def build(num_classes, width=8):
-        inputs = keras.Input(shape=(32, 32, 3))
-        x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False)(inputs)
-        x = keras.layers.BatchNormalization()(x)
-        x = keras.layers.Activation("relu")(x)
-        x = keras.layers.MaxPooling2D()(x)
-        x = keras.layers.Dropout(0.25)(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
-        x = Scale(2.0)(keras.layers.Dense(num_classes)(x))
-        return keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(x), name="k3")
-
-
-    def mixed(num_classes):
-        import tensorflow as tf
-
-        inputs = keras.Input(shape=(32, 32, 3))
-        x = keras.layers.Flatten()(inputs)
-        return keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
-
-
-    class Unregistered(keras.layers.Layer):
-        def call(self, x):
-            return x
-
-
-    def unsaveable(num_classes):
-        inputs = keras.Input(shape=(32, 32, 3))
-        x = Unregistered()(keras.layers.Flatten()(inputs))
-        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
-''')
 
 RUN = (
     "--config-dir",

@@ -8,32 +8,17 @@ import json
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers.cifar_fixtures import BATCH_DIR, batch_files, random_batches, write_folder
 from helpers.cli import assert_ok, error_lines, run_cli, start_cli
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 from helpers.fake_azureml.server import Fault
+from helpers.fake_azureml.small_data import small_data
 
 pytestmark = (
     pytest.mark.horovod
 )  # the job's environment trains on Horovod (engine=auto: horovod), which the fake nodes run here
-
-
-def small_data(tmp_path: Path) -> dict:
-    """A few random images in CIFAR-10's own format: the tests are about the launcher."""
-    folder = write_folder(tmp_path / "data" / BATCH_DIR, batch_files(*random_batches(2, 32, 32))).parent
-    return {
-        "data": "cifar10",
-        "data.path": str(folder),
-        "data.download": "false",
-        "trainer.batch_size": "32",
-        "trainer.tensorboard": "false",
-        "trainer.plot": "false",
-        "trainer.verbose": "2",
-    }
 
 
 def test_a_job_runs_end_to_end_and_its_outputs_come_home(fake_aml, snapshot_cache, tmp_path):

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_azureml_e2e import small_data
 
 from helpers.cli import assert_ok, error_lines, run_cli
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
+from helpers.fake_azureml.small_data import small_data
 
 pytestmark = (
     pytest.mark.horovod

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_azureml_e2e import small_data
 
 from helpers.cli import assert_ok, run_cli
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
+from helpers.fake_azureml.small_data import small_data
 
 pytestmark = (
     pytest.mark.horovod
