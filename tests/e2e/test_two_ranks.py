@@ -70,7 +70,6 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
         "data=sample",
         "trainer.epochs=2",
         "trainer.epoch_policy=shard",
-        "model.dense_units=64",  # one writer, ranks in sync, exact metrics: none depends on the model's size
         f"hydra.run.dir={run_dir}",
         "hydra.output_subdir=null",
     ]

@@ -31,9 +31,6 @@ from cifar_dist.tracking.settings import apply_http_limits, redact, resolve_uri 
 
 register_configs()
 QUICK = ("data=sample", "trainer.verbose=0", "trainer.tensorboard=false", "tracking=mlflow")
-# For a sweep whose every epoch ends (what MLflow records does not depend on how much an epoch trains): 16 small
-# steps an epoch instead of 128 (not for the runs stopped mid-way, which need epochs that last).
-FEW_STEPS = ("trainer.batch_size=256", "model.dense_units=64")
 
 
 def steps(client, run_id, key):
@@ -448,7 +445,6 @@ def test_sweep_points_grouped_under_one_parent_and_linked_from_the_summary(tmp_p
         "-m",
         "optimizer.lr=1e-4,2e-4",
         *QUICK,
-        *FEW_STEPS,
         "trainer.epochs=1",
         "trainer.plot=false",
         f"tracking.uri=sqlite:///{db}",
