@@ -12,7 +12,7 @@ between them.
 The markers name the package's functions (several private to the trainer) as
 strings: ``missing_functions()`` reads the package's source and names every
 one that no longer exists, so a rename fails the bench (and
-tests/test_bench_names.py) instead of silently merging its phase.
+tests/project/test_bench_names.py) instead of silently merging its phase.
 """
 
 from __future__ import annotations

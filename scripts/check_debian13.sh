@@ -139,7 +139,7 @@ copy_package_index_settings() {
 }
 
 # A clean clone of this checkout at HEAD (what a user gets from git, not this working tree's edits), and
-# the shared reference data beside it, where tests/conftest.py looks for it (../shared).
+# the shared reference data beside it, where tests/helpers/paths.py looks for it (../shared).
 copy_repo() {
     local dest=$ROOT$IN_ROOT_REPO head
     head=$(git -C "$REPO" rev-parse HEAD)
@@ -248,7 +248,7 @@ skip_step() {
 SLURM_PROBE='python3 - <<"EOF"
 import subprocess, sys, tempfile, time
 sys.path.insert(0, "tests")
-from slurm_cluster import missing_packages, start_cluster
+from helpers.slurm_cluster import missing_packages, start_cluster
 if missing_packages():
     sys.exit("Slurm not installed: " + ", ".join(missing_packages()))
 cluster = start_cluster(tempfile.mkdtemp(prefix="slurm-"))

@@ -96,7 +96,7 @@ if ! command -v mpirun >/dev/null 2>&1 || { [ "$STACK" = horovod ] && ! command 
 fi
 
 # Slurm, for the Slurm launcher's tests against a real single-node cluster
-# (tests/slurm_cluster.py starts it; nothing runs as a service). Optional: the
+# (tests/helpers/slurm_cluster.py starts it; nothing runs as a service). Optional: the
 # tests skip, saying why, where it cannot be installed.
 slurm_missing() {
     [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \

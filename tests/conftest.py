@@ -1,37 +1,20 @@
-"""Shared test helpers, one home each: the CLI in a subprocess (run to the end or started in the
-background) and its one-line errors, waiting for a condition, composing the config, the shared
-reference data beside the repo, a private tmpfs, the session's one real Slurm, and the trained runs several
-test files reuse.
+"""The fixtures and hooks several test folders share: the session's one real Slurm, and the trained runs several
+modules read (each trained once per session; a test that changes a run dir works on a copy, ``shutil.copytree``).
 
-Test modules import the helpers with ``from conftest import ...`` (pytest puts ``tests/`` on sys.path).
+Plain functions and constants live in the ``helpers`` package (tests/helpers/), imported as ``from helpers.cli
+import ...``; the Azure doubles' fixtures are registered here as plugins, so no module imports a fixture.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from terminal_signals import sigint_as_in_a_terminal
+from helpers.cli import QUIET_SAMPLE_RUN, assert_ok, run_cli
+from helpers.paths import NO_HOROVOD
 
-REPO = Path(__file__).resolve().parents[1]
-# Real reference data (CIFAR-10 subset, Batch AI schemas) kept beside the repo, never downloaded by a test;
-# CIFAR_DIST_SHARED points elsewhere (e.g. from a git worktree that does not sit beside it).
-SHARED = Path(os.environ.get("CIFAR_DIST_SHARED") or REPO.parent / "shared")
-
-
-NO_HOROVOD = (
-    "needs Horovod, which this environment does not have (the current stack; the horovod stack has it: "
-    "CIFAR_DIST_STACK=horovod make install, Python 3.10/3.11, docs/install.md)"
-)
+pytest_plugins = ("helpers.fake_azure.fixtures", "helpers.fake_azureml.fixtures")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,132 +26,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=NO_HOROVOD))
 
 
-def shared_path(*parts: str, folder: bool = False) -> Path:
-    """A file (or folder) of the shared reference data; the test is skipped, saying what is missing, if absent."""
-    path = SHARED.joinpath(*parts)
-    if not (path.is_dir() if folder else path.is_file()):
-        pytest.skip(
-            f"shared reference data missing: {path} is not there (the shared/ folder beside the repo, "
-            "or set CIFAR_DIST_SHARED to where it is)"
-        )
-    return path
-
-
-def cli_env(**extra: str) -> dict:
-    env = dict(os.environ)
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})
-    env.pop("CIFAR_DIST_CHILD", None)
-    env.update(extra)
-    return env
-
-
-def run_cli(
-    *overrides: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600, python: str | None = None
-):
-    """``python -m cifar_dist <overrides>`` in a subprocess; output captured as text."""
-    return subprocess.run(
-        [python or sys.executable, "-m", "cifar_dist", *overrides],
-        cwd=cwd or REPO,
-        env=env or cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def start_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, stderr=subprocess.STDOUT):
-    """``python -m cifar_dist <overrides>`` started in the background, with the SIGINT a terminal gives it.
-
-    stdout is a text pipe; stderr goes into it unless ``stderr=subprocess.PIPE``.
-    """
-    return subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *overrides],
-        cwd=cwd or REPO,
-        env=env or cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        preexec_fn=sigint_as_in_a_terminal,
-    )
-
-
-def wait_for(condition, timeout: float, proc=None, what: str = "", interval: float = 0.2) -> None:
-    """Poll ``condition`` until true; fail the test on timeout or if ``proc`` ends first (with its output's tail)."""
-    deadline = time.time() + timeout
-    while not condition():
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the process ended before {what}: {proc.stdout.read()[-4000:] if proc.stdout else ''}")
-        if time.time() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
-def compose_cfg(*overrides: str, **kwargs):
-    """The app's config with ``overrides``, composed as ``python -m cifar_dist`` composes it (version_base 1.3)."""
-    from hydra import compose, initialize_config_module
-
-    from cifar_dist.all_options import register_configs
-
-    register_configs()
-    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
-        return compose("config", overrides=list(overrides), **kwargs)
-
-
-def output_of(proc) -> str:
-    """A finished ``subprocess.run``'s captured stdout then stderr as text (a stream not captured counts as empty)."""
-    streams = (proc.stdout, proc.stderr)
-    return "".join(
-        s.decode(errors="replace") if isinstance(s, bytes) else s for s in streams if isinstance(s, (str, bytes))
-    )
-
-
-def assert_ok(proc, output: str | None = None, tail: int = 4000):
-    """Fail the test unless ``proc`` exited 0, showing the last ``tail`` characters of its output; returns ``proc``.
-
-    The output is stdout then stderr of a ``subprocess.run`` result, or ``output`` where the caller read the streams
-    itself (a ``Popen`` after ``communicate()``).
-    """
-    assert proc.returncode == 0, (output_of(proc) if output is None else output)[-tail:]
-    return proc
-
-
-def error_lines(proc) -> list:
-    """The CLI's one-line errors (``cifar_dist: error: ...``) in a finished process's stderr."""
-    return [line for line in proc.stderr.splitlines() if line.startswith("cifar_dist: error:")]
-
-
-def one_error_line(proc) -> str:
-    """The one error line of a CLI run that stopped with exit 2 and no traceback."""
-    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    lines = error_lines(proc)
-    assert len(lines) == 1, proc.stderr[-3000:]
-    return lines[0]
-
-
-def can_mount_tmpfs() -> bool:
-    """Whether a small tmpfs can be mounted in a private user+mount namespace (``unshare -rm``)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True, timeout=30
-    )
-    return probe.returncode == 0
-
-
-needs_tmpfs = pytest.mark.skipif(not can_mount_tmpfs(), reason="cannot mount a tmpfs in a user+mount namespace here")
-
-
-def read_metrics(run_dir: Path) -> dict:
-    return json.loads((run_dir / "metrics.json").read_text())
-
-
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """The session's one real single-node Slurm (tests/slurm_cluster.py), started when a test first asks."""
-    from slurm_cluster import start_cluster
+    """The session's one real single-node Slurm (tests/helpers/slurm_cluster.py), started when a test first asks."""
+    from helpers.slurm_cluster import start_cluster
 
     cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
     yield cluster
@@ -182,65 +43,19 @@ def cluster(slurm):
     slurm.cancel_all()
 
 
-def straight_and_killed_runs(*overrides: str, cwd: Path, tmp_path: Path, first_checkpoint: str):
-    """The same run twice: straight through, and killed (kill -9 of the whole command: launcher, runner, ranks) once
-    ``checkpoints/<first_checkpoint>`` is written, then re-run in its run dir to resume. Both runs' metrics.json."""
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *overrides, f"hydra.run.dir={killed}"],
-        cwd=cwd,
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: (killed / "checkpoints" / first_checkpoint).is_file(), 400, what=f"{first_checkpoint}")
-    finally:
-        os.killpg(run.pid, signal.SIGKILL)  # in the epoch after it
-        run.wait()
-    assert_ok(run_cli(*overrides, f"hydra.run.dir={killed}", cwd=cwd, timeout=600))
-    return read_metrics(straight), read_metrics(killed)
-
-
-def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float = 900):
-    """``python -m cifar_dist <overrides>`` as a job of 2 tasks on the tests' real Slurm (``slurm``); skipped where
-    Slurm is not installed; the finished CLI run, checked to have exited 0."""
-    from slurm_cluster import missing_packages
-
-    if missing_packages():
-        pytest.skip(f"Slurm not installed ({', '.join(missing_packages())})")
-    try:
-        proc = run_cli(
-            *overrides,
-            "launcher=slurm",
-            "launcher.ntasks_per_node=2",
-            "launcher.poll_interval_s=1",
-            cwd=cwd,
-            env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]),
-            timeout=timeout,
-        )
-    finally:
-        slurm.cancel_all()
-    return assert_ok(proc)
-
-
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    """One short real training run on the packaged sample, shared by the end-to-end tests."""
+    """One short real training run on the packaged sample (3 epochs, seed 7), read by e2e/, evaluation/, rundir/ and
+    training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels)."""
     run_dir = tmp_path_factory.mktemp("e2e") / "run"
     proc = assert_ok(run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}"))
     return run_dir, proc
 
 
-QUIET_SAMPLE_RUN = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
-
-
 @pytest.fixture(scope="session")
 def half_run(tmp_path_factory):
-    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it)."""
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it), read by
+    rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's."""
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
     proc = run_cli(
         *QUIET_SAMPLE_RUN,

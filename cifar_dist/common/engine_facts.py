@@ -5,14 +5,14 @@ JAX or Horovod when they start. What the launchers, the config's validation
 and the model checks need to know of an engine (whether it runs several
 processes, needs Horovod, trains Keras 2, ...) is here instead, as plain data
 that imports nothing: so they ask an engine's property, never compare its
-name, and the launching process stays light (``tests/test_lazy_imports.py``).
+name, and the launching process stays light (``tests/project/test_lazy_imports.py``).
 Each engine class carries its facts (``engine.facts``); ``docs/engines.md``
 compares the engines.
 
 It lives with the leaf helpers, not in the engines package, because the
 config (``config/validation.py``) and the models (``models/keras_checks.py``)
 read it, and the training folder imports both: no folder imports the
-training folder from below (``tests/test_structure.py``).
+training folder from below (``tests/project/test_structure.py``).
 """
 
 from __future__ import annotations

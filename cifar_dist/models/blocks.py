@@ -143,7 +143,7 @@ def patch_statistics(patches: tf.Tensor, chunk: int = 1 << 16):
     X^T X), done by TensorFlow's kernels a chunk of rows at a time: no float64
     copy of all 3.9 M patches of the sample is ever made, which took 2-2.7 s
     in numpy (1.7-2.2 s whole in TensorFlow, two ranks at once); chunked, 0.9 s.
-    The float32 filters are the numpy recipe's to the bit (tests/test_models_modern.py).
+    The float32 filters are the numpy recipe's to the bit (tests/models/test_models_modern.py).
     """
     n, d = int(patches.shape[0]), int(patches.shape[1])
 

@@ -13,7 +13,7 @@ ranks' lines never interleave): ``{"pid", "rank", "event", "t"}`` plus extras.
 No per-step hook: the run's steps are untouched. A function a later version
 of the package renamed or removed would not be timed (the breakdown merges
 its phase into the previous one): ``bench_phases.missing_functions()`` names
-it first, and the bench refuses to run (tests/test_bench_names.py).
+it first, and the bench refuses to run (tests/project/test_bench_names.py).
 """
 
 from __future__ import annotations

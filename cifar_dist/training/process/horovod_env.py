@@ -75,7 +75,7 @@ def tensorflow_without_jax():
     TensorFlow Lite's converter (``tensorflow/lite/python/util.py``) imports
     JAX whenever it is installed, for a JAX-model conversion this project never
     makes: ~1.4 s more per rank and JAX's own threads in every Horovod run.
-    JAX is engine=jax's alone (``tests/test_lazy_imports.py``)."""
+    JAX is engine=jax's alone (``tests/project/test_lazy_imports.py``)."""
     if "tensorflow" in sys.modules or "jax" in sys.modules:
         yield
         return

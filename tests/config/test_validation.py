@@ -1,0 +1,168 @@
+"""Validation of the config: every bad value is one line before anything starts.
+
+A diverging run: tests/training/test_training_divergence.py. Strict JSON and the disk-full
+message: tests/common/test_durable.py.
+"""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from cifar_dist.config.validation import ConfigError, is_validated, validate
+from helpers.cli import cli_env, compose_cfg, run_cli
+
+
+def test_every_bad_value_is_listed_in_one_line():
+    bad = {
+        "model.num_classes=5": "model.num_classes=5 must be 10",
+        "model.dense_units=0": "model.dense_units=0",
+        "model.conv_dropout=1.5": "model.conv_dropout=1.5",
+        "model.input_shape=[16,16,3]": "model.input_shape=[16, 16, 3]",
+        "trainer.seed=-1": "trainer.seed=-1",
+        "optimizer.lr=inf": "optimizer.lr=inf",
+        "launcher=mpirun": "",
+        "launcher.stall_shutdown_s=1": "launcher.stall_shutdown_s=1",
+    }
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(*bad))
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in bad.values():
+        assert fragment in message
+    with pytest.raises(ConfigError, match="model.num_classes=0"):
+        validate(compose_cfg("model.num_classes=0"))
+
+
+def test_evaluate_values_and_unset_environment_variables_are_one_line_before_anything_starts(tmp_path):
+    for overrides, fragment in (
+        (("task=evaluate",), "task=evaluate needs evaluate.model="),
+        (("task=evaluate", "evaluate.model=x.h5", "evaluate.batch_size=0"), "evaluate.batch_size=0 must be >= 1"),
+        (
+            ("data.path=${oc.env:CIFAR_DIST_TEST_UNSET}/cifar",),
+            "data.path=${oc.env:CIFAR_DIST_TEST_UNSET}/cifar cannot be resolved",
+        ),
+        (("launcher=mpirun", "launcher.stall_shutdown_s=1"), "launcher.stall_shutdown_s=1 must be 0 (off) or >= 10"),
+    ):
+        proc = run_cli(*overrides, f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cifar_dist: error: bad config:") and fragment in lines[0], (
+            proc.stderr
+        )
+
+
+def test_a_batch_larger_than_the_data_is_one_line(tmp_path):
+    proc = run_cli(
+        "data=sample", "trainer.batch_size=100000", "trainer.epochs=1", f"hydra.run.dir={tmp_path / 'run'}", timeout=300
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "cifar_dist: error: trainer.batch_size=100000 is larger than the" in proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "gloo"])
+def test_a_multi_rank_launchers_own_settings_are_refused_with_the_other_values(launcher, tmp_path):
+    """launcher.np, bind_to, the hosts' slots and the stall timeout are the launcher's own checks
+    (``config_problems``), listed in validation's one line with the config's other bad values."""
+    bad = ("trainer.epochs=0", f"launcher={launcher}", "launcher.np=0", "launcher.bind_to=cores")
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(*bad, "launcher.stall_shutdown_s=1"))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("bad config: trainer.epochs=0 must be >= 1; ")
+    for fragment in (
+        "launcher.stall_shutdown_s=1 must be 0 (off) or >= 10",
+        "launcher.np=0 must be >= 1",
+        "launcher.bind_to='cores' must be auto, core or none",
+    ):
+        assert fragment in message
+    short = ("launcher.np=3", "launcher.hosts=[h1:1,h2:1]")
+    with pytest.raises(ConfigError, match=r"launcher.np=3 exceeds the 2 slots of the hosts \(h1:1,h2:1;"):
+        validate(compose_cfg(f"launcher={launcher}", *short))
+    validate(compose_cfg(f"launcher={launcher}", *short, "launcher.oversubscribe=true"))
+    for overrides, fragment in (
+        (("launcher.np=100000",), "launcher.np=100000 exceeds the"),
+        (("launcher.hosts=[h1:0]",), "bad slot count in launcher.hosts entry 'h1:0'"),
+        ((f"launcher.hostfile={tmp_path / 'none'}",), f"cannot read launcher.hostfile {tmp_path / 'none'}"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            validate(compose_cfg(f"launcher={launcher}", *overrides))
+
+
+def test_a_launcher_setting_is_refused_before_the_run_dir_exists(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        "launcher=mpirun", "launcher.np=3", "launcher.hosts=[h1:1,h2:1]", f"hydra.run.dir={run_dir}", timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("cifar_dist: error: bad config: launcher.np=3 exceeds the 2 slots of the hosts")
+    assert not run_dir.exists() and not [p for p in tmp_path.iterdir() if p.name != "run"]
+
+
+COUNTING_APP = """
+import atexit, json, sys
+import cifar_dist.config.validation as validation
+from cifar_dist.launchers.base import Launcher
+
+counts = {"validations": 0, "launchers": 0}
+checks = validation.problems
+def problems(cfg):  # the checks of every value: what one validation runs
+    counts["validations"] += 1
+    return checks(cfg)
+validation.problems = problems
+def new(cls, *args, **kwargs):
+    counts["launchers"] += 1
+    return object.__new__(cls)
+Launcher.__new__ = new
+def fake_task(cfg, output_dir):  # a task that trains nothing
+    return {}
+atexit.register(lambda: print("COUNTS " + json.dumps(counts)))
+from cifar_dist.app import main
+sys.argv = ["cifar_dist", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "role, overrides, expected",
+    [
+        ("launching", ("task._target_=__main__.fake_task",), {"validations": 1, "launchers": 1}),
+        ("launching", ("launcher=mpirun", "launcher.dry_run=true"), {"validations": 1, "launchers": 1}),
+        ("rank", ("engine=tensorflow", "task._target_=__main__.fake_task"), {"validations": 1, "launchers": 1}),
+        (  # a sweep: each point validated once, one launcher for the points with equal settings
+            "launching",
+            ("-m", "launcher=mpirun", "launcher.dry_run=true", "optimizer.lr=1e-4,2e-4"),
+            {"validations": 2, "launchers": 1},
+        ),
+    ],
+)
+def test_each_process_validates_once_and_builds_its_launcher_once(tmp_path, role, overrides, expected):
+    """The launching process validates before Hydra writes anything (the preflight) and builds the launcher
+    there; the app, the engine choice and the trainer use both. A rank validates where it composes its config."""
+    script = tmp_path / "counting_app.py"
+    script.write_text(COUNTING_APP)
+    env = cli_env(**({"CIFAR_DIST_CHILD": "1"} if role == "rank" else {}))
+    dirs = (f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    proc = subprocess.run(
+        [sys.executable, str(script), *overrides, *dirs], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("COUNTS ")]
+    assert json.loads(line[len("COUNTS ") :]) == expected
+
+
+def test_a_copy_of_a_validated_config_is_trusted_and_a_changed_engine_is_checked(monkeypatch):
+    from cifar_dist.config.schema import typed
+    from cifar_dist.training.engines import choice
+
+    cfg = compose_cfg("launcher=gloo", "launcher.np=2")
+    validate(cfg)
+    assert is_validated(cfg) and is_validated(typed(cfg))  # the trainer's copy: not validated again
+    assert not is_validated(compose_cfg())
+    # engine=auto becomes JAX where Horovod is missing: what the launcher cannot run is refused then, in one line.
+    monkeypatch.setattr(choice, "horovod_installed", lambda: False)
+    with pytest.raises(ConfigError, match=r"^bad config: launcher=gloo starts Horovod's Gloo ranks, which"):
+        choice.resolve_engine(cfg)

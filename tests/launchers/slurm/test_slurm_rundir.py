@@ -1,0 +1,74 @@
+"""A running Slurm job's run dir on the real Slurm (tests/helpers/slurm_cluster.py): the job holds its lock,
+a re-run with other settings is refused without rewriting anything, a scancel is reported as such.
+
+One job (submitted with launcher.wait=false, long enough to outlive the module) serves the tests
+in file order; the last one cancels it.
+"""
+
+import time
+
+import pytest
+
+from cifar_dist.rundir.lock import LOCK_NAME
+from helpers.cli import assert_ok, one_error_line, run_cli, start_cli, wait_for
+from helpers.slurm_jobs import REAL_SLURM, env_for, job_id, job_state, small
+
+pytestmark = REAL_SLURM
+
+EPOCHS = 50
+
+
+@pytest.fixture(scope="module")
+def held_run(slurm, tiny_data, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("slurm-held") / "run"
+    overrides = small(tiny_data, f"trainer.epochs={EPOCHS}", "launcher.wait=false", f"hydra.run.dir={run_dir}")
+    proc = run_cli(*overrides, env=env_for(slurm), timeout=300)
+    assert_ok(proc)
+    jid = job_id(run_dir)
+    lock = run_dir / LOCK_NAME
+    # Its batch script takes the lock once the submitting launcher has let go.
+    wait_for(lambda: lock.read_text().startswith(f"Slurm job {jid}: pid "), 300, what="the job to hold its run dir")
+    yield run_dir, jid, overrides
+    slurm.cancel_all()
+
+
+def test_another_run_into_a_running_jobs_run_dir_is_refused_naming_the_job(held_run, slurm):
+    run_dir, jid, _ = held_run
+    saved = (run_dir / ".hydra" / "config.yaml").read_bytes()
+    proc = run_cli("data=sample", f"hydra.run.dir={run_dir}", env=env_for(slurm), timeout=300)
+    line = one_error_line(proc)
+    assert f"run dir {run_dir} is in use by Slurm job {jid}: pid " in line and " on host " in line, line
+    assert (run_dir / ".hydra" / "config.yaml").read_bytes() == saved  # refused before Hydra wrote anything
+    assert job_state(slurm, jid) == "RUNNING"
+
+
+def test_a_rerun_that_would_follow_the_job_with_other_settings_is_refused_and_rewrites_nothing(held_run, slurm):
+    run_dir, jid, overrides = held_run
+    saved = {p: p.read_bytes() for p in (run_dir / ".hydra" / "config.yaml", run_dir / "slurm" / "job.sbatch")}
+    changed = [o for o in overrides if not o.startswith("trainer.epochs=")] + ["trainer.epochs=10"]
+    proc = run_cli(*changed, env=env_for(slurm), timeout=300)
+    line = one_error_line(proc)
+    assert (
+        f"holds Slurm job {jid} (RUNNING), submitted with other settings: trainer.epochs (job: {EPOCHS}, now: 10)"
+        in line
+        and f"scancel {jid}" in line
+    ), line
+    assert {p: p.read_bytes() for p in saved} == saved
+    assert job_id(run_dir) == jid and job_state(slurm, jid) == "RUNNING"
+
+
+def test_a_job_cancelled_with_scancel_is_reported_as_cancelled(held_run, slurm):
+    run_dir, jid, overrides = held_run
+    follow = [o for o in overrides if o != "launcher.wait=false"]
+    proc = start_cli(*follow, env=env_for(slurm))
+    out = ""
+    deadline = time.time() + 120
+    while "following it instead of submitting again" not in out and time.time() < deadline:
+        out += proc.stdout.readline()
+    assert f"Slurm job {jid} of this run dir is RUNNING: following it" in out
+    slurm.run("scancel", jid)
+    rest, _ = proc.communicate(timeout=120)
+    out += rest
+    assert proc.returncode == 1, out[-3000:]
+    assert f"Slurm job {jid} was cancelled" in out and "re-run with hydra.run.dir=" in out, out[-3000:]
+    assert "killed by signal 15" not in out and "SIGTERM" not in out, out[-3000:]

@@ -1,0 +1,96 @@
+"""Bad values and bad folders found before anything starts leave nothing behind, in a sweep as in a single run.
+
+Issue 31: a sweep whose every point had a bad value wrote a multirun dir and named only point #0;
+launcher.concurrent=-1 was refused after the sweep and point dirs were made; hydra.sweep.dir at a
+folder of other runs listed them all as points; a dry run of 3 points with concurrent=2 said "3
+commands written" after printing 2; errors found at a run's start (a missing data path, a failed
+download, an empty class folder) left run dirs holding only .hydra/ and a log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.cli import assert_ok, error_lines, one_error_line, run_cli
+
+SAMPLE = ("data=sample", "trainer.verbose=0")
+
+
+def test_a_sweep_whose_every_point_is_bad_names_each_and_writes_nothing(tmp_path):
+    sweep = tmp_path / "new" / "sweep"
+    proc = run_cli("-m", "trainer.epochs=0,-1", *SAMPLE, f"hydra.sweep.dir={sweep}", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = error_lines(proc)
+    assert [line.split(" (")[0] for line in lines] == ["cifar_dist: error: point #0", "cifar_dist: error: point #1"]
+    assert "trainer.epochs=0 must be >= 1" in lines[0] and "trainer.epochs=-1 must be >= 1" in lines[1]
+    assert list(tmp_path.iterdir()) == []  # no sweep dir, not even its parent
+
+
+def test_launcher_concurrent_minus_one_is_refused_before_any_dir_is_made(tmp_path):
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4",
+        *SAMPLE,
+        "launcher=mpirun",
+        "launcher.concurrent=-1",
+        "launcher.dry_run=true",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        timeout=120,
+    )
+    lines = error_lines(proc)
+    assert proc.returncode == 2 and len(lines) == 2 and all("launcher.concurrent=-1" in line for line in lines)
+    assert "dry run:" not in proc.stdout and list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_dir_holding_other_runs_is_refused_untouched(tmp_path):
+    other = tmp_path / "runs" / "12-00-00"
+    (other / ".hydra").mkdir(parents=True)
+    (other / ".hydra" / "hydra.yaml").write_text("hydra:\n  job:\n    name: cifar_dist\n")
+    proc = run_cli("-m", "optimizer.lr=1e-4", *SAMPLE, f"hydra.sweep.dir={tmp_path / 'runs'}", timeout=120)
+    assert "is not the dir of a sweep (it holds 12-00-00, no multirun.yaml)" in one_error_line(proc)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["12-00-00"]
+
+
+@pytest.mark.horovod  # launcher.concurrent splits one mpirun into Horovod groups
+def test_a_concurrent_dry_run_counts_the_commands_it_printed(tmp_path):
+    proc = run_cli(
+        "-m",
+        "optimizer.lr=1e-4,2e-4,3e-4",
+        *SAMPLE,
+        "launcher=mpirun",
+        "launcher.np=1",
+        "launcher.concurrent=2",
+        "launcher.dry_run=true",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        timeout=180,
+    )
+    assert_ok(proc)
+    assert len([line for line in proc.stdout.splitlines() if line.startswith("mpirun ")]) == 2
+    assert "dry run: 2 commands for 3 points written, nothing started" in proc.stdout
+
+
+@pytest.fixture
+def empty_class_folder(tmp_path):
+    from helpers.cifar_fixtures import random_batches, write_png_tree
+
+    (train,), test = random_batches(n_train_batches=1, per_batch=10, n_test=10)
+    root = write_png_tree(tmp_path / "images", {"train": train, "test": test})
+    for image in (root / "train" / "cat").iterdir():
+        image.unlink()
+    return root
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        ("data=folder", "data.path=missing"),
+        ("data=cifar10", "data.cache_dir=cache", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"),
+        ("data=folder", "data.path=images"),
+    ],
+    ids=["missing data path", "failed download", "empty class folder"],
+)
+def test_an_error_found_at_the_start_leaves_no_run_dir(tmp_path, empty_class_folder, data):
+    proc = run_cli(*data, "trainer.verbose=0", "hydra.run.dir=outputs/run", cwd=tmp_path, timeout=180)
+    line = one_error_line(proc)
+    assert any(word in line for word in ("missing", "download", "holds no images")), line
+    assert not (tmp_path / "outputs").exists()

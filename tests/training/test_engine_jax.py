@@ -1,0 +1,388 @@
+"""engine=jax: Keras 3 models on JAX with Keras' own data parallelism, no Horovod: real processes, real JAX.
+
+The Keras 3 user model of tests/training/test_keras3.py (a registered custom layer, Dropout,
+BatchNormalization) trains on 2 mpirun processes that feed different data
+and ends with identical weights: one XLA program over the global batch per
+step, its variables one array for the job; the exact test equals scoring
+the saved model; evaluate (on the engine the run trained with) gives the
+test numbers training reported; a kill -9 resumes from the last complete
+epoch with the same batches (every process loads the checkpoint rank 0
+read); the same run is a 2-task job on the tests' real Slurm; and what does
+not apply to JAX is refused in one line before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import (
+    assert_ok,
+    cli_env,
+    one_error_line,
+    read_metrics,
+    run_as_two_task_slurm_job,
+    run_cli,
+    straight_and_killed_runs,
+)
+from helpers.fake_azureml.fixtures import aml_env, aml_overrides
+from helpers.keras3_project import MODEL
+
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.both_stacks,
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
+]
+
+KERAS2_MODEL = textwrap.dedent("""
+    import tensorflow as tf
+
+
+    def build(num_classes):
+        inputs = tf.keras.Input(shape=(32, 32, 3))
+        x = tf.keras.layers.Flatten()(inputs)
+        return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+RUN = (
+    "--config-dir",
+    "myconf",
+    "model=k3",
+    "engine=jax",
+    "data=sample",
+    "trainer.batch_size=64",
+    "trainer.plot=false",
+    "trainer.tensorboard=false",
+    "trainer.verbose=0",
+)
+TWO = ("launcher=mpirun", "launcher.np=2")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("jaxproject")
+    (folder / "mymodels3.py").write_text(MODEL)
+    (folder / "mymodels2.py").write_text(KERAS2_MODEL)
+    (folder / "myconf" / "model").mkdir(parents=True)
+    (folder / "myconf" / "model" / "k3.yaml").write_text("_target_: mymodels3.build\n")
+    (folder / "myconf" / "model" / "k2.yaml").write_text("_target_: mymodels2.build\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def two_process_run(project, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("jax-two") / "run"
+    proc = run_cli(
+        *RUN,
+        *TWO,
+        "trainer.epochs=2",
+        "trainer.epoch_policy=shard",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
+    return run_dir
+
+
+def test_two_processes_on_different_data_end_with_identical_weights(two_process_run):
+    m = read_metrics(two_process_run)
+    assert m["ranks"] == 2 and m["complete"]
+    assert m["run"]["engine"] == "jax" and "jax" in m["run"] and "horovod" not in m["run"]
+    assert m["run"]["keras"].startswith("3.")
+    # shard: each process feeds its own half of the images every epoch; only one program over the global
+    # batch (Keras' DataParallel) can make the two end alike.
+    assert m["run"]["steps_per_epoch"] == 4068 // 2 // 64
+    assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
+    assert sorted(p.name for p in (two_process_run / "checkpoints").iterdir()) == [
+        "checkpoint-001.keras",
+        "checkpoint-002.keras",
+    ]
+    # The exact test counts each image once, though every process scored all of them.
+    assert m["test"]["samples"] == 1017 and m["test"]["correct"] == round(m["test"]["accuracy"] * 1017)
+
+
+def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_process_run, project, tmp_path):
+    m = read_metrics(two_process_run)
+    scored = tmp_path / "eval"
+    proc = run_cli(
+        *RUN[:3],
+        "data=sample",
+        "trainer.verbose=0",
+        "task=evaluate",
+        f"evaluate.model={two_process_run}",
+        *TWO,
+        f"hydra.run.dir={scored}",
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
+    evaluation = json.loads((scored / "evaluation.json").read_text())
+    assert evaluation["model"].endswith("keras_cifar10_trained_model.keras") and evaluation["ranks"] == 2
+    assert evaluation["accuracy"] == pytest.approx(m["test"]["accuracy"], abs=1e-9)
+    assert evaluation["loss"] == pytest.approx(m["test"]["loss"], rel=1e-4)
+    assert "Horovod" not in (scored / "cifar_dist.log").read_text()
+
+
+@pytest.mark.timeout(900)
+def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(project, tmp_path):
+    common = (*RUN, *TWO, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
+    a, b = straight_and_killed_runs(*common, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras")
+    assert b["resumed_from_epoch"] in (1, 2) and b["complete"] and b["ranks_in_sync"]
+    # The same batches and dropout masks after the resume: every epoch's loss and the final weights.
+    assert [e["loss"] for e in b["epochs"]] == [e["loss"] for e in a["epochs"]]
+    assert b["rank_weight_digests"] == a["rank_weight_digests"]
+    assert b["test"] == a["test"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
+def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
+    run_dir = tmp_path / "run"
+    run_as_two_task_slurm_job(
+        slurm, *RUN, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+    )
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
+    assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
+
+
+def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tmp_path):
+    """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        *RUN,
+        "trainer.epochs=1",
+        *aml_overrides(fake_aml, run_dir, snapshot_cache),
+        env=aml_env(fake_aml),
+        cwd=project,
+        timeout=600,
+    )
+    assert_ok(proc)
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["run"]["engine"] == "jax" and "jax" in m["run"]
+    assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (("launcher=gloo", "launcher.np=2"), ["launcher=gloo", "engine=jax", "launcher=mpirun"]),
+        (("launcher=mpirun", "launcher.np=2", "launcher.concurrent=2"), ["launcher.concurrent=2", "engine=jax"]),
+        (("trainer.compression=fp16",), ["trainer.compression=fp16", "Horovod's", "trainer.compression=none"]),
+        (("engine.keras=2",), ["engine=jax trains Keras 3", "engine.keras=2", "engine=horovod"]),
+    ],
+)
+def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, tmp_path, overrides, words):
+    run_dir = tmp_path / "run"
+    proc = run_cli(*RUN, *overrides, f"hydra.run.dir={run_dir}", cwd=project, timeout=120)
+    line = one_error_line(proc)
+    for word in words:
+        assert word in line, line
+    assert not run_dir.exists()  # refused with the config: no run dir written
+
+
+def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(project, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        *RUN, "model=k2", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}", cwd=project, timeout=300
+    )
+    line = one_error_line(proc)
+    for word in ("model._target_=mymodels2.build", "Keras 2 (tf.keras)", "engine=jax", "import keras"):
+        assert word in line, line
+    assert "not-read" not in proc.stderr
+
+
+def test_the_peers_come_from_open_mpi_or_slurm_and_one_process_joins_no_one():
+    from cifar_dist.training.engines.world import local_processes_from_env, local_rank_from_env, processes_from_env
+
+    ompi = {
+        "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    }
+    srun = {
+        "SLURM_STEP_NODELIST": "n[1-2]",
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_JOB_ID": "7",
+    }
+    assert [f(ompi) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+    assert [f(srun) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+    # mpirun inside a Slurm allocation: Open MPI's world, as JAX itself detects it first.
+    assert processes_from_env({**srun, **ompi, "OMPI_COMM_WORLD_SIZE": "2"}) == 2
+    # An sbatch script's own environment (no step) and a plain shell: one process, nothing to join.
+    assert processes_from_env({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}) == 1
+    assert processes_from_env({}) == 1 and local_processes_from_env({}) == 1 and local_rank_from_env({}) == 0
+    # Open MPI 5 (Debian 13) no longer sets OMPI_MCA_orte_hnp_uri: the world is still Open MPI's.
+    ompi5 = {k: v for k, v in ompi.items() if k != "OMPI_MCA_orte_hnp_uri"}
+    assert [f(ompi5) for f in (processes_from_env, local_processes_from_env, local_rank_from_env)] == [4, 2, 1]
+
+
+def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path):
+    """JAX finds an Open MPI 4 or Slurm job itself; under Open MPI 5 it would need mpi4py, so launcher=mpirun
+    names the coordinator and each rank passes its place; without one, a rank of a user's own mpirun is told."""
+    from cifar_dist.training.engines.jax import JaxEngineError, peers_from_env
+
+    ompi5 = {
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "CIFAR_DIST_JAX_COORDINATOR": "h1:4242",
+    }
+    assert peers_from_env(ompi5) == {
+        "coordinator_address": "h1:4242",
+        "num_processes": 2,
+        "process_id": 1,
+        "local_device_ids": [1],
+    }
+    assert peers_from_env({**ompi5, "OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5000"}) == {}  # Open MPI 4
+    assert peers_from_env({"SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n1", "SLURM_NTASKS": "2"}) == {}
+    with pytest.raises(JaxEngineError, match="CIFAR_DIST_JAX_COORDINATOR=host:port"):
+        peers_from_env({k: v for k, v in ompi5.items() if k != "CIFAR_DIST_JAX_COORDINATOR"})
+    proc = run_cli(
+        "engine=jax", "launcher=mpirun", "launcher.np=2", "launcher.dry_run=true", f"hydra.run.dir={tmp_path}"
+    )
+    assert "-x CIFAR_DIST_JAX_COORDINATOR" in proc.stdout  # every rank gets it
+    # Where they meet: loopback on one machine; rank 0's host, by a name the other hosts can reach, on several.
+    from cifar_dist.launchers.mpirun import MpirunLauncher
+
+    def meeting_host(hosts):
+        return MpirunLauncher(np=2, hosts=hosts).jax_coordinator.rsplit(":", 1)[0]
+
+    assert meeting_host([]) == "127.0.0.1"
+    assert meeting_host(["nodea:1", "nodeb:1"]) == "nodea"
+    assert meeting_host(["localhost:1", "nodeb:1"]) == socket.gethostname()
+
+
+def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
+    code = (
+        "import os; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras\n"
+        "from cifar_dist.training.engines.jax import select_keras_backend\n"
+        "try:\n    select_keras_backend()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120)
+    assert_ok(proc)
+    line = proc.stdout.strip()
+    assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line
+
+
+TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "absl::InitializeLog")
+TINY_MODEL = textwrap.dedent("""
+    import keras
+
+
+    def build(num_classes):
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tmp_path):
+    """Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
+    "failed call to cuInit") on the console and in the rank logs, which the README says are hidden."""
+    (tmp_path / "tiny3.py").write_text(TINY_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "tiny3.yaml").write_text("_target_: tiny3.build\n")
+    env = cli_env()
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist must quiet TensorFlow itself
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=tiny3", *RUN[3:]),
+        "trainer.epochs=1",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
+    assert_ok(proc)
+    console = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
+    assert not [n for n in TF_NOISE if n in console], console[:3000]
+
+
+def test_the_readmes_jax_line_says_what_it_costs():
+    """Issue 37, item 9: the README's engine=jax line ran the 50-epoch default (about 2 hours under load), unsaid."""
+    from helpers.paths import REPO
+
+    (line,) = [
+        x for x in (REPO / "README.md").read_text("utf-8").splitlines() if "python -m cifar_dist engine=jax" in x
+    ]
+    assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line
+
+
+DYING_MODEL = textwrap.dedent("""
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    import keras
+
+
+    def _die_in_the_second_epoch(marker):
+        while not marker.is_file():
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)  # a peer's death, as a kill -9 or a lost node
+
+
+    def build(num_classes):
+        if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
+            marker = Path("run") / "checkpoints" / "checkpoint-001.keras"
+            threading.Thread(target=_die_in_the_second_epoch, args=(marker,), daemon=True).start()
+        inputs = keras.Input(shape=(32, 32, 3))
+        x = keras.layers.Flatten()(inputs)
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+""")
+
+
+def test_a_peers_failure_is_one_line_naming_it_and_anything_else_passes(monkeypatch):
+    """Issue 37, item 8: the error a JAX collective raises when a peer is gone, as one line; others unchanged."""
+    from cifar_dist.training.engines.jax import JaxEngine
+    from cifar_dist.training.engines.world import World
+    from cifar_dist.training.process.threads import plan_threads
+
+    engine = JaxEngine(World(0, 2, 0, 2, plan_threads(2, 0, 0), "", False))
+    gloo = ValueError(
+        "UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:538] Read error "
+        "[127.0.0.1]:1758: Connection reset by peer\n(24 more lines)"
+    )
+    line = str(engine.peer_failure(gloo))
+    assert line.startswith("process 0: another process of this 2-process JAX job stopped (UNKNOWN: Gloo AllGather")
+    assert "pair.cc" not in line and "\n" not in line and "more lines" not in line
+    assert engine.peer_failure(ValueError("shapes (3,) and (4,) not aligned")) is None
+    alone = JaxEngine(World(0, 1, 0, 1, plan_threads(1, 0, 0), "", False))
+    assert alone.peer_failure(gloo) is None  # one process has no peer: the error is its own
+
+
+@pytest.mark.timeout(600)
+def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path):
+    """Issue 37, item 8: rank 0 printed a 25-line ``Gloo ... failed`` traceback before the launcher's summary."""
+    (tmp_path / "dying3.py").write_text(DYING_MODEL)
+    (tmp_path / "myconf" / "model").mkdir(parents=True)
+    (tmp_path / "myconf" / "model" / "dying3.yaml").write_text("_target_: dying3.build\n")
+    proc = run_cli(
+        *("--config-dir", "myconf", "model=dying3", *RUN[3:]),
+        *TWO,
+        "trainer.epochs=3",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+        timeout=500,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out and "Error executing job" not in out, out[-4000:]
+    errors = [line for line in out.splitlines() if line.startswith("cifar_dist: error:")]
+    assert len(errors) == 1 and "process 0: another process of this 2-process JAX job stopped" in errors[0], out[-3000:]
+    assert "rank 1 on " in out and "killed by signal 9" in out, out[-3000:]  # the launcher names the dead one

@@ -1,0 +1,91 @@
+"""A run that names no engine, where Horovod is not installed (the current stack): real processes.
+
+On the current stack Horovod is absent; on the horovod stack these tests make
+it unimportable for the command they start (``without_horovod``: a
+``sitecustomize`` that marks the module missing, as an uninstalled one is).
+Either way: the default command trains in one process on TensorFlow alone,
+says which engine and why (log, ``.hydra/config.yaml``, ``metrics.json``) and
+a resume keeps that engine, even where Horovod is back; 2 mpirun processes
+train on JAX and stay in sync; ``engine=horovod`` and Keras 2 on several
+processes are refused in one line that says how to get Horovod, with no run
+dir left behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers.cli import assert_ok, cli_env, one_error_line, read_metrics, run_cli
+
+pytestmark = pytest.mark.both_stacks
+
+FAST = ("data=sample", "trainer.epochs=1", "trainer.plot=false", "trainer.verbose=0", "trainer.batch_size=64")
+
+
+@pytest.fixture(scope="module")
+def without_horovod(tmp_path_factory) -> dict:
+    """The environment of a command for which Horovod is not installed (a no-op where it is not)."""
+    site = tmp_path_factory.mktemp("no-horovod")
+    (site / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['horovod'] = None  # what importlib reads as 'not installed'\n"
+    )
+    env = cli_env()
+    env["PYTHONPATH"] = str(site) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def saved_engine(run_dir: Path) -> dict:
+    return yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["engine"]
+
+
+def test_the_default_command_trains_on_tensorflow_and_a_resume_keeps_it(without_horovod, tmp_path):
+    run_dir = tmp_path / "run"
+    assert_ok(run_cli(*FAST, f"hydra.run.dir={run_dir}", env=without_horovod))
+    metrics = read_metrics(run_dir)
+    assert metrics["run"]["engine"] == "tensorflow" and "horovod" not in metrics["run"]
+    assert "Horovod is not installed; one process" in metrics["run"]["engine_reason"]
+    assert saved_engine(run_dir)["name"] == "tensorflow" and saved_engine(run_dir)["keras"] == 2
+    assert "engine: tensorflow (engine=auto: Horovod is not installed" in (run_dir / "cifar_dist.log").read_text()
+    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()  # a Keras 2 model, as on Horovod
+    # One more epoch, in this environment as it is (Horovod back, on the horovod stack): the checkpoints' engine.
+    assert_ok(run_cli(*FAST, "trainer.epochs=2", f"hydra.run.dir={run_dir}"))
+    metrics = read_metrics(run_dir)
+    assert metrics["run"]["engine"] == "tensorflow" and metrics["resumed_from_epoch"] == 1
+    assert "checkpoints were trained on engine=tensorflow" in metrics["run"]["engine_reason"]
+    assert len(metrics["epochs"]) == 2
+
+
+def test_engine_horovod_is_refused_in_one_line_saying_how_to_get_it(without_horovod, tmp_path):
+    run_dir = tmp_path / "run"
+    line = one_error_line(run_cli(*FAST, "engine=horovod", f"hydra.run.dir={run_dir}", env=without_horovod))
+    assert "engine=horovod: Horovod is not installed" in line and "CIFAR_DIST_STACK=horovod" in line
+    assert not run_dir.exists()
+
+
+def test_keras_2_on_several_processes_is_refused_before_anything_is_written(without_horovod, tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = ("launcher=mpirun", "launcher.np=2", "engine.keras=2", f"hydra.run.dir={run_dir}")
+    line = one_error_line(run_cli(*FAST, *overrides, env=without_horovod))
+    assert "only Horovod trains" in line and "CIFAR_DIST_STACK=horovod" in line
+    assert not run_dir.exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
+def test_two_mpirun_processes_train_on_jax_in_sync(without_horovod, tmp_path):
+    run_dir = tmp_path / "run"
+    assert_ok(run_cli(*FAST, "launcher=mpirun", "launcher.np=2", f"hydra.run.dir={run_dir}", env=without_horovod))
+    metrics = read_metrics(run_dir)
+    assert metrics["run"]["engine"] == "jax" and metrics["ranks"] == 2
+    assert metrics["ranks_in_sync"] is True
+    assert "2 processes train on JAX" in metrics["run"]["engine_reason"]
+    assert saved_engine(run_dir) == {
+        "name": "jax",
+        "keras": 3,
+        "why": "engine=auto: Horovod is not installed; 2 processes train on JAX (Keras 3)",
+    }
+    assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
