@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from helpers.cli import assert_ok, cli_env, one_error_line, read_metrics, run_cli
+from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 
 pytestmark = pytest.mark.both_stacks
 
@@ -89,3 +90,17 @@ def test_two_mpirun_processes_train_on_jax_in_sync(without_horovod, tmp_path):
         "why": "engine=auto: Horovod is not installed; 2 processes train on JAX (Keras 3)",
     }
     assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
+
+
+def test_an_azure_ml_job_names_horovod_because_its_launcher_builds_the_jobs_environment(
+    without_horovod, fake_aml, snapshot_cache, tmp_path
+):
+    """Azure ML's job runs in the image its launcher builds, with Horovod, whatever this machine has."""
+    run_dir = tmp_path / "run"
+    env = aml_env(fake_aml)
+    env["PYTHONPATH"] = without_horovod["PYTHONPATH"]
+    overrides = aml_overrides(fake_aml, run_dir, snapshot_cache, **{"launcher.dry_run": "true"})
+    assert_ok(run_cli(*overrides, env=env, cwd=tmp_path, timeout=60))
+    engine = saved_engine(run_dir)
+    assert engine["name"] == "horovod"
+    assert engine["why"] == "engine=auto: the launcher builds the job's environment, with Horovod"

@@ -62,10 +62,11 @@ def horovod_installed() -> bool:
     return importlib.util.find_spec("horovod") is not None
 
 
-def choose(processes: int, horovod_available: bool, keras: Optional[int] = None) -> tuple:
-    """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3)."""
-    if horovod_available:
-        return HOROVOD.name, "engine=auto: Horovod is installed"
+def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None) -> tuple:
+    """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3);
+    ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not."""
+    if horovod_where:
+        return HOROVOD.name, f"engine=auto: {horovod_where}"
     if processes == 1:
         return TENSORFLOW.name, "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
     if keras == 2:
@@ -82,7 +83,7 @@ def runnable_engine(name: str) -> str:
     process, ``tensorflow`` (the same model, the same scores: there is nothing to average)."""
     processes = processes_from_env()
     if name == AUTO:
-        return choose(processes, horovod_installed())[0]
+        return choose(processes, horovod_reason(False))[0]
     facts = engine_facts(name)
     if facts is not None and facts.needs_horovod and processes == 1 and not horovod_installed():
         return TENSORFLOW.name
@@ -98,16 +99,24 @@ def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
     return name if name in ENGINE_SCHEMAS and name != AUTO else None
 
 
+def horovod_reason(launcher_builds_environment: bool) -> Optional[str]:
+    """Why the job will have Horovod (its launcher builds the job's environment with it, as Azure ML's and
+    Batch AI's do, or it is installed here), or None."""
+    if launcher_builds_environment:
+        return "the launcher builds the job's environment, with Horovod"
+    return "Horovod is installed" if horovod_installed() else None
+
+
 def _launcher_facts(cfg: DictConfig) -> tuple:
-    """(processes, whether Horovod can run the job) for the configured launcher (the one validation built); a
+    """(processes, why the job has Horovod or None) for the configured launcher (the one validation built); a
     rank reads its environment."""
     if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
-        return processes_from_env(), horovod_installed()
+        return processes_from_env(), horovod_reason(False)
     try:
         launcher = configured_launcher(cfg)
     except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when it is validated
-        return processes_from_env(), horovod_installed()
-    return launcher.processes(), launcher.builds_own_environment or horovod_installed()
+        return processes_from_env(), horovod_reason(False)
+    return launcher.processes(), horovod_reason(launcher.builds_own_environment)
 
 
 def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[str]:
