@@ -24,7 +24,7 @@ from cifar_dist.common.keras_flavor import KERAS2, KERAS3, keras_argument, keras
 from cifar_dist.models.keras_checks import build_failure, check_model
 
 if TYPE_CHECKING:
-    from cifar_dist.training.trainer import Run
+    from cifar_dist.training.run import Run
 
 log = logging.getLogger(__name__)
 

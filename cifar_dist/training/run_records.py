@@ -28,7 +28,7 @@ from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_
 from cifar_dist.training.recipe import hooks as recipe
 
 if TYPE_CHECKING:
-    from cifar_dist.training.trainer import Run
+    from cifar_dist.training.run import Run
 
 log = logging.getLogger(__name__)
 

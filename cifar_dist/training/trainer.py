@@ -11,7 +11,8 @@ marks its Horovod lines.
 
 The steps' parts live beside it: the model's build, checks and compile in
 ``model_setup.py``, what the run records about itself (metrics.json) in
-``run_records.py``, the final test's exact scores in ``exact_test.py``; what
+``run_records.py``, the final test's exact scores in ``exact_test.py``, the
+run's state in ``run.py``; what
 differs by engine is the engine's, and this module imports neither Horovod
 nor JAX.
 
@@ -35,7 +36,6 @@ import logging
 import math
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
@@ -43,8 +43,6 @@ from omegaconf import DictConfig
 
 from cifar_dist.common.atomic_files import remove_partials
 from cifar_dist.common.errors import CifarDistError, ConfigError
-from cifar_dist.common.keras_flavor import keras_module
-from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.config.schema import typed
 from cifar_dist.config.validation import validate
 from cifar_dist.data import load_dataset
@@ -59,6 +57,7 @@ from cifar_dist.training.engines import start_engine
 from cifar_dist.training.exact_test import evaluate_exact
 from cifar_dist.training.process.keras_setup import prepare_keras
 from cifar_dist.training.recipe import hooks as recipe
+from cifar_dist.training.run import Run
 
 log = logging.getLogger(__name__)
 
@@ -129,39 +128,6 @@ def _decide_resume(world, engine, checkpoint_dir: Path, mode: str, model) -> int
     if error:
         raise ResumeError(error)
     return epoch
-
-
-@dataclass
-class Run:
-    """What every step of ``train`` needs: the config, this rank's world, where to write."""
-
-    cfg: Any  # the typed, validated config
-    engine: Any  # training/engines: what makes the ranks one job
-    output_dir: Path
-    epochs: int  # planned for this world size
-    lr: float  # scaled for this world size
-    flavor: int  # the Keras the model is built with: 2 (tf.keras) or 3 (keras)
-    wall_start: float = field(default_factory=time.time)
-
-    @property
-    def world(self):
-        return self.engine.world
-
-    @property
-    def keras(self):
-        return keras_module(self.flavor)
-
-    @property
-    def trainer(self):
-        return self.cfg.trainer
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return self.output_dir / "checkpoints"
-
-    @property
-    def metrics_path(self) -> Path:
-        return self.output_dir / METRICS_FILE
 
 
 def train(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
