@@ -11,12 +11,11 @@ one. The core builds it by its ``_target_``, never importing a launcher.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+from functools import cache
+from typing import Any
 
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
-
-_built: Dict[str, Any] = {}
 
 
 def launcher_key(launcher: DictConfig) -> str:
@@ -27,7 +26,11 @@ def launcher_key(launcher: DictConfig) -> str:
 def configured_launcher(cfg: DictConfig) -> Any:
     """The launcher ``cfg.launcher`` configures, built on the first call for these settings and the same object
     after; raises what Hydra's ``instantiate`` raises (then nothing is kept, and the next call tries again)."""
-    key = launcher_key(cfg.launcher)
-    if key not in _built:
-        _built[key] = hydra.utils.instantiate(cfg.launcher, _convert_="all")
-    return _built[key]
+    return _launcher_for(launcher_key(cfg.launcher))
+
+
+@cache
+def _launcher_for(key: str) -> Any:
+    """One launcher per distinct settings (``launcher_key``), built from them: functools keeps it, not a dict of
+    this module's; a call that raises keeps nothing."""
+    return hydra.utils.instantiate(OmegaConf.create(json.loads(key)), _convert_="all")
