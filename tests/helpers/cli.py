@@ -128,11 +128,18 @@ def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
-def straight_and_killed_runs(*overrides: str, cwd: Path, tmp_path: Path, first_checkpoint: str):
+def straight_and_killed_runs(
+    *overrides: str, cwd: Path, tmp_path: Path, first_checkpoint: str, straight: Path | None = None
+):
     """The same run twice: straight through, and killed (kill -9 of the whole command: launcher, runner, ranks) once
-    ``checkpoints/<first_checkpoint>`` is written, then re-run in its run dir to resume. Both runs' metrics.json."""
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
+    ``checkpoints/<first_checkpoint>`` is written, then re-run in its run dir to resume. Both runs' metrics.json.
+
+    ``straight``: the run dir of a finished run of the same ``overrides`` (a shared fixture's), read instead of
+    starting the straight run here."""
+    killed = tmp_path / "killed"
+    if straight is None:
+        straight = tmp_path / "straight"
+        assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
     run = subprocess.Popen(
         [sys.executable, "-m", "cifar_dist", *overrides, f"hydra.run.dir={killed}"],
         cwd=cwd,

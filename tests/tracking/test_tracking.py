@@ -295,11 +295,13 @@ def test_a_sqlite_store_that_cannot_be_opened_costs_seconds_and_one_warning(tmp_
 
 
 FIRST_OPEN = """
-import sys, time
+import os, sys, time
 from cifar_dist.tracking.client import client_for
 from cifar_dist.tracking.store import ensure_experiment
-uri, start = sys.argv[1], float(sys.argv[2])
-time.sleep(max(0.0, start - time.time()))
+uri, barrier = sys.argv[1], sys.argv[2]
+open(os.path.join(barrier, "ready-%d" % os.getpid()), "w").close()  # MLflow imported
+while not os.path.exists(os.path.join(barrier, "go")):
+    time.sleep(0.005)
 client = client_for(uri)
 print(ensure_experiment(client, "cifar_dist", uri))
 """
@@ -315,10 +317,11 @@ def test_first_runs_into_a_new_sqlite_file_create_its_tables_once(tmp_path):
     from helpers.paths import REPO
 
     uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
-    start = time.time() + 12  # after every interpreter has imported MLflow
+    barrier = tmp_path / "barrier"  # each process waits there, MLflow imported, for the one "go"
+    barrier.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", FIRST_OPEN, uri, str(start)],
+            [sys.executable, "-c", FIRST_OPEN, uri, str(barrier)],
             cwd=REPO,
             env=cli_env(),
             stdout=subprocess.PIPE,
@@ -327,6 +330,10 @@ def test_first_runs_into_a_new_sqlite_file_create_its_tables_once(tmp_path):
         )
         for _ in range(4)
     ]
+    deadline = time.time() + 240
+    while len(list(barrier.glob("ready-*"))) < 4 and time.time() < deadline and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    (barrier / "go").touch()  # all four at the same instant, as soon as the last has imported MLflow
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
     assert len({out.strip() for out, _ in outputs}) == 1  # one experiment

@@ -64,6 +64,9 @@ RUN = (
     "trainer.verbose=0",
 )
 TWO = ("launcher=mpirun", "launcher.np=2")
+# The module's one straight 2-process run: deterministic, so that the kill -9 test's killed and resumed run of
+# these same overrides can be compared with it batch for batch instead of starting a straight run of its own.
+TWO_EPOCHS = (*RUN, *TWO, "trainer.epochs=2", "trainer.epoch_policy=shard", "trainer.deterministic=true")
 
 
 @pytest.fixture(scope="module")
@@ -80,16 +83,7 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def two_process_run(project, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("jax-two") / "run"
-    proc = run_cli(
-        *RUN,
-        *TWO,
-        "trainer.epochs=2",
-        "trainer.epoch_policy=shard",
-        f"hydra.run.dir={run_dir}",
-        cwd=project,
-        timeout=600,
-    )
-    assert_ok(proc)
+    assert_ok(run_cli(*TWO_EPOCHS, f"hydra.run.dir={run_dir}", cwd=project, timeout=600))
     return run_dir
 
 
@@ -133,9 +127,11 @@ def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_pr
 
 
 @pytest.mark.timeout(900)
-def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(project, tmp_path):
-    common = (*RUN, *TWO, "trainer.epochs=3", "trainer.deterministic=true", "trainer.save_model=false")
-    a, b = straight_and_killed_runs(*common, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras")
+def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_process_run, project, tmp_path):
+    # Killed in epoch 2 once checkpoint-001 is written, resumed; the straight run is the module's two_process_run.
+    a, b = straight_and_killed_runs(
+        *TWO_EPOCHS, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras", straight=two_process_run
+    )
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"] and b["ranks_in_sync"]
     # The same batches and dropout masks after the resume: every epoch's loss and the final weights.
     assert [e["loss"] for e in b["epochs"]] == [e["loss"] for e in a["epochs"]]
