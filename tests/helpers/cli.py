@@ -53,20 +53,29 @@ def run_cli(
     )
 
 
-def start_cli(*overrides: str, cwd: Path | None = None, env: dict | None = None, stderr=subprocess.STDOUT):
+def start_cli(
+    *overrides: str,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    new_session: bool = False,
+):
     """``python -m cifar_dist <overrides>`` started in the background, with the SIGINT a terminal gives it.
 
-    stdout is a text pipe; stderr goes into it unless ``stderr=subprocess.PIPE``.
+    stdout is a text pipe (``stdout=subprocess.DEVNULL`` for a run nobody reads while it runs); stderr goes into
+    it unless ``stderr=subprocess.PIPE``; ``new_session``: its own process group, for ``os.killpg``.
     """
     return subprocess.Popen(
         [sys.executable, "-m", "cifar_dist", *overrides],
         cwd=cwd or REPO,
         env=env or cli_env(),
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=stderr,
         text=True,
         preexec_fn=sigint_as_in_a_terminal,
+        start_new_session=new_session,
     )
 
 
@@ -140,14 +149,13 @@ def straight_and_killed_runs(
     if straight is None:
         straight = tmp_path / "straight"
         assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *overrides, f"hydra.run.dir={killed}"],
+    run = start_cli(
+        *overrides,
+        f"hydra.run.dir={killed}",
         cwd=cwd,
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        new_session=True,
     )
     try:
         wait_for(lambda: (killed / "checkpoints" / first_checkpoint).is_file(), 400, what=f"{first_checkpoint}")

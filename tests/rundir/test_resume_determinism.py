@@ -7,12 +7,10 @@ process only. ReseedEachEpoch restarts it from (seed, epoch) at every epoch.
 """
 
 import subprocess
-import sys
 
 import pytest
 
-from helpers.cli import assert_ok, cli_env, read_metrics, run_cli
-from helpers.paths import REPO
+from helpers.cli import assert_ok, read_metrics, run_cli, start_cli
 
 COMMON = (
     "data=sample",
@@ -31,15 +29,7 @@ COMMON = (
 def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     # The uninterrupted run and the first (stopped) half side by side, then the resume.
-    background = subprocess.Popen(
-        [sys.executable, "-m", "cifar_dist", *COMMON, f"hydra.run.dir={straight}"],
-        cwd=REPO,
-        env=cli_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    background = start_cli(*COMMON, f"hydra.run.dir={straight}", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for overrides in ((f"hydra.run.dir={resumed}", "trainer.max_epochs_per_run=1"), (f"hydra.run.dir={resumed}",)):
             proc = run_cli(*COMMON, *overrides, timeout=500)
