@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -363,6 +364,13 @@ def test_a_peers_failure_is_one_line_naming_it_and_anything_else_passes(monkeypa
     assert alone.peer_failure(gloo) is None  # one process has no peer: the error is its own
 
 
+def open_mpi_major() -> int:
+    """The major version of the Open MPI whose mpirun is on PATH (0 when it does not say)."""
+    version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"\(Open MPI\) (\d+)\.", version)
+    return int(found.group(1)) if found else 0
+
+
 @pytest.mark.timeout(600)
 def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path):
     """Issue 37, item 8: rank 0 printed a 25-line ``Gloo ... failed`` traceback before the launcher's summary."""
@@ -372,7 +380,9 @@ def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path)
     proc = run_cli(
         *("--config-dir", "myconf", "model=dying3", *RUN[3:]),
         *TWO,
-        "trainer.epochs=3",
+        # Rank 1 dies 1 s into epoch 2; an epoch of this model takes about a second, so 3 epochs could end
+        # before it (seen in the Debian 13 root, 1 run in 3): 30 leave no race, and the death ends the run.
+        "trainer.epochs=30",
         "hydra.run.dir=run",
         cwd=tmp_path,
         timeout=500,
@@ -380,5 +390,9 @@ def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out and "Error executing job" not in out, out[-4000:]
     errors = [line for line in out.splitlines() if line.startswith("cifar_dist: error:")]
-    assert len(errors) == 1 and "process 0: another process of this 2-process JAX job stopped" in errors[0], out[-3000:]
+    # Open MPI 5's runner ends the whole job the moment a rank exits non-zero, and often stops the survivor
+    # before it notices its peer is gone (seen in the Debian 13 root, 2 runs in 5): then the launcher's line
+    # below is all there is. Open MPI 4 (Debian 12) leaves the survivor its one line.
+    said = ["process 0: another process of this 2-process JAX job stopped" in line for line in errors]
+    assert said == [True] or (said == [] and open_mpi_major() >= 5), out[-3000:]
     assert "rank 1 on " in out and "killed by signal 9" in out, out[-3000:]  # the launcher names the dead one
