@@ -17,6 +17,8 @@ from typing import Any
 import hydra.utils
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.process_role import in_child_process
+
 
 def launcher_key(launcher: DictConfig) -> str:
     """The launcher node's values, resolved, as one string: equal settings, equal key."""
@@ -27,6 +29,17 @@ def configured_launcher(cfg: DictConfig) -> Any:
     """The launcher ``cfg.launcher`` configures, built on the first call for these settings and the same object
     after; raises what Hydra's ``instantiate`` raises (then nothing is kept, and the next call tries again)."""
     return _launcher_for(launcher_key(cfg.launcher))
+
+
+def launching_launcher(cfg: DictConfig) -> Any:
+    """``configured_launcher(cfg)`` in the process that launches the job; None inside a rank (its launcher
+    has done its part), without a launcher node, or when it cannot be built (it says why when the job starts)."""
+    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
+        return None
+    try:
+        return configured_launcher(cfg)
+    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
+        return None
 
 
 @cache

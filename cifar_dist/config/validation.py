@@ -25,8 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, engine_facts
 from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
-from cifar_dist.common.process_role import in_child_process
-from cifar_dist.config.launcher_object import configured_launcher
+from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.data import num_classes_of
 from cifar_dist.models.builder import model_node_problem
 from cifar_dist.tracking.settings import handed_on_uri_problems
@@ -213,24 +212,13 @@ def _data_problems(data: DictConfig) -> List[str]:
     return found
 
 
-def _launcher(cfg: DictConfig) -> Any:
-    """The configured launcher (built once: ``launcher_object.py``); None inside a rank, or when it cannot be
-    built (it says why when the job starts)."""
-    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
-        return None
-    try:
-        return configured_launcher(cfg)
-    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when the job starts
-        return None
-
-
 def _engine_name(cfg: DictConfig) -> str:
     return str((cfg.get("engine") or {}).get("name", HOROVOD.name))
 
 
 def launcher_problems(cfg: DictConfig) -> List[str]:
     """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
-    launcher = _launcher(cfg)
+    launcher = launching_launcher(cfg)
     if launcher is None:
         return []
     found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg))
@@ -259,7 +247,7 @@ def check_chosen_engine(cfg: DictConfig) -> None:
     """After ``engine=auto`` became an engine in a validated config: the checks that depend on the engine (its
     own, the launcher's ``engine_problems``), in the line ``validate`` would have given."""
     found = _engine_problems(cfg)
-    launcher = _launcher(cfg)
+    launcher = launching_launcher(cfg)
     if launcher is not None:
         found += launcher.engine_problems(_engine_name(cfg))
     if found:

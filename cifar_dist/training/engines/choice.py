@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, JAX, TENSORFLOW, engine_facts
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import in_child_process
-from cifar_dist.config.launcher_object import configured_launcher
+from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
 from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
@@ -110,11 +110,8 @@ def horovod_reason(launcher_builds_environment: bool) -> Optional[str]:
 def _launcher_facts(cfg: DictConfig) -> tuple:
     """(processes, why the job has Horovod or None) for the configured launcher (the one validation built); a
     rank reads its environment."""
-    if in_child_process() or not isinstance(cfg.get("launcher"), DictConfig):
-        return processes_from_env(), horovod_reason(False)
-    try:
-        launcher = configured_launcher(cfg)
-    except Exception:  # noqa: BLE001 - a launcher that cannot be built says why when it is validated
+    launcher = launching_launcher(cfg)
+    if launcher is None:
         return processes_from_env(), horovod_reason(False)
     return launcher.processes(), horovod_reason(launcher.builds_own_environment)
 
