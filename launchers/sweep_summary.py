@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from cifar_dist.common.atomic_files import atomic_path, save_figure
 from cifar_dist.common.results import Point, read_point
+from cifar_dist.config.launcher_object import launcher_class
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
 from cifar_dist.tracking.sweep_parent import close_sweep
 
@@ -44,10 +44,7 @@ def _saved_launcher(job_dir: Path) -> Dict[str, Any]:
 def dry_run_writes(launcher: Dict[str, Any]) -> str:
     """What a dry run of this launcher node wrote: its class's ``dry_run_writes`` (``launchers/base.py``: "job"
     for a cluster's, "command" for the others), the class its ``_target_`` names; "command" when none can be found."""
-    try:
-        cls = get_class(str(launcher["_target_"]))
-    except Exception:  # noqa: BLE001 - a point without a launcher node, or one whose class is gone
-        return "command"
+    cls = launcher_class(launcher.get("_target_"))  # None: a point without a launcher node, or its class gone
     return str(getattr(cls, "dry_run_writes", "command"))
 
 

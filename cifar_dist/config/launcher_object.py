@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any
+from typing import Any, Optional
 
 import hydra.utils
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.common.process_role import in_child_process
@@ -29,6 +30,18 @@ def configured_launcher(cfg: DictConfig) -> Any:
     """The launcher ``cfg.launcher`` configures, built on the first call for these settings and the same object
     after; raises what Hydra's ``instantiate`` raises (then nothing is kept, and the next call tries again)."""
     return _launcher_for(launcher_key(cfg.launcher))
+
+
+def launcher_class(target: Any) -> Optional[type]:
+    """The class a launcher node's ``_target_`` names, to ask what that launcher is (``Launcher.dry_run_writes``,
+    ``run_dir_folders``, ``follows_job_in``) without building it; None without a target or when it cannot be
+    imported (a bad ``_target_`` is reported where the launcher is built)."""
+    if not target:
+        return None
+    try:
+        return get_class(str(target))
+    except Exception:  # noqa: BLE001 - see above
+        return None
 
 
 def launching_launcher(cfg: DictConfig) -> Any:

@@ -40,11 +40,11 @@ from typing import Any, Dict, Optional
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import in_child_process
+from cifar_dist.config.launcher_object import launcher_class
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.rundir.lock import RunDirInUse, RunDirLock
 from cifar_dist.rundir.owner import claim, existing_ancestor, owner, refuse_foreign
@@ -64,11 +64,7 @@ def _notice(text: str) -> None:
 def _launcher_follows_job(config: Any, run_dir: Path, holder: Optional[str]) -> bool:
     """Whether the configured launcher (``launcher._target_``) follows the job holding ``run_dir``:
     its class's ``follows_job_in`` (Slurm's); a launcher without one, or a bad target, never follows."""
-    target = OmegaConf.select(config, "launcher._target_", default=None)
-    try:
-        cls = get_class(str(target)) if target else None
-    except Exception:  # noqa: BLE001 - a bad _target_ is reported where the launcher is made
-        return False
+    cls = launcher_class(OmegaConf.select(config, "launcher._target_", default=None))
     follows = getattr(cls, "follows_job_in", None)
     return bool(follows(run_dir, config, holder)) if callable(follows) else False
 

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import List, Set
 
 from hydra.core.config_store import ConfigStore
-from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from cifar_dist.common.atomic_files import is_temp_name
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.results import EVALUATION_FILE, METRICS_FILE
+from cifar_dist.config.launcher_object import launcher_class
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.fingerprint import FINGERPRINT
@@ -146,12 +146,8 @@ def launcher_folders() -> Set[str]:
     found: Set[str] = set()
     for entry in ConfigStore.instance().repo.get("launcher", {}).values():
         node = getattr(entry, "node", None)  # (a nested group would be a dict: no launcher option)
-        target = node.get("_target_") if isinstance(node, DictConfig) else None
-        try:
-            cls = get_class(str(target))
-        except Exception:  # noqa: BLE001 - an option without a class to ask (or one that cannot be imported)
-            continue
-        found.update(getattr(cls, "run_dir_folders", ()))
+        cls = launcher_class(node.get("_target_") if isinstance(node, DictConfig) else None)
+        found.update(getattr(cls, "run_dir_folders", ()))  # (None: an option without a class to ask)
     return found
 
 
