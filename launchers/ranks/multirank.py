@@ -197,10 +197,16 @@ class MultiRankLauncher(Launcher):
     @property
     def hosts(self) -> List[Host]:
         if self._hosts is None:
-            if self.conf.bind_to not in BIND_TO:
-                raise LaunchError(f"launcher.bind_to={self.conf.bind_to!r} must be auto, core or none")
+            bad = self._bind_to_problems()
+            if bad:
+                raise LaunchError(bad[0])
             self._hosts = resolve_hosts(self.conf.hosts, self.conf.hostfile)
         return self._hosts
+
+    def _bind_to_problems(self) -> List[str]:
+        if self.conf.bind_to in BIND_TO:
+            return []
+        return [f"launcher.bind_to={self.conf.bind_to!r} must be {', '.join(BIND_TO[:-1])} or {BIND_TO[-1]}"]
 
     # ---- what subclasses provide -------------------------------------------------
     def runner_command(self, rank_command: List[str], forwarded: List[str]) -> List[str]:
@@ -310,8 +316,7 @@ class MultiRankLauncher(Launcher):
         found = stall_timeout_problems(self.conf.stall_shutdown_s)
         if self.conf.np < 1:
             found.append(f"launcher.np={self.conf.np} must be >= 1")
-        if self.conf.bind_to not in BIND_TO:
-            found.append(f"launcher.bind_to={self.conf.bind_to!r} must be auto, core or none")
+        found += self._bind_to_problems()
         try:
             hosts = resolve_hosts(self.conf.hosts, self.conf.hostfile)
             if self.conf.np >= 1:
