@@ -111,6 +111,10 @@ class ClusterLauncher(Launcher):
     def prepare(self, job: JobSpec) -> Any:
         """Build the service's job for ``job`` as data and write it into the run dir."""
 
+    def already_finished(self, prepared: Any) -> Optional[LaunchResult]:
+        """The result of a job that needs no submission (``prepare`` found its run dir finished), else None."""
+        return None
+
     @abc.abstractmethod
     def report_dry_run(self, prepared: Any) -> LaunchResult:
         """Print what a real launch would send (the files ``prepare`` wrote, equivalent CLI)."""
@@ -129,6 +133,9 @@ class ClusterLauncher(Launcher):
             for i, job in enumerate(jobs):
                 try:
                     prepared = self.prepare(job)
+                    results[i] = self.already_finished(prepared)
+                    if results[i] is not None:
+                        continue
                     if self.conf.dry_run:
                         results[i] = self.report_dry_run(prepared)
                     else:

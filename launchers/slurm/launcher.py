@@ -2,7 +2,8 @@
 
 prepare: check the settings, write ``<run dir>/slurm/job.sbatch`` (script.py),
 unless Slurm still has the job this run dir submitted queued or running: that
-one is followed and its script left as it is (follow.py). A dry run prints
+one is followed and its script left as it is (follow.py); or, with no such job,
+the run dir's records say it finished: nothing is submitted. A dry run prints
 the scripts and stops. submit: ``sbatch`` one run's script, or for a sweep
 one array script whose task i runs point i's script
 (``sbatch --array=0-(N-1)%k`` with ``launcher.concurrent=k``, as submitit
@@ -46,6 +47,7 @@ class PreparedJob:
     script: Path
     task: str  # train or evaluate: what the job's result file is
     running: Optional[JobInfo] = None  # the job this run dir already has queued or running: followed
+    finished: Optional[LaunchResult] = None  # no job runs there and the run dir finished: nothing to submit
 
 
 class SlurmLauncher(ClusterLauncher):
@@ -82,11 +84,18 @@ class SlurmLauncher(ClusterLauncher):
         script = job.output_dir / SLURM_DIR / SCRIPT_NAME
         previous = recorded_job_id(job.output_dir)
         running = live_job(self.client, previous) if previous else None
+        # judged after asking Slurm, not before: a job that ends in between is then seen finished, not submitted again
+        finished = self.finished(job) if running is None else None
+        if finished is not None:
+            return PreparedJob(job=job, script=script, task=task, finished=finished)
         if running is None:
             _warn_if_requeue_cannot_resume(job, task)
             text = batch_script(self.conf, job)  # refuses a run dir Slurm cannot take before writing anything
             atomic_write_text(script, text)
         return PreparedJob(job=job, script=script, task=task, running=running)
+
+    def already_finished(self, prepared: PreparedJob) -> Optional[LaunchResult]:
+        return prepared.finished
 
     def report_dry_run(self, prepared: PreparedJob) -> LaunchResult:
         if prepared.running is not None:
@@ -163,24 +172,22 @@ class SlurmLauncher(ClusterLauncher):
     # --- a sweep: one job array ---------------------------------------------------------
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
-        """Every job not already finished (``finished``): one job, or a job array of them."""
-        done = {i: result for i, result in ((i, self.finished(job)) for i, job in enumerate(jobs)) if result}
-        rest = iter(self._launch_unfinished([job for i, job in enumerate(jobs) if i not in done]))
-        return [done[i] if i in done else next(rest) for i in range(len(jobs))]
-
-    def _launch_unfinished(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
-        if not jobs:
-            return []
+        """One job, or a job array of every point that is neither followed nor finished (``prepare``)."""
         if len(jobs) < 2:
             return super().launch_all(jobs)
         results: Dict[int, LaunchResult] = {}
         prepared: Dict[int, PreparedJob] = {}
         for i, job in enumerate(jobs):
             try:
-                prepared[i] = self.prepare(job)
+                p = self.prepare(job)
             except CifarDistError as exc:
                 log.error("point #%d was not submitted: %s", job.job_num, exc)
                 results[i] = LaunchResult(exit_code=2, message=str(exc))
+                continue
+            if p.finished is not None:
+                results[i] = p.finished
+            else:
+                prepared[i] = p
         if self.conf.dry_run:
             results.update(self._dry_run_array(prepared))
         else:

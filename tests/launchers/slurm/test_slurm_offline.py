@@ -323,3 +323,41 @@ def test_the_batch_scripts_lock_helper_refuses_a_foreign_holder_and_waits_for_it
     record = (tmp_path / LOCK_NAME).read_text()
     assert holder_job(record) == "Slurm job 7_1" and f"pid {os.getppid()} on host " in record  # its batch script
     os.close(fd)
+
+
+class EndsWhenAsked:
+    """Jobs that finish the moment their state is asked: from then on their run dirs' records say complete and
+    squeue no longer lists them; sbatch must not be called."""
+
+    def __init__(self, run_dirs):
+        self.run_dirs = run_dirs  # job id -> run dir
+
+    def states(self, job_ids):
+        for job_id in job_ids:
+            (self.run_dirs[job_id] / "metrics.json").write_text('{"complete": true, "ranks": 1, "run": {"epochs": 3}}')
+        return {}
+
+    def show(self, job_id):
+        return job_info(parse_show_job(f"JobId={job_id} JobState=COMPLETED ExitCode=0:0 Restarts=0"))
+
+    def submit(self, script, after=()):
+        raise AssertionError(f"{script} submitted although its job had just finished the run")
+
+
+@pytest.mark.parametrize("points", [1, 2])
+def test_a_job_that_ends_as_its_rerun_looks_is_neither_submitted_again_nor_missed(tmp_path, points):
+    # A killed sweep re-run while a point's job finishes: its run dir is judged finished after Slurm said the job
+    # is gone, not before (judged before, a job ending in between was submitted again).
+    from cifar_dist.config.schema import EpochPolicy
+    from cifar_dist.launchers.slurm.launcher import SlurmLauncher
+    from cifar_dist.launchers.slurm.monitor import record_job_id
+
+    cfg = OmegaConf.create({"task": {"name": "train"}, "trainer": {"epochs": 3, "epoch_policy": EpochPolicy.shard}})
+    specs = [JobSpec(cfg=cfg, output_dir=tmp_path / str(i), task_overrides=[], job_num=i) for i in range(points)]
+    for spec in specs:
+        spec.output_dir.mkdir()
+        record_job_id(spec.output_dir, f"12_{spec.job_num}")
+    launcher = SlurmLauncher(stream_output=False)
+    launcher.client = EndsWhenAsked({f"12_{spec.job_num}": spec.output_dir for spec in specs})
+    results = launcher.launch_all(specs)
+    assert [(r.exit_code, r.metrics["complete"]) for r in results] == [(0, True)] * points
