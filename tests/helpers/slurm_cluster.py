@@ -5,7 +5,10 @@ without systemd in a temporary directory with free ports, the settings that
 let it run unprivileged of cgroups (``proctrack/linuxproc``, ``task/none``),
 without accounting (finished jobs are seen through ``scontrol``/``squeue``
 while MinJobAge keeps them), and with fast scheduling so that a requeued job
-comes back in seconds. Clients find it through ``SLURM_CONF``.
+comes back in seconds. Clients find it through ``SLURM_CONF``. Its TmpFS (where
+PMIx makes each step's ``spmix_appdir_<uid>_<job>.<step>``) is its own too: job
+ids start at 1 in every cluster, and two clusters sharing /tmp (two pytest
+sessions) refused each other's steps ("File exists").
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ CredType=cred/munge
 AuthInfo=socket={root}/munge/munge.socket,cred_expire=5
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
+TmpFS={root}/tmp
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd.pid
 SlurmctldLogFile={root}/slurmctld.log
@@ -176,7 +180,7 @@ def _read_pid(path: Path, timeout: float = 15) -> int:
 def start_cluster(root: Path, cpus: Optional[int] = None) -> SlurmCluster:
     """Start munged, slurmctld and slurmd under ``root``; return once the node is idle."""
     root = Path(root)
-    for sub in ("munge", "state", "spool"):
+    for sub in ("munge", "state", "spool", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "munge", 0o700)
     ctld_port, d_port = free_ports(2)
