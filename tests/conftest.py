@@ -17,6 +17,13 @@ from helpers.paths import NO_HOROVOD
 pytest_plugins = ("helpers.fake_azure.fixtures", "helpers.fake_azureml.fixtures")
 
 
+def pytest_itemcollected(item):
+    """A test that writes into the checkout's conf/local (``local_options``), which every run of every other test
+    reads, is marked ``serial``: ``make test`` runs it in the pass after the parallel one (pytest-xdist), alone."""
+    if "local_options" in item.fixturenames:
+        item.add_marker(pytest.mark.serial)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``horovod`` are skipped, each saying why in one line, where Horovod is not installed."""
     if importlib.util.find_spec("horovod") is not None:
@@ -28,7 +35,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """The session's one real single-node Slurm (tests/helpers/slurm_cluster.py), started when a test first asks."""
+    """The session's one real single-node Slurm (tests/helpers/slurm_cluster.py), started when a test first asks
+    (one per pytest-xdist worker: each cluster has its own ports, state and TmpFS)."""
     from helpers.slurm_cluster import start_cluster
 
     cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
