@@ -14,7 +14,7 @@ STACK ?= auto
 # ranks, a real Slurm, a local Azure double), and a 2-core machine trains one run while it starts another. Each
 # worker starts its own test Slurm when a test asks (own ports, state and TmpFS). The tests marked serial (they
 # write the checkout's conf/local, which every other run reads) run after the others, alone. Measured (2 cores):
-# 2 workers 1.4x faster than 1; 3 workers no faster than 2 (docs/install.md).
+# 2 workers 1.3-1.4x faster than 1; 3 workers no faster than 2 (docs/install.md).
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist load
 
