@@ -1,5 +1,6 @@
 """The fixtures and hooks several test folders share: the session's one real Slurm, and the trained runs several
-modules read (each trained once per session; a test that changes a run dir works on a copy, ``shutil.copytree``).
+modules read (each trained once per session, for all pytest-xdist workers: helpers/once_per_session.py; a test
+that changes a run dir works on a copy, ``shutil.copytree``).
 
 Plain functions and constants live in the ``helpers`` package (tests/helpers/), imported as ``from helpers.cli
 import ...``; the Azure doubles' fixtures are registered here as plugins, so no module imports a fixture.
@@ -8,10 +9,15 @@ import ...``; the Azure doubles' fixtures are registered here as plugins, so no 
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from helpers.cli import QUIET_SAMPLE_RUN, assert_ok, run_cli
+from helpers.once_per_session import build_once
 from helpers.paths import NO_HOROVOD
 
 pytest_plugins = ("helpers.fake_azure.fixtures", "helpers.fake_azureml.fixtures")
@@ -54,24 +60,37 @@ def cluster(slurm):
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One short real training run on the packaged sample (3 epochs, seed 7), read by e2e/, evaluation/, rundir/ and
-    training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels)."""
-    run_dir = tmp_path_factory.mktemp("e2e") / "run"
-    proc = assert_ok(run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={run_dir}"))
-    return run_dir, proc
+    training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels); trained once for all pytest-xdist
+    workers. Returns (run dir, its finished process: returncode, stdout, stderr)."""
+
+    def train(folder: Path) -> None:
+        proc = assert_ok(
+            run_cli("data=sample", "trainer.epochs=3", "trainer.seed=7", f"hydra.run.dir={folder / 'run'}")
+        )
+        (folder / "proc.json").write_text(json.dumps([proc.args, proc.returncode, proc.stdout, proc.stderr]))
+
+    folder = build_once(tmp_path_factory, "trained_run", train)
+    return folder / "run", subprocess.CompletedProcess(*json.loads((folder / "proc.json").read_text()))
 
 
 @pytest.fixture(scope="session")
 def half_run(tmp_path_factory):
     """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it), read by
-    rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's."""
+    rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's; trained
+    once for all pytest-xdist workers, each of which gets its own copy."""
+
+    def train(folder: Path) -> None:
+        run_dir = folder / "run"
+        proc = run_cli(
+            *QUIET_SAMPLE_RUN,
+            "trainer.batch_size=64",
+            "trainer.epochs=2",
+            "trainer.max_epochs_per_run=1",
+            f"hydra.run.dir={run_dir}",
+        )
+        assert_ok(proc)
+        assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
+
     run_dir = tmp_path_factory.mktemp("rundir") / "run"
-    proc = run_cli(
-        *QUIET_SAMPLE_RUN,
-        "trainer.batch_size=64",
-        "trainer.epochs=2",
-        "trainer.max_epochs_per_run=1",
-        f"hydra.run.dir={run_dir}",
-    )
-    assert_ok(proc)
-    assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
+    shutil.copytree(build_once(tmp_path_factory, "half_run", train) / "run", run_dir)
     return run_dir
