@@ -58,6 +58,17 @@ def cluster(slurm):
 
 
 @pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A CIFAR-10 folder of 256 train / 64 test images of the packaged sample (``tiny_cifar(tiny_data)``), for runs
+    whose assertions do not depend on how much they learn: a few seconds per epoch instead of the sample's ten."""
+    from helpers.cifar_fixtures import batch_files, sample_batches, write_folder
+
+    folder = tmp_path_factory.mktemp("tiny-cifar")
+    write_folder(folder / "cifar-10-batches-py", batch_files(*sample_batches(per_batch=64)))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One short real training run on the packaged sample (3 epochs, seed 7), read by e2e/, evaluation/, rundir/ and
     training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels); trained once for all pytest-xdist

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from helpers.cli import assert_ok, cli_env, error_lines, read_metrics, run_cli
+from helpers.cli import assert_ok, cli_env, error_lines, read_metrics, run_cli, tiny_cifar
 
 CHANCE = 0.10
 
@@ -151,12 +151,12 @@ def test_bad_values_fail_before_training(tmp_path):
     assert "Epoch" not in proc.stdout
 
 
-def test_local_multirun_trains_each_point_in_its_own_dir_and_summarizes(tmp_path):
+def test_local_multirun_trains_each_point_in_its_own_dir_and_summarizes(tiny_data, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = run_cli(
         "-m",
         "optimizer.lr=1e-4,3e-4",
-        "data=sample",
+        *tiny_cifar(tiny_data),
         "trainer.epochs=1",
         "trainer.tensorboard=false",
         "trainer.plot=false",

@@ -30,6 +30,11 @@ QUICK_2_EPOCHS = (
 )
 
 
+def tiny_cifar(folder: Path) -> tuple:
+    """The overrides that train on the ``tiny_data`` fixture's folder (CIFAR-10's layout, nothing downloaded)."""
+    return ("data=cifar10", f"data.path={folder}", "data.download=false")
+
+
 def cli_env(**extra: str) -> dict:
     env = dict(os.environ)
     env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import cli_env
+from helpers.cli import cli_env, tiny_cifar
 from helpers.slurm_cluster import missing_packages
 
 # The marks of every test on the real Slurm: each module's ``pytestmark = REAL_SLURM``.
@@ -37,7 +37,7 @@ SMALL = (
 
 
 def small(tiny_data: Path, *more: str):
-    return ("data=cifar10", f"data.path={tiny_data}", "data.download=false", *SMALL, *more)
+    return (*tiny_cifar(tiny_data), *SMALL, *more)
 
 
 def env_for(cluster) -> dict:

@@ -2,7 +2,7 @@
 (issue 31, hostile 7): the console, the job log, the run dir's ``.hydra/*.yaml`` (issue 37), ``--cfg job``
 and a typo's one-line error."""
 
-from helpers.cli import assert_ok, one_error_line, run_cli
+from helpers.cli import assert_ok, one_error_line, run_cli, tiny_cifar
 
 URI = "http://alice:S3cretPW@127.0.0.1:9/x?sig=SIGsecret&se=2031-01-01T00%3A00Z&sp=racwdl&sv=2022-11-02&token=TOKsecret"
 SECRETS = ("S3cretPW", "SIGsecret", "2031-01-01", "racwdl", "2022-11-02", "TOKsecret")
@@ -12,10 +12,10 @@ def leaked(text: str) -> list:
     return [s for s in SECRETS if s in text]
 
 
-def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tmp_path):
+def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
-        "data=sample",
+        *tiny_cifar(tiny_data),
         "trainer.epochs=1",
         "trainer.verbose=0",
         "trainer.plot=false",

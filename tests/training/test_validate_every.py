@@ -10,7 +10,7 @@ import pytest
 
 from cifar_dist.config.validation import ConfigError, validate
 from cifar_dist.training.trainer import validation_epochs
-from helpers.cli import assert_ok, compose_cfg, read_metrics, run_cli
+from helpers.cli import assert_ok, compose_cfg, read_metrics, run_cli, tiny_cifar
 
 
 @pytest.mark.parametrize(
@@ -38,10 +38,11 @@ def test_speedrun_validates_only_at_the_end_and_the_default_every_epoch():
     assert compose_cfg().trainer.validate_every == 1
 
 
-def test_validate_every_2_over_3_epochs_validates_after_epochs_2_and_3(tmp_path):
+def test_validate_every_2_over_3_epochs_validates_after_epochs_2_and_3(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
         "debug=fast",
+        *tiny_cifar(tiny_data),  # what is asserted is when it validates, not what it learns
         "trainer.epochs=3",
         "trainer.validate_every=2",
         "trainer.verbose=0",
@@ -53,7 +54,7 @@ def test_validate_every_2_over_3_epochs_validates_after_epochs_2_and_3(tmp_path)
     assert [e["epoch"] for e in m["epochs"]] == [1, 2, 3]
     assert [e["epoch"] for e in m["epochs"] if "val_accuracy" in e and "val_loss" in e] == [2, 3]
     assert all("loss" in e and "epoch_seconds" in e for e in m["epochs"])
-    assert m["complete"] and m["test"]["samples"] == 1017
+    assert m["complete"] and m["test"]["samples"] == 64  # all of tiny_data's test images
     # The last validation is the final test's plain score (same weights, same images).
     assert m["epochs"][-1]["val_accuracy"] == pytest.approx(m["test"]["accuracy"], abs=2e-3)
     with open(run_dir / "training_log.csv") as f:
