@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import assert_ok, read_metrics, run_cli, start_cli, wait_for
+from helpers.cli import assert_ok, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
 from helpers.mpirun_jobs import QUICK, processes_of, rank_pid
 
 pytestmark = [
@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 
-def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
+def test_sweep_whose_points_each_run_on_two_ranks(tiny_data, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = run_cli(
         "-m",
@@ -34,6 +34,7 @@ def test_sweep_whose_points_each_run_on_two_ranks(tmp_path):
         "launcher=mpirun",
         "launcher.np=2",
         *QUICK,
+        *tiny_cifar(tiny_data),  # after QUICK's debug=fast (the command line wins): logs and records are asserted
         "trainer.epochs=1",
         f"hydra.sweep.dir={sweep_dir}",
         timeout=600,
