@@ -19,12 +19,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.cli import assert_ok, cli_env, one_error_line, read_metrics, run_cli
+from helpers.cli import assert_ok, cli_env, one_error_line, read_metrics, run_cli, tiny_cifar
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 
 pytestmark = pytest.mark.both_stacks
 
 FAST = ("data=sample", "trainer.epochs=1", "trainer.plot=false", "trainer.verbose=0", "trainer.batch_size=64")
+
+
+def trains_fast(tiny_data) -> tuple:
+    """FAST on tiny_data, for the runs that train: the engine, its reasons and the files are asserted, not learning."""
+    return (*tiny_cifar(tiny_data), *FAST[1:])
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +48,9 @@ def saved_engine(run_dir: Path) -> dict:
     return yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["engine"]
 
 
-def test_the_default_command_trains_on_tensorflow_and_a_resume_keeps_it(without_horovod, tmp_path):
+def test_the_default_command_trains_on_tensorflow_and_a_resume_keeps_it(without_horovod, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    assert_ok(run_cli(*FAST, f"hydra.run.dir={run_dir}", env=without_horovod))
+    assert_ok(run_cli(*trains_fast(tiny_data), f"hydra.run.dir={run_dir}", env=without_horovod))
     metrics = read_metrics(run_dir)
     assert metrics["run"]["engine"] == "tensorflow" and "horovod" not in metrics["run"]
     assert "Horovod is not installed; one process" in metrics["run"]["engine_reason"]
@@ -53,7 +58,7 @@ def test_the_default_command_trains_on_tensorflow_and_a_resume_keeps_it(without_
     assert "engine: tensorflow (engine=auto: Horovod is not installed" in (run_dir / "cifar_dist.log").read_text()
     assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()  # a Keras 2 model, as on Horovod
     # One more epoch, in this environment as it is (Horovod back, on the horovod stack): the checkpoints' engine.
-    assert_ok(run_cli(*FAST, "trainer.epochs=2", f"hydra.run.dir={run_dir}"))
+    assert_ok(run_cli(*trains_fast(tiny_data), "trainer.epochs=2", f"hydra.run.dir={run_dir}"))
     metrics = read_metrics(run_dir)
     assert metrics["run"]["engine"] == "tensorflow" and metrics["resumed_from_epoch"] == 1
     assert "checkpoints were trained on engine=tensorflow" in metrics["run"]["engine_reason"]
@@ -77,11 +82,10 @@ def test_keras_2_on_several_processes_is_refused_before_anything_is_written(with
 
 @pytest.mark.mpi
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-def test_two_mpirun_processes_train_on_jax_in_sync(without_horovod, tmp_path):
+def test_two_mpirun_processes_train_on_jax_in_sync(without_horovod, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
-    # Each process walks half the sample (shard): what is asserted is the engine chosen, the sync and the files.
     two = ("launcher=mpirun", "launcher.np=2", "trainer.epoch_policy=shard")
-    assert_ok(run_cli(*FAST, *two, f"hydra.run.dir={run_dir}", env=without_horovod))
+    assert_ok(run_cli(*trains_fast(tiny_data), *two, f"hydra.run.dir={run_dir}", env=without_horovod))
     metrics = read_metrics(run_dir)
     assert metrics["run"]["engine"] == "jax" and metrics["ranks"] == 2
     assert metrics["ranks_in_sync"] is True
