@@ -219,7 +219,8 @@ class TrainerConfig:
     # Resume although the model builder's source or the data's files changed since the run started
     # (recorded in the run dir, cifar_dist/rundir/fingerprint.py); the new ones are recorded then.
     resume_despite_changes: bool = False
-    # Per-rank CPU threads; 0 = automatic (cores available / local ranks).
+    # Per-rank CPU threads; 0 = automatic: TensorFlow's TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS where set,
+    # else the cores the rank is bound to, or the host's cores / its ranks (training/process/threads.py).
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     jit_compile: bool = False

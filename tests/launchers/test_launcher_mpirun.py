@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import assert_ok, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
+from helpers.cli import (
+    assert_ok,
+    cli_env_with_automatic_threads,
+    read_metrics,
+    run_cli,
+    start_cli,
+    tiny_cifar,
+    wait_for,
+)
 from helpers.mpirun_jobs import QUICK, processes_of, rank_pid
 
 pytestmark = [
@@ -37,6 +45,7 @@ def test_sweep_whose_points_each_run_on_two_ranks(tiny_data, tmp_path):
         *tiny_cifar(tiny_data),  # after QUICK's debug=fast (the command line wins): logs and records are asserted
         "trainer.epochs=1",
         f"hydra.sweep.dir={sweep_dir}",
+        env=cli_env_with_automatic_threads(),  # the threads asserted are the launcher's binding's
         timeout=600,
     )
     out = proc.stdout + proc.stderr
@@ -141,6 +150,7 @@ def test_gloo_two_ranks(tmp_path):
         *QUICK,
         "trainer.epochs=1",
         f"hydra.run.dir={run_dir}",
+        env=cli_env_with_automatic_threads(),  # the threads asserted are the launcher's binding's
         timeout=600,
     )
     out = proc.stdout + proc.stderr

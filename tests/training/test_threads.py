@@ -6,6 +6,11 @@ from cifar_dist.training.process import threads
 
 
 def _machine(monkeypatch, cores, visible):
+    for name in (
+        threads.ENV_INTRA_OP,
+        threads.ENV_INTER_OP,
+    ):  # the suite's own runs may set them (tests/helpers/cli.py)
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(threads.os, "cpu_count", lambda: cores)
     monkeypatch.setattr(threads, "available_cores", lambda: visible)
 
@@ -30,6 +35,21 @@ def test_explicit_settings_win(monkeypatch):
     _machine(monkeypatch, cores=2, visible=2)
     plan = threads.plan_threads(local_size=2, intra_op=3, inter_op=4)
     assert (plan.intra_op, plan.inter_op) == (3, 4)
+
+
+def test_tensorflows_own_variables_win_over_the_share_and_lose_to_the_trainers_settings(monkeypatch):
+    _machine(monkeypatch, cores=8, visible=8)
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "3")
+    plan = threads.plan_threads(local_size=1)
+    assert (plan.intra_op, plan.inter_op) == (1, 3)
+    assert plan.reason == "8 cores / 1 local rank(s), TF_NUM_INTRAOP_THREADS=1, TF_NUM_INTEROP_THREADS=3"
+    plan = threads.plan_threads(local_size=1, intra_op=4)
+    assert (plan.intra_op, plan.inter_op) == (4, 3) and "INTRAOP" not in plan.reason
+    # As TensorFlow reads them: a value that is not a positive integer is ignored.
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "two")
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "0")
+    assert threads.plan_threads(local_size=2) == threads.ThreadPlan(4, 2, 8, "8 cores / 2 local rank(s)")
 
 
 def test_each_rank_takes_the_gpu_of_its_local_rank_and_its_share_of_the_cores(monkeypatch):
