@@ -13,8 +13,10 @@ STACK ?= auto
 # The suite runs in PYTEST_WORKERS pytest-xdist workers: most tests wait on a process they started (a run, its
 # ranks, a real Slurm, a local Azure double), and a 2-core machine trains one run while it starts another. Each
 # worker starts its own test Slurm when a test asks (own ports, state and TmpFS). The tests marked serial (they
-# write the checkout's conf/local, which every other run reads) run after the others, alone. Measured (2 cores):
-# 2 workers 1.3-1.4x faster than 1; 3 workers no faster than 2 (docs/install.md).
+# write the checkout's conf/local, which every other run reads) run after the others, alone. In the workers each
+# run the tests start trains with one TensorFlow thread (tests/helpers/cli.py), so two side by side share the 2
+# cores instead of fighting over them. Measured (2 cores): 2 workers 1.3-1.4x faster than 1; 3 workers no faster
+# than 2 (docs/install.md).
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist load
 
