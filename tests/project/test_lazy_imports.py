@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from helpers.cli import assert_ok, cli_env, run_cli
+from helpers.cli import assert_ok, cli_env, run_cli, tiny_cifar
 
 UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "matplotlib", "jax")
 
@@ -36,13 +36,10 @@ MODULES_HOOK = textwrap.dedent(
 )
 
 
-# What a process imports does not depend on how much it trains: 8 small steps instead of 128 (on the TensorFlow
-# engine; a JAX run was slower with them, 46 s against 34 s, and keeps the default).
-FEW_STEPS = ("trainer.batch_size=512", "model.dense_units=64")
+def run_recording_imports(tmp_path, tiny_data, *overrides):
+    """Run the CLI with every process recording its modules; returns the records (one per Python process).
 
-
-def run_recording_imports(tmp_path, *overrides):
-    """Run the CLI with every process recording its modules; returns the records (one per Python process)."""
+    What a process imports does not depend on how much it trains: one epoch of ``tiny_data``."""
     out, hook = tmp_path / "imports", tmp_path / "hook"
     out.mkdir()
     hook.mkdir()
@@ -52,7 +49,7 @@ def run_recording_imports(tmp_path, *overrides):
     )
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = run_cli(
-        "data=sample",
+        *tiny_cifar(tiny_data),
         "trainer.epochs=1",
         "trainer.plot=false",
         "trainer.tensorboard=false",
@@ -81,31 +78,31 @@ def is_trainer(record) -> bool:
     return "tensorflow" in record["modules"]
 
 
-def test_a_plain_run_loads_no_optional_sdk(tmp_path):
-    records = run_recording_imports(tmp_path, *FEW_STEPS)
+def test_a_plain_run_loads_no_optional_sdk(tmp_path, tiny_data):
+    records = run_recording_imports(tmp_path, tiny_data)
     assert any(is_trainer(r) for r in records), "no process trained: the hook recorded nothing useful"
     assert unused_loaded(records) == {}
 
 
-def test_tracking_mlflow_does_load_mlflow(tmp_path):
-    records = run_recording_imports(tmp_path, *FEW_STEPS, "tracking=mlflow")
+def test_tracking_mlflow_does_load_mlflow(tmp_path, tiny_data):
+    records = run_recording_imports(tmp_path, tiny_data, "tracking=mlflow")
     assert any(loaded(r, "mlflow") for r in records if is_trainer(r))
 
 
 @pytest.mark.mpi
 @pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path):
+def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path, tiny_data):
     records = run_recording_imports(
-        tmp_path, *FEW_STEPS, "launcher=mpirun", "launcher.np=2", "launcher.oversubscribe=true"
+        tmp_path, tiny_data, "launcher=mpirun", "launcher.np=2", "launcher.oversubscribe=true"
     )
     assert sum(is_trainer(r) for r in records) == 2, [r["argv"] for r in records]  # both ranks recorded
     assert len(records) >= 5  # the launching process, and per rank its wrapper (rank_exec) and the rank
     assert unused_loaded(records) == {}
 
 
-def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path):
-    records = run_recording_imports(tmp_path, "engine=jax")
+def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path, tiny_data):
+    records = run_recording_imports(tmp_path, tiny_data, "engine=jax")
     trainers = [r for r in records if is_trainer(r)]
     assert trainers and all(loaded(r, "jax") for r in trainers)
     assert [" ".join(r["argv"][:3]) for r in records if loaded(r, "horovod")] == []
