@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from helpers.cli import assert_ok, cli_env, read_metrics
+from helpers.cli import assert_ok, cli_env, read_metrics, tiny_cifar
 from helpers.paths import REPO
 
 pytestmark = [
@@ -47,7 +47,7 @@ AUDIT_HOOK = textwrap.dedent(
 )
 
 
-def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
+def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path, tiny_data):
     run_dir, audit, hook_dir = tmp_path / "run", tmp_path / "audit", tmp_path / "hook"
     audit.mkdir()
     hook_dir.mkdir()
@@ -67,7 +67,7 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
         sys.executable,
         "-m",
         "cifar_dist",
-        "data=sample",
+        *tiny_cifar(tiny_data),
         "trainer.epochs=2",
         "trainer.epoch_policy=shard",
         f"hydra.run.dir={run_dir}",
@@ -80,8 +80,8 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     assert m["ranks"] == 2 and m["complete"]
     # Averaged gradients + broadcast: both ranks end with the same weights.
     assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
-    # shard policy: each rank walks 2,034 of the 4,068 images per epoch.
-    assert m["run"]["steps_per_epoch"] == 4068 // 2 // 32
+    # shard policy: each rank walks 128 of tiny_data's 256 images per epoch.
+    assert m["run"]["steps_per_epoch"] == 256 // 2 // 32
 
     writes = {r: json.loads((audit / f"rank{r}.json").read_text()) for r in (0, 1)}
     artifact = lambda p: os.path.relpath(p, run_dir).split(os.sep)[0] in ARTIFACTS  # noqa: E731
@@ -98,7 +98,7 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path):
     from cifar_dist.data import load_dataset
 
     model = tf.keras.models.load_model(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")
-    data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
+    data = load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path=str(tiny_data), download=False)))
     probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
     assert float((probs.argmax(axis=1) == data.y_test).mean()) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
-    assert m["test"]["samples"] == 1017
+    assert m["test"]["samples"] == 64
