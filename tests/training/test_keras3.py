@@ -31,6 +31,7 @@ from helpers.cli import (
     run_as_two_task_slurm_job,
     run_cli,
     straight_and_killed_runs,
+    tiny_cifar,
 )
 from helpers.keras3_project import MODEL
 
@@ -40,16 +41,32 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
 ]
 
-RUN = (
+OPTIONS = (
     "--config-dir",
     "myconf",
     "model=k3",
-    "data=sample",
     "trainer.batch_size=64",
     "trainer.plot=false",
     "trainer.tensorboard=false",
     "trainer.verbose=0",
 )
+RUN = (*OPTIONS, "data=sample")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_data) -> tuple:
+    """RUN on ``tiny_data``: for the runs whose assertions do not depend on how much is learnt."""
+    return (*OPTIONS, *tiny_cifar(tiny_data))
+
+
+def tiny_dataset(tiny_data):
+    """``tiny_data`` as the trainer reads it (``data=cifar10`` on its folder)."""
+    from omegaconf import OmegaConf
+
+    from cifar_dist.config.schema import DataConfig
+    from cifar_dist.data import load_dataset
+
+    return load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path=str(tiny_data), download=False)))
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +80,10 @@ def project(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_rank_run(project, tmp_path_factory):
+def two_rank_run(project, tiny_run, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("k3-two") / "run"
     proc = run_cli(
-        *RUN,
+        *tiny_run,
         "trainer.epochs=2",
         "trainer.epoch_policy=shard",
         "launcher=mpirun",
@@ -85,7 +102,7 @@ def test_two_ranks_on_different_data_end_with_identical_weights(two_rank_run):
     assert m["run"]["keras"].startswith("3.") and m["run"]["engine"] == "horovod"
     # shard: each rank trains on its own half of the images every epoch; only averaged gradients
     # (and rank 0's initial weights) can make the two end alike.
-    assert m["run"]["steps_per_epoch"] == 4068 // 2 // 64
+    assert m["run"]["steps_per_epoch"] == 256 // 2 // 64  # tiny_data's 256 images
     assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
     assert sorted(p.name for p in (two_rank_run / "checkpoints").iterdir()) == [
         "checkpoint-001.keras",
@@ -93,7 +110,7 @@ def test_two_ranks_on_different_data_end_with_identical_weights(two_rank_run):
     ]
 
 
-def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_run, project):
+def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_run, project, tiny_data):
     m = read_metrics(two_rank_run)
     code = textwrap.dedent(f"""
         import json, sys
@@ -104,7 +121,7 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
         from cifar_dist.data import load_dataset
         model = keras.saving.load_model({str(two_rank_run / "saved_models" / "keras_cifar10_trained_model.keras")!r},
                                         compile=False)
-        data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
+        data = load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path={str(tiny_data)!r}, download=False)))
         probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
         print(json.dumps(float((probs.argmax(axis=1) == data.y_test).mean())))
     """)
@@ -115,11 +132,11 @@ def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_r
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
 
 
-def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp_path):
+def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tiny_run, tiny_data, tmp_path):
     m = read_metrics(two_rank_run)
     scored = tmp_path / "eval"
     proc = run_cli(
-        *RUN,
+        *tiny_run,
         "task=evaluate",
         f"evaluate.model={two_rank_run}",
         "launcher=mpirun",
@@ -135,20 +152,16 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tmp
     assert evaluation["loss"] == pytest.approx(m["test"]["loss"], rel=1e-4)
 
     # Batch-score the first test images as files: the same classes as the evaluation predicted for them.
-    from omegaconf import OmegaConf
     from PIL import Image
-
-    from cifar_dist.config.schema import DataConfig
-    from cifar_dist.data import load_dataset
 
     images = tmp_path / "images"
     images.mkdir()
-    data = load_dataset(OmegaConf.structured(DataConfig(name="sample")))
+    data = tiny_dataset(tiny_data)
     for i in range(20):
         Image.fromarray(data.x_test[i]).save(images / f"{i:03d}.png")
     batch = tmp_path / "batch"
     proc = run_cli(
-        *RUN,
+        *tiny_run,
         "task=evaluate",
         f"evaluate.model={two_rank_run}",
         f"evaluate.input={images}",
@@ -219,12 +232,12 @@ def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path)
     assert (run_dir / "checkpoints" / "checkpoint-002.keras").is_file()
 
 
-def test_a_keras3_run_is_tracked_in_mlflow(project, tmp_path):
+def test_a_keras3_run_is_tracked_in_mlflow(project, tiny_run, tmp_path):
     pytest.importorskip("mlflow")
     run_dir = tmp_path / "run"
     store = tmp_path / "mlflow.db"
     proc = run_cli(
-        *RUN,
+        *tiny_run,
         "trainer.epochs=1",
         "tracking=mlflow",
         f"tracking.uri=sqlite:///{store}",
