@@ -33,6 +33,7 @@ from helpers.cli import (
     run_as_two_task_slurm_job,
     run_cli,
     straight_and_killed_runs,
+    tiny_cifar,
 )
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 from helpers.keras3_project import MODEL
@@ -53,17 +54,17 @@ KERAS2_MODEL = textwrap.dedent("""
         return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
 """)
 
-RUN = (
+OPTIONS = (
     "--config-dir",
     "myconf",
     "model=k3",
     "engine=jax",
-    "data=sample",
     "trainer.batch_size=64",
     "trainer.plot=false",
     "trainer.tensorboard=false",
     "trainer.verbose=0",
 )
+RUN = (*OPTIONS, "data=sample")
 TWO = ("launcher=mpirun", "launcher.np=2")
 # The module's one straight 2-process run: deterministic, so that the kill -9 test's killed and resumed run of
 # these same overrides can be compared with it batch for batch instead of starting a straight run of its own.
@@ -79,6 +80,13 @@ def project(tmp_path_factory) -> Path:
     (folder / "myconf" / "model" / "k3.yaml").write_text("_target_: mymodels3.build\n")
     (folder / "myconf" / "model" / "k2.yaml").write_text("_target_: mymodels2.build\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_data) -> tuple:
+    """OPTIONS on ``tiny_data``: for the runs whose assertions do not depend on how much is learnt (the kill -9
+    test's must land in epoch 2, and so train on the sample)."""
+    return (*OPTIONS, *tiny_cifar(tiny_data))
 
 
 @pytest.fixture(scope="module")
@@ -141,21 +149,21 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_p
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
-def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tmp_path):
+def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp_path):
     run_dir = tmp_path / "run"
     run_as_two_task_slurm_job(
-        slurm, *RUN, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+        slurm, *tiny_run, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
     )
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
     assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
 
 
-def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tmp_path):
+def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tiny_run, tmp_path):
     """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
     run_dir = tmp_path / "run"
     proc = run_cli(
-        *RUN,
+        *tiny_run,
         "trainer.epochs=1",
         *aml_overrides(fake_aml, run_dir, snapshot_cache),
         env=aml_env(fake_aml),
@@ -286,7 +294,7 @@ TINY_MODEL = textwrap.dedent("""
 """)
 
 
-def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tmp_path):
+def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tiny_run, tmp_path):
     """Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
     "failed call to cuInit") on the console and in the rank logs, which the README says are hidden."""
     (tmp_path / "tiny3.py").write_text(TINY_MODEL)
@@ -296,7 +304,7 @@ def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tmp_path
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist must quiet TensorFlow itself
     run_dir = tmp_path / "run"
     proc = run_cli(
-        *("--config-dir", "myconf", "model=tiny3", *RUN[3:]),
+        *("--config-dir", "myconf", "model=tiny3", *tiny_run[3:]),
         "trainer.epochs=1",
         f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
