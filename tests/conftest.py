@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import QUIET_SAMPLE_RUN, assert_ok, run_cli
+from helpers.cli import QUIET_RUN, assert_ok, run_cli, tiny_cifar
 from helpers.once_per_session import build_once
 from helpers.paths import NO_HOROVOD
 
@@ -63,9 +63,16 @@ def tiny_data(tmp_path_factory) -> Path:
     whose assertions do not depend on how much they learn: a few seconds per epoch instead of the sample's ten."""
     from helpers.cifar_fixtures import batch_files, sample_batches, write_folder
 
-    folder = tmp_path_factory.mktemp("tiny-cifar")
-    write_folder(folder / "cifar-10-batches-py", batch_files(*sample_batches(per_batch=64)))
-    return folder
+    def write(folder: Path) -> None:
+        write_folder(folder / "cifar-10-batches-py", batch_files(*sample_batches(per_batch=64)))
+
+    return build_once(tmp_path_factory, "tiny-cifar", write)  # one path for all workers: half_run's resumes name it
+
+
+@pytest.fixture(scope="session")
+def quiet_tiny_run(tiny_data) -> tuple:
+    """The overrides of a run on ``tiny_data`` that prints, plots and logs nothing it does not need to: half_run's."""
+    return (*tiny_cifar(tiny_data), *QUIET_RUN)
 
 
 @pytest.fixture(scope="session")
@@ -85,15 +92,16 @@ def trained_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def half_run(tmp_path_factory):
-    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (copy it before changing it), read by
+def half_run(tmp_path_factory, quiet_tiny_run):
+    """One epoch of a 2-epoch run (``quiet_tiny_run``, batch 64): a run dir with a checkpoint to resume from with the
+    same overrides (copy it before changing it), read by
     rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's; trained
     once for all pytest-xdist workers, each of which gets its own copy."""
 
     def train(folder: Path) -> None:
         run_dir = folder / "run"
         proc = run_cli(
-            *QUIET_SAMPLE_RUN,
+            *quiet_tiny_run,
             "trainer.batch_size=64",
             "trainer.epochs=2",
             "trainer.max_epochs_per_run=1",

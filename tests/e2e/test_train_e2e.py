@@ -73,14 +73,14 @@ def test_saved_model_loads_and_scores_what_metrics_say(trained_run):
     assert accuracy == pytest.approx(read_metrics(run_dir)["test"]["accuracy"], abs=1e-6)
 
 
-def test_resume_continues_from_the_last_checkpoint(half_run, tmp_path):
+def test_resume_continues_from_the_last_checkpoint(half_run, tiny_data, tmp_path):
     # The first run: the session's half_run (epoch 1 of 2, trainer.max_epochs_per_run=1, checked to exit 0),
     # copied, since this test resumes it.
     run_dir = tmp_path / "run"
     shutil.copytree(half_run, run_dir)
     common = [
-        "data=sample",
-        "trainer.batch_size=64",  # half_run's
+        *tiny_cifar(tiny_data),  # half_run's data and batch size
+        "trainer.batch_size=64",
         "trainer.epochs=2",
         "trainer.tensorboard=false",
         "trainer.plot=false",

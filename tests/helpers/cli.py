@@ -17,8 +17,8 @@ import pytest
 from helpers.paths import REPO
 from helpers.terminal_signals import sigint_as_in_a_terminal
 
-# A run on the packaged sample that prints, plots and logs nothing it does not need to.
-QUIET_SAMPLE_RUN = ("data=sample", "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
+# A run that prints, plots and logs nothing it does not need to.
+QUIET_RUN = ("trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
 # Two short epochs on the packaged sample, one line per epoch (the preflight and disk-full tests' run).
 QUICK_2_EPOCHS = (
     "data=sample",

@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 
 from cifar_dist.rundir.lock import LOCK_NAME
-from helpers.cli import QUIET_SAMPLE_RUN, error_lines, run_cli
+from helpers.cli import error_lines, run_cli
 
 pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
-
-BASE = QUIET_SAMPLE_RUN
 
 
 def snapshot(run_dir: Path) -> dict:
@@ -25,10 +23,10 @@ def snapshot(run_dir: Path) -> dict:
     }
 
 
-def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_run(half_run):
+def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_run(half_run, quiet_tiny_run):
     before = snapshot(half_run)
     proc = run_cli(
-        *BASE,
+        *quiet_tiny_run,
         "trainer.epochs=2",
         "optimizer=sgd",
         "trainer.batch_size=32",
@@ -47,7 +45,9 @@ def test_a_rerun_with_other_settings_is_refused_and_hydra_keeps_describing_the_r
         assert changed in line
     assert snapshot(half_run) == before  # .hydra/config.yaml, overrides.yaml, the log: untouched
 
-    lr_only = run_cli(*BASE, "trainer.batch_size=64", "optimizer.lr=0.001", f"hydra.run.dir={half_run}", timeout=120)
+    lr_only = run_cli(
+        *quiet_tiny_run, "trainer.batch_size=64", "optimizer.lr=0.001", f"hydra.run.dir={half_run}", timeout=120
+    )
     assert lr_only.returncode == 2 and "optimizer.lr (was 0.0001, now 0.001)" in error_lines(lr_only)[0]
     assert snapshot(half_run) == before
 

@@ -22,7 +22,7 @@ import pytest
 
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.rundir.ranks_lock import RANKS_LOCK_NAME, LaunchStart, OldRanksAlive, current_launch
-from helpers.cli import QUIET_SAMPLE_RUN, assert_ok, cli_env, run_cli, wait_for
+from helpers.cli import assert_ok, cli_env, run_cli, wait_for
 from helpers.paths import REPO
 
 
@@ -109,7 +109,9 @@ os.kill(os.getpid(), 9)
 
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
-def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_their_records(half_run, tmp_path):
+def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_their_records(
+    half_run, quiet_tiny_run, tmp_path
+):
     """As the issue saw it: the old rank 0 outlives its killed launcher, writing into the run dir, then dies by
     SIGKILL and its wrapper writes ``logs/rank.0.exit.json``. The re-run, started at once, must not write before that
     rank has gone, nor stop for that record (``launcher.rank_failure_grace_s=1``: a failed rank's record older than
@@ -123,7 +125,7 @@ def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_t
     try:
         wait_for(lambda: signed_in(run_dir, wrapper), 60, wrapper, "the old rank to hold the ranks' lock")
         proc = run_cli(
-            *QUIET_SAMPLE_RUN,
+            *quiet_tiny_run,
             "trainer.batch_size=64",
             "trainer.epochs=2",
             "launcher=mpirun",
