@@ -16,9 +16,10 @@ STACK ?= auto
 # write the checkout's conf/local, which every other run reads) run after the others, alone. In the workers each
 # run the tests start trains with one TensorFlow thread (tests/helpers/cli.py), so two side by side share the 2
 # cores instead of fighting over them. Measured (2 cores): 2 workers 1.3-1.4x faster than 1; 3 workers no faster
-# than 2 (docs/install.md).
+# than 2 (docs/install.md). --dist loadgroup: a module whose module-scoped fixture trains a run marks itself
+# xdist_group, so that one worker runs all its tests and trains that run once (pytest-xdist's own scheduling).
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist load
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
 .PHONY: install run lint format test test-current test-slow bench
 install:

@@ -116,23 +116,6 @@ def test_resume_false_refuses_to_overwrite_checkpoints(trained_run, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in (run_dir / "checkpoints").iterdir()} == before
 
 
-def test_saved_config_is_enough_to_rerun(trained_run, tmp_path):
-    run_dir, _ = trained_run
-    rerun = tmp_path / "rerun"
-    proc = run_cli(
-        "--config-path",
-        str(run_dir / ".hydra"),
-        "--config-name",
-        "config",
-        "trainer.epochs=1",
-        "trainer.tensorboard=false",
-        f"hydra.run.dir={rerun}",
-    )
-    assert_ok(proc)
-    m = read_metrics(rerun)
-    assert m["complete"] and m["run"]["data"] == read_metrics(run_dir)["run"]["data"]
-
-
 def test_keras2_built_ins_without_keras2_are_refused_with_a_one_line_fix(tmp_path):
     """TF_USE_LEGACY_KERAS=0 makes tf.keras Keras 3: the built-ins' default Keras 2 cannot be had (Keras 3
     models train: tests/training/test_keras3.py)."""

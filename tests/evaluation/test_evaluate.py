@@ -13,6 +13,8 @@ import pytest
 from helpers.cli import assert_ok, cli_env, error_lines, read_metrics, run_cli
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.xdist_group("evaluate")  # one worker scores one_rank_eval (make test: --dist loadgroup)
+
 
 def evaluation(run_dir):
     return json.loads((run_dir / "evaluation.json").read_text())

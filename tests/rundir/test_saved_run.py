@@ -1,9 +1,10 @@
-"""The README's re-run from a saved config, run as written (issue 31, new user 4)."""
+"""The README's re-run from a saved config, run as written (issue 31, new user 4): the saved config is enough to
+re-run the experiment."""
 
 import pytest
 from omegaconf import OmegaConf
 
-from helpers.cli import assert_ok, run_cli
+from helpers.cli import assert_ok, read_metrics, run_cli
 
 
 @pytest.mark.parametrize(
@@ -25,6 +26,8 @@ def test_the_readmes_rerun_from_a_saved_config_works_and_logs_to_cifar_dist_log(
         cwd=run_dir.parent,
     )
     assert_ok(proc)
+    m = read_metrics(again)
+    assert m["complete"] and m["run"]["data"] == read_metrics(run_dir)["run"]["data"]
     assert (again / "cifar_dist.log").is_file() and not (again / "app.log").exists(), sorted(
         p.name for p in again.iterdir()
     )

@@ -42,6 +42,7 @@ pytestmark = [
     pytest.mark.mpi,
     pytest.mark.both_stacks,
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
+    pytest.mark.xdist_group("engine_jax"),  # one worker trains two_process_run (make test: --dist loadgroup)
 ]
 
 KERAS2_MODEL = textwrap.dedent("""

@@ -21,6 +21,8 @@ from cifar_dist.models.tta import views, with_tta
 from cifar_dist.training.exact_test import evaluate_exact
 from cifar_dist.training.recipe import hooks as recipe
 
+pytestmark = pytest.mark.xdist_group("final_test")  # one worker trains trained_looking_model (--dist loadgroup)
+
 
 class OneRank:
     """Horovod's object collectives for a world of one rank."""

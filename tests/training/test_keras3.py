@@ -39,6 +39,7 @@ pytestmark = [
     pytest.mark.mpi,
     pytest.mark.horovod,
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed"),
+    pytest.mark.xdist_group("keras3"),  # one worker trains two_rank_run (make test: --dist loadgroup)
 ]
 
 OPTIONS = (

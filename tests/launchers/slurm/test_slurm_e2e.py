@@ -18,7 +18,7 @@ from helpers.cli import assert_ok, error_lines, read_metrics, run_cli, start_cli
 from helpers.paths import REPO
 from helpers.slurm_jobs import REAL_SLURM, env_for, job_id, job_state, small
 
-pytestmark = REAL_SLURM
+pytestmark = [*REAL_SLURM, pytest.mark.xdist_group("slurm_e2e")]  # one worker runs two_rank_run (--dist loadgroup)
 
 
 def running(cluster, run_dir: Path) -> bool:

@@ -13,7 +13,7 @@ from cifar_dist.rundir.lock import LOCK_NAME
 from helpers.cli import assert_ok, one_error_line, run_cli, start_cli, wait_for
 from helpers.slurm_jobs import REAL_SLURM, env_for, job_id, job_state, small
 
-pytestmark = REAL_SLURM
+pytestmark = [*REAL_SLURM, pytest.mark.xdist_group("slurm_rundir")]  # one worker submits held_run (--dist loadgroup)
 
 EPOCHS = 50
 
