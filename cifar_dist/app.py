@@ -133,8 +133,15 @@ def record_end(cfg: DictConfig, job: JobSpec, ok: bool, interrupted: bool = Fals
 def is_disguised_interrupt(exc: BaseException) -> bool:
     """A Ctrl-C that arrived while C code called back into Python (TensorFlow's nest utilities importing a
     module): CPython reports it as SystemError ("returned a result with an exception set"), the KeyboardInterrupt
-    as its cause."""
-    return isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt)
+    as its cause; the C++ caller may then raise its own error (Flatten: a TypeError) with that SystemError as its
+    context, which tf_keras re-raises ``from None`` (the context is kept)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, SystemError) and isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def interrupted_exit() -> None:

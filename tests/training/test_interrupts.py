@@ -101,6 +101,18 @@ def test_a_ctrl_c_that_cpython_reports_as_systemerror_counts_as_a_ctrl_c():
             SystemError("<built-in function __import__> returned a result with an exception set"), KeyboardInterrupt()
         )
     )
+    # Seen too: Flatten's own TypeError with that SystemError as its context, re-raised by tf_keras ``from None``.
+    disguised = raised(
+        SystemError("<built-in function __import__> returned a result with an exception set"), KeyboardInterrupt()
+    )
+    try:
+        try:
+            raise disguised
+        except SystemError:
+            raise TypeError  # noqa: B904 - as C++ raises it, inside the handling of the SystemError
+    except TypeError as flatten_error:
+        assert is_disguised_interrupt(raised(flatten_error.with_traceback(None), None))
+    assert not is_disguised_interrupt(raised(TypeError("x"), ValueError("y")))
     assert not is_disguised_interrupt(raised(SystemError("a C extension's own bug"), ValueError("x")))
     assert not is_disguised_interrupt(SystemError("no cause"))
     assert not is_disguised_interrupt(raised(RuntimeError("x"), KeyboardInterrupt()))
