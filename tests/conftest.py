@@ -76,6 +76,12 @@ def quiet_tiny_run(tiny_data) -> tuple:
 
 
 @pytest.fixture(scope="session")
+def half_run_overrides(quiet_tiny_run) -> tuple:
+    """``half_run``'s overrides without its stop after epoch 1: a run with them resumes it."""
+    return (*quiet_tiny_run, "trainer.batch_size=64", "trainer.epochs=2")
+
+
+@pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One short real training run on the packaged sample (3 epochs, seed 7), read by e2e/, evaluation/, rundir/ and
     training/ tests (train_e2e, evaluate, evaluate_run_data, saved_run, cpu_kernels); trained once for all pytest-xdist
@@ -92,21 +98,15 @@ def trained_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def half_run(tmp_path_factory, quiet_tiny_run):
-    """One epoch of a 2-epoch run (``quiet_tiny_run``, batch 64): a run dir with a checkpoint to resume from with the
-    same overrides (copy it before changing it), read by
+def half_run(tmp_path_factory, half_run_overrides):
+    """One epoch of a 2-epoch run: a run dir with a checkpoint to resume from (``half_run_overrides``; copy it before
+    changing it), read by
     rundir/ tests (resume_policy, resume_hostile, rundir_lock, rundir_ranks_lock) and resumed by train_e2e's; trained
     once for all pytest-xdist workers, each of which gets its own copy."""
 
     def train(folder: Path) -> None:
         run_dir = folder / "run"
-        proc = run_cli(
-            *quiet_tiny_run,
-            "trainer.batch_size=64",
-            "trainer.epochs=2",
-            "trainer.max_epochs_per_run=1",
-            f"hydra.run.dir={run_dir}",
-        )
+        proc = run_cli(*half_run_overrides, "trainer.max_epochs_per_run=1", f"hydra.run.dir={run_dir}")
         assert_ok(proc)
         assert (run_dir / "checkpoints" / "checkpoint-001.h5").is_file()
 

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from cifar_dist.rundir.lock import LOCK_NAME
 from helpers.cli import assert_ok, compose_cfg, error_lines, one_error_line, read_metrics, run_cli
 
-HALF = ("trainer.batch_size=64", "trainer.epochs=2", "trainer.max_epochs_per_run=1")  # half_run's, with quiet_tiny_run
+FIRST_EPOCH = "trainer.max_epochs_per_run=1"  # with half_run_overrides: a run like half_run
 
 
 def snapshot(run_dir: Path) -> dict:
@@ -28,20 +28,24 @@ def snapshot(run_dir: Path) -> dict:
     }
 
 
-def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(quiet_tiny_run, tmp_path):
+def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(half_run_overrides, tmp_path):
     sweep = tmp_path / "sweep"
-    first = run_cli("-m", *quiet_tiny_run, *HALF, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=300)
+    first = run_cli(
+        "-m", *half_run_overrides, FIRST_EPOCH, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=300
+    )
     assert_ok(first)
     before = snapshot(sweep / "0")
 
-    again = run_cli("-m", *quiet_tiny_run, *HALF, "optimizer.lr=5e-4", f"hydra.sweep.dir={sweep}", timeout=300)
+    again = run_cli(
+        "-m", *half_run_overrides, FIRST_EPOCH, "optimizer.lr=5e-4", f"hydra.sweep.dir={sweep}", timeout=300
+    )
     line = one_error_line(again)
     assert line.startswith("cifar_dist: error: point #0 (") and "optimizer.lr (was 0.0001, now 0.0005)" in line
     assert snapshot(sweep / "0") == before  # .hydra/config.yaml still says 1e-4, nothing trained
     assert OmegaConf.load(sweep / "0" / ".hydra" / "config.yaml").optimizer.lr == 1e-4
 
 
-def test_a_sweep_into_a_folder_of_the_users_files_is_refused_untouched(quiet_tiny_run, tmp_path):
+def test_a_sweep_into_a_folder_of_the_users_files_is_refused_untouched(half_run_overrides, tmp_path):
     sweep = tmp_path / "sweep"
     (sweep / "0").mkdir(parents=True)
     (sweep / "multirun.yaml").write_text("hydra: {}\n")  # looks like a sweep's dir: its point is checked
@@ -49,7 +53,7 @@ def test_a_sweep_into_a_folder_of_the_users_files_is_refused_untouched(quiet_tin
     (sweep / "0" / "training_log.csv").write_text("my,own\n")
     before = snapshot(sweep / "0")
 
-    proc = run_cli("-m", *quiet_tiny_run, *HALF, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=120)
+    proc = run_cli("-m", *half_run_overrides, FIRST_EPOCH, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=120)
     line = one_error_line(proc)
     assert "point #0 (" in line and "was not made by cifar_dist" in line
     assert snapshot(sweep / "0") == before and sorted(p.name for p in (sweep / "0").iterdir()) == [
@@ -92,11 +96,13 @@ def test_the_free_keys_are_real_keys_and_free():
     )
 
 
-def test_another_recipe_key_is_refused_end_to_end(half_run, quiet_tiny_run, tmp_path):
+def test_another_recipe_key_is_refused_end_to_end(half_run, half_run_overrides, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(half_run, run_dir)
     before = snapshot(run_dir)
-    proc = run_cli(*quiet_tiny_run, *HALF, "trainer.label_smoothing=0.1", f"hydra.run.dir={run_dir}", timeout=120)
+    proc = run_cli(
+        *half_run_overrides, FIRST_EPOCH, "trainer.label_smoothing=0.1", f"hydra.run.dir={run_dir}", timeout=120
+    )
     assert "trainer.label_smoothing (was 0.0, now 0.1)" in one_error_line(proc)
     assert snapshot(run_dir) == before
 

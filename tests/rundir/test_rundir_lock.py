@@ -24,11 +24,9 @@ from cifar_dist.rundir.lock import LOCK_NAME, RunDirInUse, RunDirLock
 from helpers.cli import assert_ok, cli_env, error_lines, run_cli, start_cli
 from helpers.paths import REPO
 
-RESUME = ("trainer.batch_size=64", "trainer.epochs=2")  # half_run's, without its stop after epoch 1
-
 
 def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_damaged_record(
-    half_run, quiet_tiny_run, tmp_path
+    half_run, half_run_overrides, tmp_path
 ):
     run_dir = tmp_path / "run"
     shutil.copytree(half_run, run_dir)
@@ -38,7 +36,7 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
     ours = run_dir / f".training_log.csv.abcd_123{TEMP_SUFFIX}"  # a temp file a killed run left
     ours.write_text("half")
 
-    again = (*quiet_tiny_run, *RESUME, f"hydra.run.dir={run_dir}")
+    again = (*half_run_overrides, f"hydra.run.dir={run_dir}")
     first = start_cli(*again, stderr=subprocess.PIPE)
     try:
         lock = run_dir / LOCK_NAME
@@ -67,7 +65,9 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
     assert users_file.read_text() == "mine" and not ours.exists()
 
 
-def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumbered(half_run, quiet_tiny_run, tmp_path):
+def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumbered(
+    half_run, half_run_overrides, tmp_path
+):
     """Before the marker and 1-based CSV epochs: no .cifar_dist_run, training_log.csv numbered from 0."""
     import csv
 
@@ -83,7 +83,7 @@ def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumber
     rows[1][0] = "0"  # as Keras' CSVLogger numbered it before
     with open(log, "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows(rows)
-    proc = run_cli(*quiet_tiny_run, *RESUME, f"hydra.run.dir={old}", timeout=300)
+    proc = run_cli(*half_run_overrides, f"hydra.run.dir={old}", timeout=300)
     assert_ok(proc)
     assert "resuming after epoch 1" in proc.stdout + proc.stderr
     assert [r["epoch"] for r in csv.DictReader(open(log, newline=""))] == ["1", "2"]

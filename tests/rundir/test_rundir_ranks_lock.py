@@ -110,7 +110,7 @@ os.kill(os.getpid(), 9)
 @pytest.mark.mpi
 @pytest.mark.timeout(600)
 def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_their_records(
-    half_run, quiet_tiny_run, tmp_path
+    half_run, half_run_overrides, tmp_path
 ):
     """As the issue saw it: the old rank 0 outlives its killed launcher, writing into the run dir, then dies by
     SIGKILL and its wrapper writes ``logs/rank.0.exit.json``. The re-run, started at once, must not write before that
@@ -125,9 +125,7 @@ def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_t
     try:
         wait_for(lambda: signed_in(run_dir, wrapper), 60, wrapper, "the old rank to hold the ranks' lock")
         proc = run_cli(
-            *quiet_tiny_run,
-            "trainer.batch_size=64",
-            "trainer.epochs=2",
+            *half_run_overrides,
             "launcher=mpirun",
             "launcher.np=1",
             "launcher.rank_failure_grace_s=1",
