@@ -91,14 +91,12 @@ def test_two_ranks_one_writer_identical_weights_exact_test_metrics(tmp_path, tin
 
     # The test metrics reduced over two slices equal scoring the saved model in one process.
     import tensorflow as tf
-    from omegaconf import OmegaConf
 
     import cifar_dist  # noqa: F401
-    from cifar_dist.config.schema import DataConfig
-    from cifar_dist.data import load_dataset
+    from helpers.cifar_fixtures import tiny_dataset
 
     model = tf.keras.models.load_model(run_dir / "saved_models" / "keras_cifar10_trained_model.h5")
-    data = load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path=str(tiny_data), download=False)))
+    data = tiny_dataset(tiny_data)
     probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
     assert float((probs.argmax(axis=1) == data.y_test).mean()) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
     assert m["test"]["samples"] == 64

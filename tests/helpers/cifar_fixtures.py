@@ -69,6 +69,16 @@ def sample_batches(per_batch: int | None = None) -> tuple[list[Batch], Batch]:
     return train, (data.x_test[:n], data.y_test[:n])
 
 
+def tiny_dataset(folder: Path):
+    """The ``tiny_data`` fixture's folder as the trainer reads it (``data=cifar10`` on it, as ``tiny_cifar`` says)."""
+    from omegaconf import OmegaConf
+
+    from cifar_dist.config.schema import DataConfig
+    from cifar_dist.data import load_dataset
+
+    return load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path=str(folder), download=False)))
+
+
 def sample_arrays(per_batch: int | None = None) -> tuple[np.ndarray, np.ndarray, Batch]:
     """``sample_batches``' train batches as one (images, labels), and its test batch."""
     train, test = sample_batches(per_batch)

@@ -60,16 +60,6 @@ def tiny_run(tiny_data) -> tuple:
     return (*OPTIONS, *tiny_cifar(tiny_data))
 
 
-def tiny_dataset(tiny_data):
-    """``tiny_data`` as the trainer reads it (``data=cifar10`` on its folder)."""
-    from omegaconf import OmegaConf
-
-    from cifar_dist.config.schema import DataConfig
-    from cifar_dist.data import load_dataset
-
-    return load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path=str(tiny_data), download=False)))
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("k3project")
@@ -154,6 +144,8 @@ def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tin
 
     # Batch-score the first test images as files: the same classes as the evaluation predicted for them.
     from PIL import Image
+
+    from helpers.cifar_fixtures import tiny_dataset
 
     images = tmp_path / "images"
     images.mkdir()
