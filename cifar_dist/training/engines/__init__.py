@@ -29,16 +29,26 @@ each one's properties), which imports none of them; callers ask a property
 (``facts.multi_process``), never compare the engine's name.
 
 ``start_engine`` is the one entry: it imports the engine's module only when
-that engine is used (a Horovod run imports nothing of another engine).
+that engine is used (a Horovod run imports nothing of another engine), with
+Python's garbage collector paused (``common/garbage_collector.py``).
 """
 
 from __future__ import annotations
 
 from cifar_dist.common.engine_facts import ENGINES, HOROVOD, JAX, TENSORFLOW
+from cifar_dist.common.garbage_collector import framework_imports
 
 
 def start_engine(name: str, trainer_cfg):
-    """Start the named engine in this process (once, before any model is built) and return it."""
+    """Start the named engine in this process (once, before any model is built) and return it.
+
+    The engine imports its framework here, with the collector paused (``framework_imports``: ~1.3 CPU-s less per
+    process, and no later collection walks the framework's objects again)."""
+    with framework_imports():
+        return _started(name, trainer_cfg)
+
+
+def _started(name: str, trainer_cfg):
     if name == HOROVOD.name:
         from cifar_dist.training.engines.horovod import HorovodEngine  # lazy: only the engine this run uses
 
