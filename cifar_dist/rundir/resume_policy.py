@@ -78,6 +78,9 @@ FREE = frozenset(
         "trainer.resume_despite_changes",
     )
 )
+# Recorded in the config but no setting of the job: why engine=auto chose its engine, which cifar_dist writes and
+# which changes with the run dir (once it holds checkpoints, engine=auto keeps their engine and says so).
+NOTES = frozenset(("engine.why",))
 SAVED_CONFIG = Path(".hydra") / "config.yaml"
 
 
@@ -104,9 +107,10 @@ def _plain(cfg: DictConfig) -> Dict[str, Any]:
 
 def all_settings(cfg: DictConfig) -> Dict[str, Any]:
     """Every setting of ``cfg`` by dotted name (``hydra`` excluded before resolving: its
-    ``${hydra:...}`` values resolve only inside a running app), secrets masked: the saved
+    ``${hydra:...}`` values resolve only inside a running app; ``NOTES`` excluded), secrets masked: the saved
     ``.hydra/config.yaml`` holds them masked (``saved_config.py``), so the new config is compared masked too."""
-    return _flat(redact_config(_plain(OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"}))))
+    flat = _flat(redact_config(_plain(OmegaConf.create({k: v for k, v in cfg.items() if k != "hydra"}))))
+    return {k: v for k, v in flat.items() if k not in NOTES}
 
 
 def fixed_settings(cfg: DictConfig) -> Dict[str, Any]:

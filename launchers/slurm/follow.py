@@ -40,7 +40,8 @@ def live_job(client: SlurmClient, job_id: str) -> Optional[JobInfo]:
 
 
 def _settings(cfg: DictConfig) -> Dict[str, Any]:
-    """Every setting that describes the job (the launcher's follow-only keys excluded)."""
+    """Every setting that describes the job (the launcher's follow-only keys excluded; ``all_settings`` leaves out
+    ``engine.why``, which changes once the job has written checkpoints)."""
     return {k: v for k, v in all_settings(cfg).items() if k not in FOLLOW_ONLY}
 
 

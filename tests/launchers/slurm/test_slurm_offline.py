@@ -361,3 +361,17 @@ def test_a_job_that_ends_as_its_rerun_looks_is_neither_submitted_again_nor_misse
     launcher.client = EndsWhenAsked({f"12_{spec.job_num}": spec.output_dir for spec in specs})
     results = launcher.launch_all(specs)
     assert [(r.exit_code, r.metrics["complete"]) for r in results] == [(0, True)] * points
+
+
+def test_following_a_job_compares_its_settings_not_why_engine_auto_chose_its_engine():
+    """Once the job has written checkpoints, engine=auto says it keeps their engine: the same job, followed."""
+    from cifar_dist.launchers.slurm.follow import differences
+    from helpers.cli import compose_cfg
+
+    submitted = compose_cfg("launcher=slurm", "engine=horovod")
+    submitted.engine.why = "Horovod is installed"
+    followed = compose_cfg("launcher=slurm", "launcher.wait=true", "engine=horovod")
+    followed.engine.why = "engine=auto: the run dir's checkpoints were trained on engine=horovod"
+    assert differences(submitted, followed) == []
+    followed.trainer.epochs = 3
+    assert differences(submitted, followed) == [f"trainer.epochs (job: {submitted.trainer.epochs}, now: 3)"]

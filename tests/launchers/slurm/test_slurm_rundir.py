@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.lock import LOCK_NAME
 from helpers.cli import assert_ok, one_error_line, run_cli, start_cli, wait_for
 from helpers.slurm_jobs import REAL_SLURM, env_for, job_id, job_state, small
@@ -59,6 +60,9 @@ def test_a_rerun_that_would_follow_the_job_with_other_settings_is_refused_and_re
 
 def test_a_job_cancelled_with_scancel_is_reported_as_cancelled(held_run, slurm):
     run_dir, jid, overrides = held_run
+    # As a user who comes back to a job later: it has written checkpoints, so engine=auto now says it keeps
+    # their engine (engine.why), a note that must not count as another setting.
+    wait_for(lambda: list_checkpoints(run_dir / "checkpoints"), 300, what="the job's first checkpoint")
     follow = [o for o in overrides if o != "launcher.wait=false"]
     proc = start_cli(*follow, env=env_for(slurm))
     out = ""
