@@ -2,7 +2,7 @@
 
 A process that imports TensorFlow, tf-keras and Horovod (or Keras 3 and JAX) holds ~800,000 objects that the
 collector tracks, nearly all of them for the life of the process (modules, classes, functions, their dicts).
-The collector pays for them twice, and neither pays for anything:
+The collector walks them at two moments, and finds almost nothing to free either time:
 
 * while they are imported: the heap grows from nothing, and each time it has grown by a quarter the collector
   walks all of it again. About 1.3 CPU-s of a rank's ~5 s of imports; the walks find ~5,000 objects of garbage.
