@@ -37,10 +37,18 @@ class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
     every key, timings included, or, resuming, columns unlike the file's header.)"""
 
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
+        logs = {key: _fetched(value) for key, value in (logs or {}).items()}
         if self.keys is None and logs:
             metrics = [k for k in logs if not k.startswith("val_") and k not in EpochTimer.KEYS]
             self.keys = sorted(set(logs) | {"val_" + name for name in metrics})
         super().on_epoch_end(epoch + 1, logs)
+
+
+def _fetched(value: Any) -> Any:
+    """A log value as numbers. Keras 3 makes each one a float and leaves as it was one it cannot fetch: on JAX,
+    a metric whose collective failed because another process died. Fetching it here raises that error itself,
+    which the engine says in one line (``peer_failure``), instead of the CSV writer's TypeError about a 0-d array."""
+    return value if isinstance(value, (str, int, float, np.ndarray)) else np.asarray(value)
 
 
 class TrainingDiverged(CifarDistError, RuntimeError):

@@ -8,6 +8,8 @@ renumbered when it resumes so the rows it appends continue it.
 import csv
 
 import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
 import cifar_dist  # noqa: F401  (TF_USE_LEGACY_KERAS before TensorFlow loads)
 from cifar_dist.training.artifacts import plot_learning_curves, trim_csv_log
@@ -28,6 +30,29 @@ def test_the_csv_log_numbers_epochs_from_1(tmp_path):
         logger.on_epoch_end(epoch, {"loss": 1.0 / (epoch + 1)})
     logger.on_train_end()
     assert epochs_in(path) == ["1", "2", "3"]
+
+
+class UnfetchableMetric:
+    """What Keras 3 on JAX leaves in the logs when a metric's collective failed (another process died): a 0-d
+    array that cannot be iterated, and whose value raises the collective's error when fetched."""
+
+    def __iter__(self):
+        raise TypeError("iteration over a 0-d array")
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("Gloo all-reduce failed: Connection closed by peer")
+
+
+def test_a_metric_that_cannot_be_fetched_raises_its_own_error_not_the_csv_writers(tmp_path):
+    logger = EpochCSVLogger(str(tmp_path / "training_log.csv"))
+    logger.set_model(None)
+    logger.on_train_begin()
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        logger.on_epoch_end(0, {"loss": UnfetchableMetric()})
+    logger.on_epoch_end(1, {"loss": np.float32(0.5)})  # a value that fetches: written as a number
+    logger.on_train_end()
+    with open(tmp_path / "training_log.csv", newline="") as f:
+        assert [row["loss"] for row in csv.DictReader(f)] == ["0.5"]
 
 
 def test_resume_trims_a_1_based_log_to_the_checkpointed_epochs(tmp_path):
