@@ -27,12 +27,15 @@ What is fingerprinted is cheap and needs neither TensorFlow nor the images:
   shifted labels under the same counts change it.
 
 Hashing every byte at each resume would cost seconds for the full CIFAR-10,
-so each file's digest is kept in the fingerprint file with its path, size
-and mtime (``file_digests``, never compared) and reused while all three are
-the same: a resume then pays a ``stat`` per file.
+so each file's digest is kept in the fingerprint file with its path, size,
+mtime and ctime (``file_digests``, never compared) and reused while all four
+are the same: a resume then pays a ``stat`` per file. The ctime is there
+because the mtime can be set back (``touch -r``, ``cp -p``, rsync) after an
+edit in place of the same size; the ctime cannot (the kernel sets it on every
+change). A file merely moved, copied or chmod-ed gets a new ctime and is
+hashed again, once.
 
-What it still cannot see: a file edited in place with its size and mtime
-kept (``touch -r``, some copy tools); what a factory reads (its own files,
+What it still cannot see: what a factory reads (its own files,
 a database, the network: only its source is seen); modules imported from
 outside the user's code root (installed packages: their versions are in
 ``metrics.json``); code loaded dynamically (``importlib``, ``exec``); and
@@ -68,7 +71,7 @@ from cifar_dist.rundir.checkpoints import list_checkpoints
 
 FINGERPRINT = ".cifar_dist_fingerprint.json"
 OVERRIDE = "trainer.resume_despite_changes"
-CACHE = "file_digests"  # path -> [size, mtime_ns, sha256]: what saves hashing unchanged files again; not compared
+CACHE = "file_digests"  # path -> [size, mtime_ns, ctime_ns, sha256]: saves hashing unchanged files again; not compared
 OWN_PACKAGE = "cifar_dist"
 MAX_SOURCES = 500  # modules followed from one builder: a code root holding a whole project stops somewhere
 
@@ -178,19 +181,19 @@ def imported_sources(target: Optional[str]) -> Optional[Dict[str, str]]:
 
 
 def file_digest(path: Path, cache: Dict[str, list]) -> str:
-    """sha256 of ``path``'s bytes, taken from ``cache`` while the path's size and mtime are what it says;
-    ``cache`` gets the new entry."""
+    """sha256 of ``path``'s bytes, taken from ``cache`` while the path's size, mtime and ctime are what it says
+    (an entry of an earlier version, without the ctime, is hashed again); ``cache`` gets the new entry."""
     stat = path.stat()
-    key = str(path)
+    key, seen = str(path), [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
     entry = cache.get(key)
-    if isinstance(entry, list) and len(entry) == 3 and entry[:2] == [stat.st_size, stat.st_mtime_ns]:
-        return str(entry[2])
+    if isinstance(entry, list) and len(entry) == len(seen) + 1 and entry[:-1] == seen:
+        return str(entry[-1])
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    cache[key] = [stat.st_size, stat.st_mtime_ns, digest.hexdigest()[:16]]
-    return cache[key][2]
+    cache[key] = [*seen, digest.hexdigest()[:16]]
+    return cache[key][-1]
 
 
 def bytes_digest(root: Path, files: Iterable[Path], cache: Dict[str, list]) -> Optional[str]:
@@ -239,7 +242,7 @@ def data_bytes(data_cfg: Any, cache: Dict[str, list]) -> Optional[str]:
 
 def fingerprint(cfg: Any, cache: Optional[Dict[str, list]] = None) -> Dict[str, Any]:
     """The fingerprint of ``cfg``'s code and data (parts that cannot be computed left out). ``cache``: the file
-    digests recorded before (``CACHE``), reused for files whose size and mtime are unchanged; the result
+    digests recorded before (``CACHE``), reused for files whose size, mtime and ctime are unchanged; the result
     carries them again."""
     data = cfg.data
     cache = dict(cache or {})

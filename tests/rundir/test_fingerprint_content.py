@@ -1,6 +1,6 @@
 """Resume fingerprints that see content (issue 37, item 5): a helper module the builder imports (edited from
 relu to tanh, it resumed silently) and the data's bytes (images inverted, labels shifted under the same counts),
-the latter cached by path, size and mtime so that a resume of the full CIFAR-10 pays well under a second."""
+the latter cached by path, size, mtime and ctime so that a resume of the full CIFAR-10 pays well under a second."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_the_datas_bytes_are_fingerprinted_and_a_resume_reuses_unchanged_files_d
     started = time.perf_counter()
     again = fingerprint(cfg, first[CACHE])
     assert time.perf_counter() - started < 1.0 and again == first  # a resume: a stat per file
-    stale = {path: [size, mtime, "0" * 16] for path, (size, mtime, _) in first[CACHE].items()}
+    stale = {path: [*stat, "0" * 16] for path, (*stat, _) in first[CACHE].items()}
     assert fingerprint(cfg, stale)["data_bytes"] != first["data_bytes"]  # the digests were taken, not re-hashed
 
     with open(batches / "data_batch_3", "r+b") as f:  # labels shifted: the same size, other bytes
@@ -85,6 +85,30 @@ def test_the_datas_bytes_are_fingerprinted_and_a_resume_reuses_unchanged_files_d
     (tmp_path / "data").rename(moved)  # data.path is free: the same bytes elsewhere are the same data
     cfg.data.path = str(moved)
     assert fingerprint(cfg)["data_bytes"] == changed["data_bytes"]
+
+
+def test_an_edit_in_place_with_its_mtime_set_back_is_seen(tmp_path):
+    """``touch -r`` (or ``cp -p``, rsync) restores a file's mtime after an edit of the same size; its ctime the kernel
+    sets on every change, and no one can set back: the cached digest is not reused (issue 47, item 9)."""
+    batches = tmp_path / "data" / "cifar-10-batches-py"
+    batches.mkdir(parents=True)
+    for name in ("data_batch_1", "data_batch_2", "test_batch", "batches.meta"):
+        (batches / name).write_bytes(os.urandom(4096))
+    cfg = OmegaConf.create({"model": {"_target_": "nomodule.build"}, "data": {"name": "cifar10", "path": str(batches)}})
+    first = fingerprint(cfg)
+    edited = batches / "data_batch_2"
+    before = edited.stat()
+    time.sleep(0.05)  # past the file system's timestamp granularity: the edit is a later change
+    with open(edited, "r+b") as f:  # labels shifted: the same size, other bytes
+        f.seek(100)
+        f.write(b"\x09" * 16)
+    os.utime(edited, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r: the old mtime back
+    after = edited.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+    changed = fingerprint(cfg, first[CACHE])
+    assert differences(first, changed) == [f"data_bytes (was {first['data_bytes']}, now {changed['data_bytes']})"]
+    assert changed[CACHE][str(edited)][:-1] == [after.st_size, after.st_mtime_ns, after.st_ctime_ns]
 
 
 def test_an_edited_helper_or_inverted_images_are_refused_on_resume(tmp_path):
