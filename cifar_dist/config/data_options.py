@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from omegaconf import MISSING
 
@@ -140,8 +140,29 @@ SCHEMAS: Dict[str, Type[DataConfig]] = {
     "folder": FolderDataConfig,
     "custom": CustomDataConfig,
 }
+ARCHIVES = ("cifar10", "cifar100")
+# The keys every option inherits from DataConfig but only some read (the options named): where a CIFAR archive
+# is and how it is fetched, and the shuffle buffer of streamed data (arrays in memory are shuffled whole).
+# Any other key of an option's schema is read by it.
+READ_BY: Dict[str, Tuple[str, ...]] = {
+    "path": (*ARCHIVES, "folder"),
+    **{key: ARCHIVES for key in ("cache_dir", "url", "md5", "size_bytes", "download", "download_timeout_s")},
+    "shuffle_buffer": ("folder", "custom"),
+}
 
 
 def data_schema(name: Optional[str]) -> Type[DataConfig]:
     """The schema of the data option called ``name`` (DataConfig for cifar10 and sample)."""
     return SCHEMAS.get(str(name), DataConfig)
+
+
+def ignored_settings(data: Any) -> List[Tuple[str, Any, Tuple[str, ...]]]:
+    """(key, value, the options that read it) for each key of the ``data`` node that its option does not read
+    (``READ_BY``) and that differs from the option's default: a setting that would change nothing."""
+    name = str(data.get("name"))
+    defaults = data_schema(name)()
+    return [
+        (key, data.get(key), readers)
+        for key, readers in READ_BY.items()
+        if name not in readers and data.get(key) != getattr(defaults, key)
+    ]

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, engine_facts
 from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
+from cifar_dist.config.data_options import ignored_settings
 from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.data import num_classes_of
 from cifar_dist.models.builder import model_node_problem
@@ -199,7 +200,11 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
 
 
 def _data_problems(data: DictConfig) -> List[str]:
-    found = []
+    found = [
+        f"data.{key}={str(value).lower() if isinstance(value, bool) else value} is not read by data={data.name} "
+        f"(only by {', '.join(f'data={r}' for r in readers)}): remove it, or choose a data option that reads it"
+        for key, value, readers in ignored_settings(data)
+    ]
     if data.name == "custom" and OmegaConf.is_missing(data, "_target_"):
         found.append("data=custom needs data._target_=<module.function returning DataStreams> (docs/data.md)")
     a = data.augment

@@ -54,6 +54,33 @@ def test_evaluate_values_and_unset_environment_variables_are_one_line_before_any
         )
 
 
+def test_a_data_setting_the_data_set_does_not_read_is_refused_in_one_line(tmp_path):
+    """``data=sample data.path=DIR`` trained on the packaged sample, DIR recorded and unread (issue 47, item 9)."""
+    run_dir = tmp_path / "run"
+    overrides = ("data=sample", f"data.path={tmp_path / 'mine'}", "trainer.epochs=1", f"hydra.run.dir={run_dir}")
+    proc = run_cli(*overrides, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (
+        f"cifar_dist: error: bad config: data.path={tmp_path / 'mine'} is not read by data=sample (only by "
+        "data=cifar10, data=cifar100, data=folder): remove it, or choose a data option that reads it"
+    )
+    assert not run_dir.exists()
+    for overrides, fragment in (
+        (("data=folder", "data.path=x", "data.download=false"), "data.download=false is not read by data=folder"),
+        (("data=cifar10", "data.shuffle_buffer=100"), "data.shuffle_buffer=100 is not read by data=cifar10"),
+        (("data=custom", "data._target_=m.f", "data.cache_dir=c"), "data.cache_dir=c is not read by data=custom"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            validate(compose_cfg(*overrides))
+    for overrides in (
+        ("data=cifar100", "data.path=x", "data.download=false", "data.cache_dir=c"),
+        ("data=folder", "data.path=x", "data.shuffle_buffer=100"),
+        ("data=sample", "data.path=null", "data.download=true"),  # the defaults, spelled out: nothing ignored
+    ):
+        validate(compose_cfg(*overrides))
+
+
 def test_a_batch_larger_than_the_data_is_one_line(tmp_path):
     proc = run_cli(
         "data=sample", "trainer.batch_size=100000", "trainer.epochs=1", f"hydra.run.dir={tmp_path / 'run'}", timeout=300
