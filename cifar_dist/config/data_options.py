@@ -164,5 +164,5 @@ def ignored_settings(data: Any) -> List[Tuple[str, Any, Tuple[str, ...]]]:
     return [
         (key, data.get(key), readers)
         for key, readers in READ_BY.items()
-        if name not in readers and data.get(key) != getattr(defaults, key)
+        if name not in readers and key in data and data.get(key) != getattr(defaults, key)
     ]
