@@ -10,6 +10,11 @@ the run was made with (``<run>/.hydra/overrides.yaml``), then the command's own
 overrides, which win -- the run's own composition, in a new run dir unless
 ``hydra.run.dir`` says otherwise (a re-run into the same dir resumes it, checked
 as every re-run is).
+
+A run dir is data, not code: a recorded override that names code (a ``_target_``),
+grants trust (``evaluate.trust_model``) or reads configs from inside the run dir is
+refused in one line that lists it; the user trusts it by giving it on their own
+command line (``rundir/run_code.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from omegaconf import OmegaConf
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.config.override_check import parsed_command_line, replace_overrides
 from cifar_dist.config.override_syntax import override_key
+from cifar_dist.rundir.run_code import refuse_recorded_code
 
 SAVED_CONFIG = "config"  # what Hydra saved into <run>/.hydra/ (config.yaml), as --config-name names it
 FLAGS = {"--config-path": "config_path", "-cp": "config_path", "--config-name": "config_name", "-cn": "config_name"}
@@ -77,5 +83,6 @@ def from_saved_run(argv: Sequence[str]) -> List[str]:
         return list(argv)
     given = set(override_key(o) for o in parsed.overrides)
     recorded = [o for o in recorded_overrides(folder) if override_key(o) not in given]
+    refuse_recorded_code(recorded, folder.parent, folder / "overrides.yaml")  # a run dir is data, not code
     rest = _without_config_flags(argv)
     return replace_overrides(rest, parsed.overrides, recorded + list(parsed.overrides)) or recorded + rest

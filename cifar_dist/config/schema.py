@@ -285,6 +285,10 @@ class EvaluateConfig:
     # Load models whose layers run Python code (Lambda, custom classes).
     # false: such a model is refused, since loading it would run that code.
     trust_model: bool = False
+    # Import the code a run dir's saved config names for its data (data=custom's _target_), when
+    # evaluate.model is a run dir (or a file in it) and the command names no data.
+    # false: refused in one line naming the module, since a run dir someone sent may name their code.
+    trust_run_code: bool = False
     tta: Tta = Tta.none  # test-time augmentation (trainer.tta's options)
 
 

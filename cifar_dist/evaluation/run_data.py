@@ -8,6 +8,10 @@ learnt, without repeating ``data=...`` (was: the default ``data=cifar10``, a 170
 ``data`` override on the command line (``data=folder``, ``data.path=...``) means the command's data instead,
 and so does a primary config of the user's own (``--config-name``; a Batch AI node's uploaded config, which
 the launching command composed). Which one was used is logged and written to ``evaluation.json`` (``data``).
+
+A run dir is data, not code: a ``_target_`` in the run's ``data`` (a factory of ``data=custom``) is imported
+only with ``evaluate.trust_run_code=true``, never from inside the run dir; otherwise one line names the module
+that would run (``rundir/run_code.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from cifar_dist.config.files import DEFAULT_CONFIG_NAME
 from cifar_dist.config.override_syntax import names_group
 from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.rundir.run_code import module_of, refuse_inside, refuse_untrusted, targets
 from cifar_dist.training.engines.choice import runnable_engine
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
+TRUST_HINT = (
+    "Give the data on the command line (data=...), or set evaluate.trust_run_code=true if you trust whoever made {run}"
+)
 
 
 def training_run_dir(model_path: Path) -> Optional[Path]:
@@ -74,8 +82,23 @@ def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Seque
     if saved is None:
         return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
     trained = OmegaConf.load(saved)
+    imported = run_code_of(trained, saved, bool(cfg.evaluate.get("trust_run_code", False)))
     out = cfg.copy()
     with open_dict(out):
         out.data = typed_data(trained.data)
         out.trainer.seed = trained.trainer.seed
-    return out, f"data={trained.data.name}, as the run that trained it ({saved}); give data=... to score other data"
+    said = f"data={trained.data.name}, as the run that trained it ({saved}); give data=... to score other data"
+    return out, said + (f"; imports {imported}, as evaluate.trust_run_code=true allows" if imported else "")
+
+
+def run_code_of(trained: DictConfig, saved: Path, trusted: bool) -> str:
+    """The code that taking ``trained``'s data would import (``_target_``s), as one string ("" for none); refused
+    in one line unless ``trusted``, and, trusted or not, when it lies inside the run dir (``rundir/run_code.py``)."""
+    named = targets(trained.get("data"), "data")
+    run_dir = saved.parent.parent
+    source = f"{saved}'s data"
+    if trusted:
+        refuse_inside(named, run_dir, source)
+    else:
+        refuse_untrusted(named, run_dir, source, TRUST_HINT.format(run=run_dir))
+    return ", ".join(module_of(t) for t in named.values())

@@ -116,12 +116,12 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     output_dir = Path(output_dir)
     ev = cfg.evaluate
     model_path = resolve_model_path(ev.model)  # fails fast on every rank alike
+    scored, data_used = evaluation_data(cfg, model_path, command_overrides())  # so does code the run dir names
     engine = start_engine(evaluation_engine(cfg, model_path, command_overrides()), cfg.trainer)
     world = engine.world
     from cifar_dist.models.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
-    cfg, data_used = evaluation_data(cfg, model_path, command_overrides())
-    model, images, num_classes = _model_and_images(cfg, model_path)
+    model, images, num_classes = _model_and_images(scored, model_path)
     same_on_every_rank(f"{len(images.x)} images", images.class_names, images.source, engine.allgather_object)
     if world.is_chief:
         log.info("data: %s", data_used)

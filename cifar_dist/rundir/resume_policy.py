@@ -35,6 +35,14 @@ for every point of a sweep before it starts). Also refused there:
 ``trainer.resume=false`` over checkpoints, and training again into a
 finished run whose checkpoints are gone (that would silently replace its
 saved model).
+
+No other task writes over a training run's record: ``task=evaluate`` with
+``hydra.run.dir`` at a training run's dir (its checkpoints, saved model or
+``.hydra/`` of a training job) is refused the same way, before Hydra replaces
+that run's ``.hydra/*.yaml`` with the evaluation's; the line says how to write
+beside it (``refuse_other_task``). And a resume imports nothing from inside
+its run dir: a ``_target_`` of the command's whose module lies there is refused
+(``rundir/run_code.py``: a run dir is data, not code).
 """
 
 from __future__ import annotations
@@ -46,9 +54,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import redact_config
+from cifar_dist.config.override_syntax import shell_override
 from cifar_dist.config.schema import engine_of
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
+from cifar_dist.rundir.run_code import refuse_inside, targets
 
 FIXED_GROUPS = ("data", "model", "optimizer", "trainer")
 FREE = frozenset(
@@ -147,8 +157,10 @@ def _engine_settings(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
-    """Refuse a training re-run into ``run_dir`` that would not continue its experiment unchanged."""
+    """Refuse a training re-run into ``run_dir`` that would not continue its experiment unchanged, and any other
+    task into a training run's dir (``refuse_other_task``)."""
     if not is_training(cfg):
+        refuse_other_task(run_dir, cfg)
         return
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     saved_model = find_saved_model(run_dir)
@@ -173,7 +185,32 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
             f"differ: {'; '.join(differing)}. Re-run with the old values, or choose a new hydra.run.dir "
             "(trainer.epochs, data.path, the launcher, ranks and speed settings may change)"
         )
+    refuse_inside(targets({k: v for k, v in cfg.items() if k != "hydra"}), run_dir, "the command")
     check_resume(run_dir, cfg)
+
+
+def trained_in(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a training run's record: checkpoints, a saved model, or the ``.hydra/`` of a
+    training job (a config saved before tasks existed was a training job's)."""
+    if list_checkpoints(run_dir / "checkpoints") or find_saved_model(run_dir) is not None:
+        return True
+    try:
+        saved = OmegaConf.load(run_dir / SAVED_CONFIG) if (run_dir / SAVED_CONFIG).is_file() else None
+    except Exception:  # noqa: BLE001 -- unreadable: nothing of it to keep from the other checks
+        return False
+    return saved is not None and str(OmegaConf.select(saved, "task.name", default="train")) == "train"
+
+
+def refuse_other_task(run_dir: Path, cfg: DictConfig) -> None:
+    """Refuse a job that does not train (``task=evaluate``) into a training run's dir: Hydra would replace the
+    run's ``.hydra/*.yaml`` with the job's own, and the run could no longer be resumed or scored on its data."""
+    if trained_in(run_dir):
+        task = OmegaConf.select(cfg, "task.name", default="?")
+        beside = shell_override("hydra.run.dir", run_dir.with_name(f"{run_dir.name}-{task}"))
+        raise ResumeConflict(
+            f"{run_dir} holds a training run, and task={task} into it would replace that run's record (.hydra/) "
+            f"with its own; leave hydra.run.dir out (a new run dir) or write beside it: {beside}"
+        )
 
 
 def is_training(cfg: DictConfig) -> bool:
