@@ -1,18 +1,21 @@
-"""Python's cyclic garbage collector at the two moments a training process spends it on TensorFlow's objects.
+"""Python's cyclic garbage collector while a training command imports TensorFlow's objects, and as it ends.
 
 A process that imports TensorFlow, tf-keras and Horovod (or Keras 3 and JAX) holds ~800,000 objects that the
 collector tracks, nearly all of them for the life of the process (modules, classes, functions, their dicts).
-The collector walks them at two moments, and finds almost nothing to free either time:
+While they are imported the heap grows from nothing, and each time it has grown by a quarter the collector walks
+all of it again (about 1.3 CPU-s of a rank's ~5 s of imports), finding almost nothing to free.
 
-* while they are imported: the heap grows from nothing, and each time it has grown by a quarter the collector
-  walks all of it again. About 1.3 CPU-s of a rank's ~5 s of imports; the walks find ~5,000 objects of garbage.
-* when the process ends: the interpreter's shutdown collects every generation again (~1 CPU-s per process).
+``framework_imports()`` pauses the collector while the engine imports its framework. In the command's own
+process (``python -m cifar_dist``, the ``cifar-dist`` script, a rank: ``process_role.is_command_process``) it
+then collects once, so that the imports' garbage is freed, and freezes what is alive (``gc.freeze``: CPython's
+permanent generation, which no later collection walks). A library call (a user's script or notebook that calls
+cifar_dist) is never frozen: its objects are the caller's, who may keep running for hours.
 
-``framework_imports()`` pauses the collector while the engine imports its framework, then freezes what is alive
-(``gc.freeze``: CPython's permanent generation, which no later collection walks); ``skip_final_collections()``
-freezes everything as the command ends, so the shutdown walks nothing. Objects are still freed by their reference
-counts, files and logs are closed by their owners and the ``atexit`` handlers (which run after it); what is left
-is cyclic garbage the interpreter would only have collected on its way out. Measured: docs/benchmarks.md.
+Frozen objects are still freed by their reference counts, but a frozen cycle is never collected, and its
+finalisers (a file's flush on close) would never run. So ``unfreeze_at_exit()``, as the command ends, hands
+every frozen object back to the collector: the interpreter's shutdown then collects and finalises as it does for
+plain ``python``, and a file a user's builder, factory or callback never closed is written whole. (The shutdown's
+collections cost ~1 CPU-s per process; skipping them lost such files: issue 47.) Measured: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -21,27 +24,31 @@ import contextlib
 import gc
 from typing import Iterator
 
+from cifar_dist.common.process_role import is_command_process
+
 
 @contextlib.contextmanager
 def framework_imports() -> Iterator[None]:
-    """The collector paused for the block (the engine's import of its framework), then everything alive frozen.
+    """The collector paused for the block (the engine's import of its framework); then, in the command's own
+    process, one collection and everything alive frozen.
 
-    Only where nothing is frozen yet (the process's first engine start): a later one, such as the next point of a
-    sweep run in this process, finds its framework loaded, and freezing then would keep the garbage the points
-    before it left for the life of the process. The collector is on again afterwards only if it was on before."""
-    if gc.get_freeze_count():
-        yield
-        return
+    Frozen only where nothing is frozen yet (the process's first engine start): a later one, such as the next
+    point of a sweep run in this process, finds its framework loaded, and freezing then would keep the cycles the
+    points before it leave for the life of the process. The collector is on again afterwards only if it was on
+    before."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        if is_command_process() and not gc.get_freeze_count():
+            gc.collect()  # the imports' garbage freed, not kept forever
+            gc.freeze()
         if was_enabled:
             gc.enable()
 
 
-def skip_final_collections() -> None:
-    """Freeze every object, as the command ends: the interpreter's shutdown then collects nothing."""
-    gc.freeze()
+def unfreeze_at_exit() -> None:
+    """As the command ends: every frozen object back in the collector's care, so that the interpreter's shutdown
+    finalises every cycle (flushing the files in them) as plain ``python`` does."""
+    gc.unfreeze()

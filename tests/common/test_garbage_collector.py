@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
+import textwrap
 import weakref
 
 import pytest
 
-from cifar_dist.common.garbage_collector import framework_imports, skip_final_collections
-from cifar_dist.common.process_role import RANK_GUARD_ENV
+import cifar_dist.common.garbage_collector as collector
+from cifar_dist.common.garbage_collector import framework_imports, unfreeze_at_exit
+from cifar_dist.common.process_role import RANK_GUARD_ENV, is_command_process
+from helpers.cli import assert_ok, cli_env, run_cli
 
 
 class Node:
@@ -27,33 +31,58 @@ def nothing_frozen():
     gc.enable() if enabled else gc.disable()
 
 
+@pytest.fixture
+def in_the_command(nothing_frozen, monkeypatch):
+    """As in ``python -m cifar_dist``'s process (pytest's own is a library call)."""
+    monkeypatch.setattr(collector, "is_command_process", lambda: True)
+
+
 def is_frozen(obj) -> bool:
     """Whether ``obj`` is in the permanent generation (no generation the collector walks lists it)."""
     return gc.is_tracked(obj) and not any(o is obj for o in gc.get_objects())
 
 
-def test_the_framework_is_imported_with_the_collector_paused_then_kept_out_of_every_collection(nothing_frozen):
+def cyclic_garbage():
+    """A weak reference to a cycle no one holds any more: only a collection frees it."""
+    left = Node()
+    left.itself = left
+    return weakref.ref(left)
+
+
+def test_the_command_imports_the_framework_with_the_collector_paused_then_collects_and_freezes(in_the_command):
     with framework_imports():
         assert not gc.isenabled()
         imported = Node()
+        garbage = cyclic_garbage()  # what the imports leave behind
     assert gc.isenabled()
     assert is_frozen(imported)
+    assert garbage() is None  # collected before the freeze, not kept for the life of the process
 
 
-def test_a_second_engine_start_freezes_nothing_the_first_point_left(nothing_frozen):
+def test_a_library_call_freezes_nothing(nothing_frozen):
+    """A user's script or notebook calling cifar_dist (pytest is one): the collector is paused for the imports
+    only; nothing of the caller's is frozen, a cycle left over is collected as ever."""
+    assert not is_command_process()
+    with framework_imports():
+        assert not gc.isenabled()
+        kept = Node()
+        garbage = cyclic_garbage()
+    assert gc.isenabled() and gc.get_freeze_count() == 0 and not is_frozen(kept)
+    gc.collect()
+    assert garbage() is None
+
+
+def test_a_second_engine_start_freezes_nothing_the_first_point_left(in_the_command):
     with framework_imports():
         pass
-    left = Node()
-    left.itself = left  # a cycle: only the collector frees it
-    freed = weakref.ref(left)
-    del left
+    left = cyclic_garbage()
     with framework_imports():
-        assert gc.isenabled()
+        assert not gc.isenabled()
     gc.collect()
-    assert freed() is None
+    assert left() is None
 
 
-def test_a_collector_turned_off_stays_off(nothing_frozen):
+def test_a_collector_turned_off_stays_off(in_the_command):
     gc.disable()
     with framework_imports():
         pass
@@ -61,24 +90,95 @@ def test_a_collector_turned_off_stays_off(nothing_frozen):
 
 
 @pytest.mark.parametrize("ending", [SystemExit(1), KeyboardInterrupt()])
-def test_the_command_freezes_everything_however_it_ends(nothing_frozen, monkeypatch, ending):
-    """``python -m cifar_dist``'s end skips the interpreter's final collections: on an error, on Ctrl-C, as a rank."""
+def test_the_command_unfreezes_everything_however_it_ends(in_the_command, monkeypatch, ending):
+    """``python -m cifar_dist``'s end hands what the engine's start froze back to the collector: on an error, on
+    Ctrl-C, as a rank."""
     import cifar_dist.__main__ as command
     import cifar_dist.app
 
     def app_main():
+        with framework_imports():  # the engine's start
+            pass
+        assert gc.get_freeze_count()
         raise ending
 
     monkeypatch.setattr(cifar_dist.app, "main", app_main)
     monkeypatch.setattr(sys, "argv", ["cifar_dist"])
     monkeypatch.setenv(RANK_GUARD_ENV, "1")  # a rank's end: the exception goes on, as Python's own
-    left = Node()
     with pytest.raises(type(ending)):
         command.main()
-    assert is_frozen(left)
+    assert gc.get_freeze_count() == 0
 
 
-def test_skip_final_collections_freezes_what_is_alive(nothing_frozen):
+def test_unfreeze_at_exit_gives_every_frozen_object_back(nothing_frozen):
     alive = Node()
-    skip_final_collections()
-    assert is_frozen(alive)
+    gc.freeze()
+    unfreeze_at_exit()
+    assert not is_frozen(alive) and gc.get_freeze_count() == 0
+
+
+def test_only_the_command_s_own_process_counts_as_the_command():
+    """``python -m cifar_dist`` and the ``cifar-dist`` script (a ``__main__`` calling the command's ``main``) are the
+    command; a script of the user's that imports cifar_dist is a library call."""
+    probe = "from cifar_dist.common.process_role import is_command_process; print(is_command_process())"
+    as_script = f"from cifar_dist.__main__ import main\n{probe}"  # what pip's cifar-dist script does first
+    said = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
+        for code in (probe, as_script)
+    ]
+    assert said == ["False", "True"]
+
+
+# A user's code that writes to a file it never closes, held in a cycle (as most objects of a framework or a
+# callback are) that a module keeps: plain `python` flushes it at exit, when the shutdown collects the cycle.
+UNCLOSED_LOG = """
+class Log:
+    def __init__(self, path):
+        self.itself = self
+        self.file = open(path, "w")
+"""
+
+
+def test_a_file_the_users_builder_never_closes_is_whole_after_the_command(tmp_path):
+    """Issue 47, item 4: the builder's log, opened after the engine's start, was 0 bytes after a run."""
+    (tmp_path / "unclosed_builder.py").write_text(
+        UNCLOSED_LOG
+        + textwrap.dedent(f"""
+        LOG = Log({str(tmp_path / "builder.log")!r})
+
+        def build(num_classes, **settings):
+            LOG.file.write("built\\n" * 1000)
+            raise ValueError("the test's builder stops the run here")
+        """)
+    )
+    env = cli_env(PYTHONPATH=str(tmp_path))
+    overrides = ("data=sample", "model._target_=unclosed_builder.build", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_cli(*overrides, env=env, timeout=300)
+    assert proc.returncode == 2 and "the test's builder stops the run here" in proc.stderr, proc.stderr[-3000:]
+    assert (tmp_path / "builder.log").read_text() == "built\n" * 1000
+
+
+def test_a_cycle_alive_when_the_engine_starts_is_finalised_at_the_command_s_end(tmp_path):
+    """The command's own end (``cifar_dist.__main__``), its engine start frozen in between: a cycle that was
+    alive then (a user's callback made before the engine starts) and its file opened after is written whole."""
+    script = UNCLOSED_LOG + textwrap.dedent(f"""
+        import gc, runpy, sys
+        import cifar_dist.app
+        from cifar_dist.common.garbage_collector import framework_imports
+
+        def job():
+            global LOG
+            LOG = Log.__new__(Log)
+            LOG.itself = LOG  # alive when the engine starts: frozen with the framework
+            with framework_imports():  # the engine's start
+                pass
+            assert gc.get_freeze_count(), "python -m cifar_dist is the command: its engine start freezes"
+            LOG.file = open({str(tmp_path / "callback.log")!r}, "w")
+            LOG.file.write("epoch\\n" * 1000)
+
+        cifar_dist.app.main = job
+        sys.argv = ["cifar_dist"]
+        runpy.run_module("cifar_dist", run_name="__main__", alter_sys=True)  # python -m cifar_dist
+        """)
+    assert_ok(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120))
+    assert (tmp_path / "callback.log").read_text() == "epoch\n" * 1000

@@ -42,8 +42,9 @@ from cifar_dist.common.garbage_collector import framework_imports
 def start_engine(name: str, trainer_cfg):
     """Start the named engine in this process (once, before any model is built) and return it.
 
-    The engine imports its framework here, with the collector paused (``framework_imports``: ~1.3 CPU-s less per
-    process, and no later collection walks the framework's objects again)."""
+    The engine imports its framework here, with the collector paused; in the command's own process what is alive
+    then is collected once and frozen, so that no later collection walks the framework's objects again; never in a
+    library call (``framework_imports``; the command hands them back to the collector as it ends)."""
     with framework_imports():
         return _started(name, trainer_cfg)
 
