@@ -1,57 +1,56 @@
-"""``hydra/sweeper=optuna`` as cifar_dist needs it: maximise the test accuracy, keep the study's results.
+"""``hydra/sweeper=optuna``: Optuna chooses each batch of points, cifar_dist's sweep launcher runs them, and every
+trial's test accuracy goes back to the study.
 
-hydra-optuna-sweeper 1.3 minimises by default, and every cifar_dist job
-returns its final test accuracy, so an Optuna sweep without
-``hydra.sweeper.direction=maximize`` would search for the worst point. The
-package replaces the plugin's ``hydra/sweeper/optuna`` config by the same
-config with ``direction: maximize`` and this subclass as its target (Hydra
-instantiates sweepers only from ``hydra_plugins``: the class Hydra sees is in
-``hydra_plugins/cifar_dist_launcher/``); a user who sets ``minimize`` gets a
-one-line warning.
+cifar_dist's own Hydra sweeper, with hydra-optuna-sweeper's settings (``optuna_config.py``) and override syntax
+(``optuna_space.py``): that plugin's last release (1.3.0) pins ``optuna<3``, whose SQLite storage no longer opens
+under SQLAlchemy 2. What it does beyond the plugin:
 
-The subclass also keeps what the plugin loses when trials fail:
+- it maximises by default (every cifar_dist job returns its test accuracy); ``minimize`` gets a one-line warning;
+- a study in a database (``hydra.sweeper.storage=sqlite:///optuna.db``) is continued by the same command: the
+  trials it finished are not run again, those a killed sweep left running are run again under their own numbers
+  (so in their own run dirs, where a run resumes from its checkpoints), and new ones are asked until the study
+  has ``n_trials`` (``optuna_study.py``);
+- trial N runs as point N of the sweep (its run dir is ``<sweep dir>/N``), so a trial in optuna-dashboard is the
+  run dir of the same number;
+- a failed trial is recorded FAIL and printed once; when more trials of a batch fail than
+  ``max_failure_rate`` allows, the study stops in one line, and ``optimization_results.yaml`` holds the best of
+  the trials that completed;
+- settings Optuna cannot use, a storage it cannot open and a missing Optuna are one line each, before any trial.
 
-- a failed trial is recorded FAILED in the study and printed once (the
-  plugin printed its error three times: its warning, its error listing the
-  failures, then Hydra's report of the same exception);
-- when more trials of a batch fail than ``hydra.sweeper.max_failure_rate``
-  allows, the study stops with one line that names that setting, and
-  ``optimization_results.yaml`` still holds the best of the trials that
-  completed (the plugin wrote nothing).
+Hydra instantiates sweepers only from ``hydra_plugins``: the class Hydra sees is the shim in
+``hydra_plugins/cifar_dist_launcher/cifar_dist_optuna.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from dataclasses import make_dataclass
+import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import OmegaConf
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.config.plugin_names import OPTUNA_SWEEPER_CLASS
+from cifar_dist.common.errors import SweepRefused
+from cifar_dist.rundir.owner import SWEEP_RECORD
+from cifar_dist.rundir.saved_config import redact_yaml_file
+from cifar_dist.sweepers.optuna_space import SearchSpace, params_lines, search_space
+from cifar_dist.sweepers.optuna_study import (
+    finished_count,
+    interrupted_trials,
+    open_study,
+    save_results,
+    stopped,
+    storage_label,
+    study_name,
+)
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "optimization_results.yaml"
-_IMPL_LOGGER = "hydra_plugins.hydra_optuna_sweeper._impl"
-
-
-def store_config() -> None:
-    """``hydra/sweeper=optuna`` -> the plugin's config with ``direction: maximize`` and the subclass as its
-    target (the plugin is installed). Called after Hydra's plugin scan, which re-runs the plugin's own
-    registration (``hydra_plugins/cifar_dist_launcher/registration.py``)."""
-    from hydra_plugins.hydra_optuna_sweeper.config import Direction, OptunaSweeperConf  # lazy: the optuna extra
-
-    conf = make_dataclass(
-        "CifarDistOptunaSweeperConf",
-        [("_target_", str, OPTUNA_SWEEPER_CLASS), ("direction", Any, Direction.maximize)],
-        bases=(OptunaSweeperConf,),
-    )
-    ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=conf, provider="cifar_dist")
+DIRECTIONS = ("maximize", "minimize")
 
 
 def direction_names(direction: Any) -> List[str]:
@@ -59,89 +58,202 @@ def direction_names(direction: Any) -> List[str]:
     return [str(getattr(d, "name", d)) for d in items]
 
 
-def warn_if_minimizing(direction: Any) -> None:
-    if direction_names(direction) == ["minimize"]:
+def warn_if_minimizing(directions: List[str]) -> None:
+    if directions == ["minimize"]:
         log.warning(
             "hydra.sweeper.direction=minimize: every cifar_dist job returns its test accuracy, so this "
             "searches for the worst point; drop the override (the default is maximize)"
         )
 
 
-class QuietReturn(JobReturn):
-    """A point's JobReturn whose failure raises without Hydra's own "Error executing job" line."""
-
-    @property
-    def return_value(self) -> Any:
-        if self.status == JobStatus.COMPLETED:
-            return self._return_value
-        raise self._return_value
-
-    @return_value.setter
-    def return_value(self, value: Any) -> None:
-        self._return_value = value
-
-
-class FailureTrackingLauncher:
-    """The sweep launcher as the plugin sees it: failed points' JobReturns quiet, and remembered."""
-
-    def __init__(self, launcher: Any):
-        self.launcher = launcher
-        self.failures: List[BaseException] = []
-
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        returns = list(self.launcher.launch(job_overrides, initial_job_idx))
-        for ret in returns:
-            if ret.status != JobStatus.COMPLETED:
-                ret.__class__ = QuietReturn
-                self.failures.append(ret._return_value)
-        return returns
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.launcher, name)
+def check_settings(directions: List[str], n_trials: int, n_jobs: int, max_failure_rate: float) -> None:
+    """One line for the first setting the sweep cannot run with."""
+    problems = [
+        (
+            not directions or any(d not in DIRECTIONS for d in directions),
+            f"direction={directions}: maximize or minimize",
+        ),
+        (n_trials < 0, f"n_trials={n_trials}: the trials of the study, 0 or more"),
+        (n_jobs < 1, f"n_jobs={n_jobs}: the trials of a batch, 1 or more"),
+        (not 0.0 <= max_failure_rate <= 1.0, f"max_failure_rate={max_failure_rate}: a share of a batch, 0..1"),
+    ]
+    for bad, problem in problems:
+        if bad:
+            raise SweepRefused(f"hydra.sweeper.{problem}")
 
 
-class OneLinePerTrial(logging.Filter):
-    """The plugin's log: its per-trial warning reworded, its list of failures dropped (StudyStopped says it)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message.startswith("Storage: <optuna.storages._in_memory"):  # the in-memory storage the subclass made
-            record.msg, record.args = "Storage: None (in memory)", ()
-        if message.startswith("Failed experiment: "):
-            record.msg, record.args = "trial failed: " + message[len("Failed experiment: ") :], ()
-        return not (record.levelno >= logging.ERROR and "with max_failure_rate=" in message)
+def require_optuna() -> Any:
+    try:
+        import optuna  # lazy: the optuna extra
+    except ImportError:
+        raise SweepRefused(
+            "hydra/sweeper=optuna needs Optuna: pip install 'cifar_dist[optuna]' (scripts/install.sh installs it)"
+        ) from None
+    return optuna
 
 
-def save_results(study: Any, sweep_dir: Path) -> Optional[Path]:
-    """The study's best so far in ``optimization_results.yaml`` (the plugin's format); None before a trial completed."""
-    import optuna  # lazy: Optuna
-
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not complete:
+def objective_values(value: Any, count: int) -> Optional[List[float]]:
+    """What a job returned as ``count`` finite numbers, or None."""
+    try:
+        values = [float(value)] if count == 1 else [float(v) for v in value]
+    except (TypeError, ValueError):
         return None
-    if len(study.directions) < 2:
-        results: Dict[str, Any] = {
-            "name": "optuna",
-            "best_params": study.best_trial.params,
-            "best_value": study.best_trial.value,
-        }
-    else:
-        results = {"name": "optuna", "solutions": [{"params": t.params, "values": t.values} for t in study.best_trials]}
-    failed = [t.number for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
-    results["failed_trials"] = failed
-    path = Path(sweep_dir) / RESULTS_FILE
-    OmegaConf.save(OmegaConf.create(results), path)
-    return path
+    return values if len(values) == count and all(math.isfinite(v) for v in values) else None
 
 
-def stopped_message(failed: int, total: int, max_failure_rate: float, saved: Optional[Path]) -> str:
-    kept = f"the best so far is in {saved}" if saved else "no trial completed"
-    return (
-        f"the Optuna study stopped: {failed} of {total} trials failed, more in a batch than "
-        f"hydra.sweeper.max_failure_rate={max_failure_rate} allows ({kept}); raise "
-        "hydra.sweeper.max_failure_rate (0..1) to let the study go on past failed trials"
-    )
+def save_sweep_record(config: DictConfig, sweep_dir: Path) -> None:
+    """``multirun.yaml``, as Hydra's basic sweeper writes it before the first batch (it marks the folder as a
+    sweep's, which a re-run may use again), secrets masked."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(config, sweep_dir / SWEEP_RECORD)
+    redact_yaml_file(sweep_dir / SWEEP_RECORD)
 
 
-def study_name(configured: Optional[str]) -> str:
-    return configured or f"cifar_dist-{uuid.uuid4().hex[:12]}"
+def consecutive(trials: Sequence[Any]) -> List[List[Any]]:
+    """``trials`` split where their numbers jump: a launch numbers its points from its first one on."""
+    groups: List[List[Any]] = []
+    for trial in trials:
+        if groups and groups[-1][-1].number + 1 == trial.number:
+            groups[-1].append(trial)
+        else:
+            groups.append([trial])
+    return groups
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(
+        self,
+        sampler: DictConfig,
+        direction: Any,
+        storage: Any,
+        study_name: Optional[str],
+        n_trials: int,
+        n_jobs: int,
+        max_failure_rate: float,
+        params: Optional[DictConfig],
+        custom_search_space: Optional[str],
+    ) -> None:
+        self.directions = direction_names(direction)
+        warn_if_minimizing(self.directions)
+        self.sampler_config = sampler
+        self.storage = storage
+        self.study_name = study_name
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.max_failure_rate = max_failure_rate
+        self.params = params
+        self.custom_search_space = custom_search_space
+        self.config: Optional[DictConfig] = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    def sweep(self, arguments: List[str]) -> None:
+        assert self.config is not None
+        check_settings(self.directions, self.n_trials, self.n_jobs, self.max_failure_rate)  # here: one line
+        optuna = require_optuna()
+        search = params_lines(self.params) + list(arguments)
+        space = search_space(search)
+        sampler, n_trials = self.sampler_and_trials(space)
+        name = study_name(self.study_name, search, self.directions)
+        study = open_study(self.storage, name, sampler, self.directions)
+        log.info(
+            "Optuna %s: study %s (%s), %s, %s",
+            optuna.__version__,
+            name,
+            storage_label(self.storage),
+            type(sampler).__name__,
+            self.directions,
+        )
+        rerun = interrupted_trials(study)
+        to_run = n_trials - finished_count(study)
+        self.report_progress(study, rerun, to_run, n_trials)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        save_sweep_record(self.config, sweep_dir)
+        while to_run > 0:
+            size = min(self.n_jobs, to_run)
+            # an interrupted trial goes on as the same trial: Trial(study, id) is the object study.ask() returns
+            batch = [optuna.trial.Trial(study, t._trial_id) for t in rerun[:size]]
+            rerun = rerun[size:]
+            batch += [study.ask() for _ in range(size - len(batch))]
+            failed = self.run_batch(study, space, batch)
+            if failed / len(batch) > self.max_failure_rate:
+                raise stopped(study, self.max_failure_rate, save_results(study, sweep_dir))
+            to_run -= len(batch)
+        self.report_best(study, save_results(study, sweep_dir))
+
+    def sampler_and_trials(self, space: SearchSpace) -> tuple:
+        """The configured sampler, and the trials the study may have: a grid has no more than its points."""
+        import optuna  # lazy: Optuna
+        from hydra.utils import get_class, instantiate  # lazy: only a sweep builds a sampler
+
+        if not issubclass(get_class(self.sampler_config._target_), optuna.samplers.GridSampler):
+            return instantiate(self.sampler_config), self.n_trials
+        grid = space.grid()
+        return instantiate(self.sampler_config, search_space=grid), min(
+            self.n_trials, math.prod(map(len, grid.values()))
+        )
+
+    def run_batch(self, study: Any, space: SearchSpace, trials: List[Any]) -> int:
+        """Run the trials (the sweep's points of their numbers) and tell the study; how many failed."""
+        overrides = {trial.number: space.overrides(self.choose(space, trial)) for trial in trials}
+        returns: Dict[int, JobReturn] = {}
+        for group in consecutive(trials):
+            launched = self.launcher.launch([overrides[t.number] for t in group], initial_job_idx=group[0].number)
+            returns.update(zip((t.number for t in group), launched))
+        return sum(self.record(study, trial, returns[trial.number]) for trial in trials)
+
+    def choose(self, space: SearchSpace, trial: Any) -> Dict[str, Any]:
+        """The trial's values: the space's, then those of ``custom_search_space`` (a function(cfg, trial))."""
+        params = space.suggest(trial)
+        if self.custom_search_space:
+            from hydra.utils import get_method  # lazy: only with a custom search space
+
+            get_method(self.custom_search_space)(self.config, trial)
+            params.update({key: value for key, value in trial.params.items() if key not in params})
+        return params
+
+    def record(self, study: Any, trial: Any, ret: JobReturn) -> bool:
+        """Tell the study the trial's outcome; True when it failed (then printed once, here)."""
+        import optuna  # lazy: Optuna
+
+        state = optuna.trial.TrialState
+        if ret.status == JobStatus.COMPLETED:
+            values = objective_values(ret.return_value, len(self.directions))
+            problem = f"it returned {ret.return_value!r}, not {len(self.directions)} finite number(s)"
+        else:  # the exception the point failed with (the property would print Hydra's "Error executing job")
+            values, problem = None, str(ret._return_value)
+        try:
+            study.tell(trial, state=state.COMPLETE if values else state.FAIL, values=values)
+        except RuntimeError as exc:  # GridSampler calls study.stop() once its grid is done: told all the same
+            if "Study.stop" not in str(exc):
+                raise
+        if values is None:
+            log.warning("trial #%d failed: %s", trial.number, problem)
+        return values is None
+
+    def report_progress(self, study: Any, rerun: List[Any], to_run: int, n_trials: int) -> None:
+        finished = finished_count(study)
+        if not finished and not rerun:
+            return
+        if to_run <= 0:
+            log.info(
+                "the study has its %d trials (hydra.sweeper.n_trials=%d): nothing to run; raise n_trials to go on",
+                finished,
+                n_trials,
+            )
+            return
+        again = f", {len(rerun)} interrupted ({', '.join(f'#{t.number}' for t in rerun)}: run again)" if rerun else ""
+        log.info("continuing the study: %d trial(s) finished (not run again)%s, %d to run", finished, again, to_run)
+
+    def report_best(self, study: Any, saved: Optional[Path]) -> None:
+        if saved is None:
+            log.warning("no trial of the study completed: no %s", "optimization_results.yaml")
+        elif len(self.directions) == 1:
+            log.info("Best parameters: %s, value %s (%s)", study.best_trial.params, study.best_trial.value, saved)
+        else:
+            log.info("%d Pareto-optimal trial(s) (%s)", len(study.best_trials), saved)

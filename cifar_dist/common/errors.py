@@ -32,3 +32,8 @@ class PointFailed(CompactHydraException):
 
 class StudyStopped(CompactHydraException):
     """An optimising sweep stopped early (too many failed trials): one line, what was kept, what to change."""
+
+
+class SweepRefused(CompactHydraException):
+    """An optimising sweep that cannot start (Optuna missing, a setting out of range, a storage Optuna cannot
+    open): one line that says what to do, before any trial runs."""

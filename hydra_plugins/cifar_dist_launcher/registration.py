@@ -1,5 +1,5 @@
 """Make cifar_dist's Hydra plugins known to Hydra: ``hydra/launcher=cifar_dist`` (the sweep launcher, the
-project's default) and ``hydra/sweeper=optuna`` (maximising the accuracy the jobs return).
+project's default) and ``hydra/sweeper=optuna`` (cifar_dist's Optuna sweeper and its samplers).
 
 Explicit, because Hydra's discovery of ``hydra_plugins`` misses setuptools editable installs (Hydra issues
 #2359, #3252). It lives beside the shims: they import the behaviour they wrap, so what registers them
@@ -9,16 +9,15 @@ from hydra.core.plugins import Plugins
 
 from cifar_dist.config.options import store_options
 from cifar_dist.launchers import sweep_launcher
-from cifar_dist.sweepers import optuna as optuna_sweeper
-from hydra_plugins.cifar_dist_launcher import cifar_dist_optuna
+from cifar_dist.sweepers import optuna_config
 from hydra_plugins.cifar_dist_launcher.cifar_dist_launcher import CifarDistLauncher
+from hydra_plugins.cifar_dist_launcher.cifar_dist_optuna import CifarDistOptunaSweeper
 
 
 def register() -> None:
-    """The sweep launcher's config (again: idempotent) and class; the Optuna sweeper's when its plugin is installed."""
+    """The sweep launcher's and the Optuna sweeper's configs (again: idempotent) and classes."""
     store_options(sweep_launcher)
     Plugins.instance().register(CifarDistLauncher)
-    sweeper = getattr(cifar_dist_optuna, "CifarDistOptunaSweeper", None)  # None without the optuna extra
-    if sweeper is not None:
-        Plugins.instance().register(sweeper)  # scans hydra_plugins first (once per process)
-        optuna_sweeper.store_config()  # after the scan, which re-registers the plugin's own config
+    Plugins.instance().register(CifarDistOptunaSweeper)  # scans hydra_plugins first (once per process)
+    # After the scan: a hydra-optuna-sweeper left installed stores its own hydra/sweeper=optuna there.
+    store_options(optuna_config)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from typing import List, Sequence
 
 from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
+# A machine that dies mid-sweep: the point of this job number never returns (it writes <its dir>/hanging and sleeps
+# until the test kills the sweep). An environment variable, so that the re-run is the same command.
+HANG_AT_JOB = "SWEEP_FAKES_HANG_AT_JOB"
+
 
 class RecordingLauncher(Launcher):
-    """Every point: test accuracy = 10 x its lr; lr >= 0.5 fails. Each launch_all call is
-    appended to <sweep dir>/launch_all.jsonl as the job numbers it received."""
+    """Every point: test accuracy = 10 x its lr; lr >= 0.5 fails; the job numbered $SWEEP_FAKES_HANG_AT_JOB hangs.
+    Each launch_all call is appended to <sweep dir>/launch_all.jsonl as the job numbers it received."""
 
     def __init__(self, **fields):
         self.fields = fields
@@ -35,6 +41,9 @@ class RecordingLauncher(Launcher):
 
     @staticmethod
     def _one(job: JobSpec) -> LaunchResult:
+        if os.environ.get(HANG_AT_JOB) == str(job.job_num):
+            (job.output_dir / "hanging").touch()
+            time.sleep(3600)
         lr = float(job.cfg.optimizer.lr)
         if lr >= 0.5:
             return LaunchResult(exit_code=3, message=f"lr {lr} too high")

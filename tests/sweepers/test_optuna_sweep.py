@@ -3,14 +3,19 @@ the sweep launcher runs both in one mpirun (launcher.concurrent=2, each its own
 Horovod world), and Optuna learns every trial's test accuracy."""
 
 import importlib.util
+import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from helpers.cli import assert_ok, read_metrics, run_cli, tiny_cifar
+from helpers.cli import assert_ok, cli_env, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
+from helpers.sweep_fakes import HANG_AT_JOB
 
 
 @pytest.mark.mpi
@@ -18,14 +23,17 @@ from helpers.cli import assert_ok, read_metrics, run_cli, tiny_cifar
 @pytest.mark.timeout(2400)  # two mpiruns one after another: ~2 min on a quiet 2-core machine, far more when shared
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 @pytest.mark.skipif(
-    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
-    reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'",
+    importlib.util.find_spec("optuna") is None, reason="Optuna not installed: pip install 'cifar_dist[optuna]'"
 )
 def test_optuna_receives_every_trial_accuracy(tiny_data, tmp_path):
+    import optuna
+
     sweep = tmp_path / "sweep"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     proc = run_cli(
         "-m",
         "hydra/sweeper=optuna",
+        f"hydra.sweeper.storage={storage}",
         "hydra.sweeper.n_trials=4",
         "hydra.sweeper.n_jobs=2",
         "hydra.sweeper.direction=maximize",
@@ -60,37 +68,43 @@ def test_optuna_receives_every_trial_accuracy(tiny_data, tmp_path):
     results = OmegaConf.load(sweep / "optimization_results.yaml")
     assert results.name == "optuna"
     assert 1e-4 <= results.best_params["optimizer.lr"] <= 1e-2
-    # Optuna's best is the best of the four accuracies: it received every one of them.
+    # Optuna's best is the best of the four accuracies: it received every one of them, and its SQLite study
+    # holds trial N as the accuracy of point N.
     assert results.best_value == pytest.approx(max(accuracies))
+    study = optuna.load_study(study_name=None, storage=storage)
+    assert [t.value for t in study.trials] == pytest.approx(accuracies)
 
 
 # --- the sweeper's own behaviour, with a fake launcher (helpers/sweep_fakes.py: accuracy = 10 x lr, lr >= 0.5 fails)
 
 needs_optuna = pytest.mark.skipif(
-    importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None,
-    reason="hydra-optuna-sweeper not installed: pip install 'cifar_dist[optuna]'",
+    importlib.util.find_spec("optuna") is None, reason="Optuna not installed: pip install 'cifar_dist[optuna]'"
 )
 
 
-def fake_optuna_sweep(sweep, *overrides):
-    import os
+FAKE_SWEEP = (
+    "-m",
+    "hydra/sweeper=optuna",
+    "hydra.sweeper.n_jobs=2",
+    "hydra.sweeper.sampler.seed=3",
+    "launcher._target_=helpers.sweep_fakes.RecordingLauncher",
+    "data=sample",
+)
 
-    from helpers.cli import cli_env
 
+def fake_sweep_env(**extra: str) -> dict:
+    """The CLI's environment, with tests/ on the path (for helpers.sweep_fakes)."""
     tests = str(Path(__file__).resolve().parents[1])
-    env = cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])))
-    return run_cli(
-        "-m",
-        "hydra/sweeper=optuna",
-        "hydra.sweeper.n_jobs=2",
-        "hydra.sweeper.sampler.seed=3",
-        "launcher._target_=helpers.sweep_fakes.RecordingLauncher",
-        "data=sample",
-        f"hydra.sweep.dir={sweep}",
-        *overrides,
-        env=env,
-        timeout=300,
-    )
+    return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])), **extra)
+
+
+def fake_optuna_sweep(sweep, *overrides):
+    return run_cli(*FAKE_SWEEP, f"hydra.sweep.dir={sweep}", *overrides, env=fake_sweep_env(), timeout=300)
+
+
+def launches(sweep) -> list:
+    """The job numbers of each launch_all call the fake launcher received, in order."""
+    return [json.loads(line)["jobs"] for line in (sweep / "launch_all.jsonl").read_text().splitlines()]
 
 
 @needs_optuna
@@ -138,3 +152,58 @@ def test_a_failed_trial_is_printed_once_and_the_study_keeps_its_results(tmp_path
     assert len(stop) == 1 and "optimization_results.yaml" in stop[0]
     results = OmegaConf.load(tmp_path / "beyond" / "optimization_results.yaml")
     assert results.best_params["optimizer.lr"] == 0.02 and results.failed_trials == [1]
+
+
+@needs_optuna
+@pytest.mark.both_stacks
+def test_a_killed_sweep_run_again_continues_its_study(tmp_path):
+    import optuna
+
+    sweep = tmp_path / "sweep"
+    storage = f"sqlite:///{tmp_path / 'studies' / 'lr.db'}"  # its folder does not exist yet
+    command = ("hydra.sweeper.n_trials=6", f"hydra.sweeper.storage={storage}", "optimizer.lr=interval(0.01, 0.04)")
+    # The machine dies in the second batch: trial #2 never returns, and the whole sweep is killed (kill -9).
+    killed = start_cli(
+        *FAKE_SWEEP,
+        f"hydra.sweep.dir={sweep}",
+        *command,
+        env=fake_sweep_env(**{HANG_AT_JOB: "2"}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        new_session=True,
+    )
+    try:
+        wait_for(lambda: (sweep / "2" / "hanging").exists(), 240, proc=killed, what="trial #2 to start")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    interrupted = {n: (sweep / str(n) / ".hydra" / "overrides.yaml").read_text() for n in (2, 3)}
+
+    proc = fake_optuna_sweep(sweep, *command)  # the same command
+    out = proc.stdout + proc.stderr
+    assert_ok(proc)
+    assert "2 trial(s) finished (not run again), 2 interrupted (#2, #3: run again), 4 to run" in out, out[-3000:]
+    # #0 and #1 finished before the kill and are not run again; #2 and #3 run again as themselves, with the
+    # values they had (in their own run dirs); #4 and #5 are new: the study has its 6 trials.
+    assert launches(sweep) == [[0, 1], [2, 3], [2, 3], [4, 5]]
+    assert {n: (sweep / str(n) / ".hydra" / "overrides.yaml").read_text() for n in (2, 3)} == interrupted
+    study = optuna.load_study(study_name=None, storage=storage)
+    assert [(t.number, t.state.name) for t in study.trials] == [(n, "COMPLETE") for n in range(6)]
+    for trial in study.trials:  # each trial's value is its own point's accuracy (10 x its lr)
+        assert trial.value == pytest.approx(10 * trial.params["optimizer.lr"])
+    results = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert results.best_value == pytest.approx(max(t.value for t in study.trials))
+
+
+@needs_optuna
+def test_a_storage_optuna_cannot_open_is_one_line_before_any_trial(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = fake_optuna_sweep(
+        sweep, "hydra.sweeper.storage=postgresql://bob:s3cret@localhost/optuna", "optimizer.lr=choice(0.01,0.02)"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if "hydra.sweeper.storage=" in line]
+    assert len(lines) == 1 and "sqlite:///" in lines[0], out[-3000:]
+    assert "s3cret" not in out
+    assert not (sweep / "launch_all.jsonl").exists()
