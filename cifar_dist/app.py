@@ -179,17 +179,23 @@ def main() -> None:
         problem = command_line_problem(sys.argv[1:])
         if problem:
             fail(problem, 2)
-    with contextlib.redirect_stdout(OpenLineTracker(sys.stdout)), config_printout_masked(sys.argv[1:]):
+    with (
+        contextlib.redirect_stdout(OpenLineTracker(sys.stdout)),
+        contextlib.redirect_stderr(RedactingWriter(sys.stderr)),  # Hydra's own errors quote the override
+        config_printout_masked(sys.argv[1:]),
+    ):
         run_job()
 
 
 def config_printout_masked(argv: List[str]) -> ContextManager:
-    """Hydra's ``--cfg``/``--info`` print the composed config to stdout: masked like a log (a tracking URI's
-    password and query tokens)."""
+    """Hydra's ``--cfg``/``--info`` print the composed config to stdout: masked as the run dir's saved config is
+    (``redaction.redact_yaml``: secret-named keys, a tracking URI's password, query tokens), ``--package``'s node
+    by its full path."""
     args = parsed_command_line(argv)
     if args is None or not (args.cfg or args.info):
         return contextlib.nullcontext()
-    return contextlib.redirect_stdout(RedactingWriter(sys.stdout))
+    package = "" if args.package in (None, "_global_") else str(args.package)
+    return contextlib.redirect_stdout(RedactingWriter(sys.stdout, config_at=package))
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -100,7 +100,8 @@ class JobSpec:
         ``engine=auto`` chose here is named, so that every process trains on it (``engines/choice.py``).
         """
         handed_on = [o for o in self.task_overrides if not names_group(o, "launcher")]
-        secrets = [name for o in handed_on for name in secret_assignments(o)]
+        hydra_handed_on = [o for o in self.hydra_overrides if not _is_parent_only(o)]
+        secrets = [name for o in handed_on + hydra_handed_on for name in secret_assignments(o)]
         if secrets:  # masked, the ranks would get "<redacted>" as the value: say how to pass it instead
             raise LaunchError(
                 f"{', '.join(secrets)}: a value named as a secret would reach the ranks masked, as {MASK}; set it "
@@ -108,7 +109,7 @@ class JobSpec:
                 "there"
             )
         task = chosen_engine_overrides([redact_text(o) for o in handed_on], self.cfg)
-        hydra = [redact_text(o) for o in self.hydra_overrides if not _is_parent_only(o)]
+        hydra = [redact_text(o) for o in hydra_handed_on]
         return (
             task
             + [f"launcher={launcher}"]

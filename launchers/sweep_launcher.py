@@ -60,6 +60,7 @@ from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import existing_ancestor
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.tracking.job_hooks import after_job
+from cifar_dist.tracking.settings import export_credentials
 from cifar_dist.tracking.sweep_parent import close_sweep
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,16 @@ def runs_in_process(config: DictConfig) -> bool:
 
 def prepare_job(cfg: DictConfig) -> JobSpec:
     """Task function of a point another launcher runs: build and check its JobSpec, train nothing (its values were
-    validated with the batch, ``sweep_checks.py``: ``validate`` trusts that)."""
+    validated with the batch, ``sweep_checks.py``: ``validate`` trusts that). As for a single run (``app.run_job``),
+    a tracking URI's ``user:password@`` becomes MLflow's variables, which the ranks inherit: their command lines
+    carry the URI without it."""
     job = JobSpec.from_hydra(cfg)
     try:
         check_run_dir(job.output_dir)
         validate(cfg)
     except CifarDistError as exc:
         raise PointFailed(f"point #{job.job_num}: {exc}") from exc
+    export_credentials(cfg)
     return job
 
 

@@ -1,13 +1,21 @@
 """What counts as a secret, and text with the secrets taken out: the one home for both.
 
 A secret is found by its name (a config key or an environment variable
-called ``*password``/``*token``/``*secret``/``*key``...) or by its place in a
+called ``*password``/``*token``/``*secret``/``*key``/``*_pass``/``*_pwd``/
+``*_pat``/``*sas``/``*apikey``/``*connection_string``...) or by its place in a
 URI: the ``user:password@`` of ``https://user:password@host`` and the values
 of query parameters such as ``?sig=...`` or ``&token=...``. Values of
-environment variables known to be secret are also taken out wherever they
-appear. Everything that leaves the launching process as text -- MLflow params,
-tags and artifacts, cluster job files, rank command lines, log lines -- goes
-through ``redact_text`` (or ``redact_uri`` for a URI alone).
+environment variables known to be secret are also taken out where they stand
+as a whole value (``x=VALUE``, ``"VALUE"``, a word of their own), never as a
+part of another one (a path ``/data/VALUE/train`` stays as it is). Everything
+that leaves the launching process as text -- MLflow params, tags and
+artifacts, cluster job files, rank command lines, log lines -- goes through
+``redact_text`` (or ``redact_uri`` for a URI alone); a printed or saved
+config through ``redact_config`` (``redact_yaml`` for its YAML text).
+
+Text is masked in every form Hydra writes an override in: as typed, quoted
+(``'http://alice:PW@host/'``) or escaped, as a sweep's points have them
+(``http\\://alice\\:PW@host/``, Hydra's ``escape_special_characters``).
 
 A tracking server's ``user:password`` is not lost: ``tracking_credentials``
 turns it into MLflow's own variables, which the ranks inherit (or a cluster
@@ -19,13 +27,25 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any, Dict, List, Mapping, Optional
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.environment import snapshot
 
 MASK = "<redacted>"
-# A config key or an environment variable whose value is a secret.
-SECRET_NAME = re.compile(r"(password|passwd|token|secret|credential|(^|_)key)$", re.IGNORECASE)
+# A config key or an environment variable whose value is a secret, by how its name ends: a word of its own
+# (``pass``, ``pwd``, ``pat``: ``DB_PASS``, ``DB_PWD``, ``GITHUB_PAT``, but not ``compass`` or ``path``) or a
+# part no harmless name ends in (``DB_PASSWORD``, ``apitoken``, ``AZURE_STORAGE_CONNECTION_STRING``).
+SECRET_NAME = re.compile(
+    r"(password|passwd|passphrase|token|secret|credentials?|apikey|connection_?string"
+    r"|(^|_)(key|pass|pwd|pat|sas))$",
+    re.IGNORECASE,
+)
+# Environment variables whose names look secret but are not: the shell's working directory.
+NOT_SECRET_ENV = frozenset({"PWD"})
 # Secret-bearing environment variables whose names do not say so.
 SECRET_ENV = (
     "AZURE_STORAGE_CONNECTION_STRING",
@@ -63,19 +83,43 @@ SAS_QUERY = frozenset(
         "scid",
     }
 )
-_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`,;]+")
-# A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."); a masked value stays as it is.
-_QUERY_PARAM = re.compile(r"(?P<name>(?<=[?&])[A-Za-z0-9_.~-]+)=(?P<value>" + re.escape(MASK) + r"|[^&#\s'\"<>`,;]*)")
+# The characters Hydra escapes with a backslash in an override's unquoted value (its grammar's ESC token).
+_HYDRA_SPECIAL = r"\\()\[\]{}:=, \t"
+# A URI's ``user:password@``, in every form: as typed, escaped (``http\://alice\:PW@host``), or quoted, where
+# the password may hold white space; it ends at the authority's last ``@`` (a password may hold ``@``, ``,``, ``:``).
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
+_USERINFO = re.compile(
+    rf"(?<=')(?P<single>{_SCHEME})(?:\\.|[^/?#'\\])*@"
+    rf"|(?<=\")(?P<double>{_SCHEME})(?:\\.|[^/?#\"\\])*@"
+    rf"|(?P<scheme>{_SCHEME})(?:\\.|[^/?#\s'\"<>`\\])*@"
+)
+# A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."), its ``=`` escaped or not; a
+# masked value stays as it is.
+_QUERY_PARAM = re.compile(
+    r"(?P<name>(?<=[?&])[A-Za-z0-9_.~-]+)(?P<eq>\\?=)(?P<value>" + re.escape(MASK) + r"|(?:\\.|[^&#\s'\"<>`,;\\])*)"
+)
+# What may stand on either side of a secret variable's value for it to be a whole value: the text's ends,
+# white space, quotes, brackets and the separators of assignments, lists and query parameters (not ``/``, ``.``,
+# ``_``, ``-``: ``/data/VALUE/train`` and ``VALUE.tar`` are other values). A sentence's full stop may follow it.
+_VALUE_EDGE = r"\s'\"`=,;:&|()\[\]{}<>"
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask harmless text
 # cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...)
 # and the path of a public key. Masking them would break a re-run from the run's saved config.
 NOT_SECRET_KEYS = frozenset({"launcher.credential", "launcher.ssh_public_key"})
 # An assignment whose name says it is a secret, as in an override (``+launcher.env.MY_TOKEN=...``) or a shell
-# line (``DB_PASSWORD=...``): the name's last dotted part is matched by SECRET_NAME. A quoted value ends at its quote.
+# line (``DB_PASSWORD=...``): the name's last dotted part is matched by SECRET_NAME. A quoted value ends at its
+# quote; an unquoted one at white space or at a comma that starts the next assignment (Hydra's
+# ``override_dirname``: ``a=1,b=2``), and takes Hydra's escapes (``a\ b``) and a sweep's commas (``a,b``).
 _SECRET_ASSIGNMENT = re.compile(
     r"(?P<name>(?<![A-Za-z0-9_.~+-])[+~]{0,2}(?:[A-Za-z0-9_-]+\.)*[A-Za-z0-9_-]+)="
-    r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\"<>`,;]+)"
+    r"(?P<value>'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\""
+    r"|(?:\\.|[^\s'\"<>`;,\\]|,(?![+~]{0,2}[A-Za-z0-9_./-]+=))+)"
 )
+
+
+def hydra_escaped(text: str) -> str:
+    """``text`` as Hydra writes it in an unquoted override value (``http\\://h``: a sweep's points)."""
+    return re.sub(f"([{_HYDRA_SPECIAL}])", r"\\\1", text)
 
 
 def is_secret_query(name: str) -> bool:
@@ -86,26 +130,24 @@ def is_secret_query(name: str) -> bool:
 def _mask_query_values(text: str) -> str:
     def mask(m: re.Match) -> str:
         secret = is_secret_query(m.group("name")) and m.group("value") not in ("", MASK)
-        return f"{m.group('name')}={MASK}" if secret else m.group(0)
+        return f"{m.group('name')}{m.group('eq')}{MASK}" if secret else m.group(0)
 
     return _QUERY_PARAM.sub(mask, text)
 
 
-def _without_userinfo(uri: str) -> str:
-    try:
-        parts = urlsplit(uri)
-        has_userinfo = parts.username is not None or parts.password is not None
-        host, port = parts.hostname or "", parts.port
-    except ValueError:  # not a URI after all (a bad port, ...): leave it
-        return uri
-    if not has_userinfo:
-        return uri
-    return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, parts.query, parts.fragment))
+def _without_userinfo(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URI in it taken out."""
+    return _USERINFO.sub(lambda m: m.group("single") or m.group("double") or m.group("scheme"), text)
 
 
 def is_secret_key(dotted: str) -> bool:
     """Whether the config key ``dotted`` (``launcher.env.MY_TOKEN``) holds a secret, by its last part's name."""
     return bool(SECRET_NAME.search(dotted.rsplit(".", 1)[-1])) and dotted not in NOT_SECRET_KEYS
+
+
+def is_secret_env(name: str) -> bool:
+    """Whether the environment variable ``name`` holds a secret: by its name, or one known to (``SECRET_ENV``)."""
+    return name in SECRET_ENV or (bool(SECRET_NAME.search(name)) and name not in NOT_SECRET_ENV)
 
 
 def secret_assignments(text: str) -> List[str]:
@@ -133,25 +175,31 @@ def redact_uri(uri: str) -> str:
 
 def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
     """The values of the environment variables known to be secret (of ``os.environ`` by default), longest first."""
-    values = {
-        v
-        for k, v in snapshot(environ).items()
-        if (k in SECRET_ENV or SECRET_NAME.search(k)) and len(v or "") >= _MIN_SECRET_LEN
-    }
+    values = {v for k, v in snapshot(environ).items() if is_secret_env(k) and len(v or "") >= _MIN_SECRET_LEN}
     return sorted(values, key=len, reverse=True)
+
+
+def _mask_whole_values(text: str, values: List[str]) -> str:
+    """``text`` with each of ``values`` masked where it stands as a whole value (as written or Hydra-escaped),
+    never where it is a part of another (``_VALUE_EDGE``)."""
+    forms = sorted({form for v in values for form in (v, hydra_escaped(v))}, key=len, reverse=True)
+    if not forms:
+        return text
+    whole = re.compile(
+        f"(?<![^{_VALUE_EDGE}])(?:{'|'.join(map(re.escape, forms))})(?=$|[{_VALUE_EDGE}]|[.!?](?:\\s|$))"
+    )
+    return whole.sub(MASK, text)
 
 
 def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: Optional[str] = None) -> str:
     """``text`` with every URI's credentials masked, the value of every assignment to a secret's name
     (``+launcher.env.MY_TOKEN=...``: a job description quotes the command line) and every secret value
-    (``extra`` too) replaced by a mask."""
+    (``extra`` too) standing as a whole value replaced by a mask."""
     if not text:
         return text
-    out = _mask_query_values(_URI.sub(lambda m: _without_userinfo(m.group(0)), text))
+    out = _mask_query_values(_without_userinfo(text))
     out = _mask_secret_assignments(out)
-    for value in secret_values(environ) + ([extra] if extra else []):
-        out = out.replace(value, MASK)
-    return out
+    return _mask_whole_values(out, secret_values(environ) + ([extra] if extra else []))
 
 
 def redact_config(node: Any, path: str = "") -> Any:
@@ -161,10 +209,30 @@ def redact_config(node: Any, path: str = "") -> Any:
     if isinstance(node, dict):
         return {k: redact_config(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
     if isinstance(node, list):
-        return [redact_config(v) for v in node]
+        return [redact_config(v, path) for v in node]
     if is_secret_key(path) and node not in (None, "", MASK) and not isinstance(node, bool):
         return MASK
     return redact_text(node) if isinstance(node, str) else node
+
+
+def redact_yaml(text: str, path: str = "") -> str:
+    """YAML text of a config (or of its node at ``path``: ``--cfg job --package launcher``) masked as
+    ``redact_config`` masks the config itself: the values of secret-named keys too, which plain text does not
+    show as names (``MY_TOKEN: ...``). Text that is no YAML container goes through ``redact_text``; a lone value
+    is masked whole when ``path`` names a secret (``--package launcher.env.MY_TOKEN``)."""
+    try:
+        loaded = yaml.safe_load(text)
+        saved = (
+            OmegaConf.to_container(OmegaConf.create(text), resolve=False) if isinstance(loaded, (dict, list)) else None
+        )
+    except (yaml.YAMLError, OmegaConfBaseException, ValueError):
+        return redact_text(text)
+    if saved is not None:
+        clean = redact_config(saved, path)
+        return text if clean == saved else OmegaConf.to_yaml(OmegaConf.create(clean))
+    if isinstance(loaded, (str, int, float)) and not isinstance(loaded, bool) and is_secret_key(path):
+        return MASK + text[len(text.rstrip()) :]
+    return redact_text(text)
 
 
 def uri_query_secrets(uri: Optional[str]) -> List[str]:
@@ -194,13 +262,18 @@ def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:
 
 class RedactingWriter:
     """A text stream whose writes have their secrets masked, for output that is neither a log record nor ours
-    (Hydra's ``--cfg``/``--info`` print the composed config); anything else is the wrapped stream's."""
+    (Hydra's own errors on stderr); with ``config_at``, each write is read as the YAML of the config's node at
+    that path (Hydra's ``--cfg``/``--info`` print the composed config: ``redact_yaml``). Anything else is the
+    wrapped stream's."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, config_at: Optional[str] = None) -> None:
         self._stream = stream
+        self._config_at = config_at
 
     def write(self, text: str) -> int:
-        return self._stream.write(redact_text(text))
+        if self._config_at is None:
+            return self._stream.write(redact_text(text))
+        return self._stream.write(redact_yaml(text, self._config_at))
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

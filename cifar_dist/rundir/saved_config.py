@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from cifar_dist.common.atomic_files import atomic_write_text
-from cifar_dist.common.redaction import redact_config
+from cifar_dist.common.redaction import redact_yaml
 
 SAVED_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 
@@ -29,10 +29,10 @@ def redact_yaml_file(path: Path) -> None:
     """``path`` (a YAML file Hydra saved) rewritten with its secrets masked; left alone when nothing changes."""
     if not path.is_file():
         return
-    saved = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    clean = redact_config(saved)
-    if clean != saved:
-        atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(clean)))
+    text = path.read_text("utf-8")
+    clean = redact_yaml(text)
+    if clean != text:
+        atomic_write_text(path, clean)
 
 
 def saved_files(config: Any) -> Iterable[Path]:

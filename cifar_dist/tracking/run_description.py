@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.common.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
-from cifar_dist.common.redaction import SECRET_NAME, redact_text
+from cifar_dist.common.redaction import is_secret_key, redact_text
 from cifar_dist.common.results import read_results
 
 PARAM_VALUE_LIMIT = 6000  # MLflow's limit on a param value
@@ -64,7 +64,7 @@ def params(config: Optional[DictConfig]) -> Dict[str, str]:
 def _flatten(node: Any, prefix: str, out: Dict[str, str]) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
-            if not SECRET_NAME.search(str(key)):  # never sent as a param, whatever it holds
+            if not is_secret_key(f"{prefix}{key}"):  # never sent as a param, whatever it holds
                 _flatten(value, f"{prefix}{key}.", out)
         return
     text = "null" if node is None else str(getattr(node, "value", node))

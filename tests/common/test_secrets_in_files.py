@@ -4,11 +4,14 @@ would reach the ranks as ``<redacted>`` (refused in one line naming MLflow's var
 
 from __future__ import annotations
 
+import stat
+import sys
+
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from cifar_dist.common.redaction import MASK, redact_config, redact_text
+from cifar_dist.common.redaction import MASK, is_secret_env, is_secret_key, redact_config, redact_text
 from cifar_dist.config.validation import launcher_problems
 from cifar_dist.rundir.resume_policy import differences
 from cifar_dist.rundir.saved_config import redact_yaml_file
@@ -116,3 +119,164 @@ def test_an_azureml_dry_run_writes_the_token_only_where_the_user_asked(fake_aml,
             text = path.read_text(errors="replace")
             assert TOKEN not in text and PASSWORD not in text, path
     assert PASSWORD not in proc.stdout + proc.stderr
+
+
+# --- issue 47: a sweep's escaped overrides, common secret names, whole values, --cfg, hydra.job.env_set -----------
+
+SWEPT = "optimizer.lr=1e-4,2e-4"
+# Each as a user types it, with the part that must never be shown.
+TYPED_SECRETS = [
+    (f"tracking.uri=http://alice:{PASSWORD}@127.0.0.1:9/", PASSWORD),  # a sweep escapes it: http\://alice\:...
+    ("tracking.uri='http://alice:Pa55,w x@127.0.0.1:9/'", "Pa55,w x"),  # quoted: a sweep keeps the quotes
+    ('tracking.uri="http://alice:Pa55\'w@127.0.0.1:9/"', "Pa55'w"),
+    ("tracking.uri=http://127.0.0.1:9/x?sig\\=S1g-value", "S1g-value"),  # Hydra's own escape, kept
+    ("+launcher.env.MY_TOKEN=Tok3n\\ Value\\,xyz", "Value"),  # escaped: its space and comma are the value's
+]
+
+
+@pytest.mark.parametrize("typed, secret", TYPED_SECRETS, ids=["escaped", "quoted", "double-quoted", "query", "env"])
+def test_every_form_hydra_writes_an_override_in_is_masked(typed, secret, tmp_path):
+    """Issue 47, item 1: in a sweep Hydra writes each override anew (``BasicSweeper.split_arguments``, escaped
+    with ``escape_special_characters`` or quoted), and the URI rule needed a literal ``://``."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides([typed, SWEPT])
+    points = BasicSweeper.split_arguments(parsed, None)[0]
+    written = {o for point in points for o in point if not o.startswith("optimizer.")}
+    assert len(points) == 2 and len(written) == 1, points
+    for form in [typed, *written]:
+        assert secret in form, form  # else the test would prove nothing
+        console = f"[HYDRA] \t#0 : {form} launcher=mpirun"  # Hydra's launch line
+        for masked in (redact_text(form), redact_text(console)):
+            assert secret not in masked and ("127.0.0.1" in masked or "tracking" not in form), masked
+        path = tmp_path / "overrides.yaml"
+        OmegaConf.save(OmegaConf.create([form, "optimizer.lr=0.0001"]), path)
+        redact_yaml_file(path)
+        assert secret not in path.read_text() and "optimizer.lr=0.0001" in path.read_text()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_path):
+    """Issue 47, item 1, as the user ran it: ``-m`` with ``tracking.uri=http://alice:PW@host/`` on mpirun. The
+    ranks' interpreter is a stand-in that records its command line (what ``ps`` shows) and environment."""
+    records = tmp_path / "ranks"
+    python = tmp_path / "python"
+    python.write_text(RECORDING_PYTHON.format(records=records, python=sys.executable))
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+    sweep_dir = tmp_path / "sweep"
+    proc = run_cli(
+        "-m",
+        SWEPT,
+        "tracking=mlflow",
+        f"tracking.uri=http://alice:{PASSWORD}@127.0.0.1:9/",
+        "launcher=mpirun",
+        "launcher.np=1",
+        f"launcher.python={python}",
+        "data=sample",
+        f"hydra.sweep.dir={sweep_dir}",
+        timeout=240,
+    )
+    ranks = sorted(records.iterdir()) if records.is_dir() else []
+    assert len(ranks) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert PASSWORD not in proc.stdout + proc.stderr and "#1 : optimizer.lr=0.0002" in proc.stdout + proc.stderr
+    written = [p for p in sweep_dir.rglob("*") if p.is_file()]
+    assert {"overrides.yaml", "hydra.yaml", "multirun.yaml", "sweep_summary.csv"} <= {p.name for p in written}
+    for path in written:
+        assert PASSWORD not in path.read_text(errors="replace"), path
+    for rank in ranks:
+        argv, env = (rank / "argv").read_text(), (rank / "env").read_text().splitlines()
+        assert PASSWORD not in argv and "tracking.uri=http\\://127.0.0.1\\:9/" in argv, argv
+        assert f"MLFLOW_TRACKING_PASSWORD={PASSWORD}" in env and "MLFLOW_TRACKING_USERNAME=alice" in env
+
+
+# The ranks' interpreter for the test above: a rank's start records its argv and environment, anything else is real.
+RECORDING_PYTHON = """#!/bin/sh
+if [ "$2" = cifar_dist.launchers.ranks.rank_exec ]; then
+    mkdir -p {records}/$$ && printf '%s\\n' "$@" > {records}/$$/argv && env > {records}/$$/env
+    exit 0
+fi
+exec {python} "$@"
+"""
+
+COMMON_SECRET_NAMES = [
+    "DB_PASS",
+    "DB_PWD",
+    "GITHUB_PAT",
+    "sas",
+    "AZURE_SAS",
+    "APIKEY",
+    "openai_apikey",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "db_connectionstring",
+    "ssh_passphrase",
+    "gcp_credentials",
+    "DB_PASSWORD",
+    "api_key",
+]
+LOOK_ALIKES = ["path", "compass", "bypass", "patience", "sass", "keyring", "monkey", "passes", "pwd_dir", "tokens_seen"]
+
+
+def test_the_common_secret_names_are_secret_and_their_look_alikes_are_not(tmp_path):
+    """Issue 47, item 5: ``sas``, ``DB_PASS``, ``APIKEY``, ``*_PAT``, ``*_PWD``, ``*_CONNECTION_STRING`` stayed in
+    ``.hydra/``; the shell's ``PWD`` (the working directory) is no secret."""
+    assert [n for n in COMMON_SECRET_NAMES if not is_secret_key(f"launcher.env.{n}")] == []
+    assert [n for n in LOOK_ALIKES if is_secret_key(f"data.{n}")] == []
+    assert all(is_secret_env(n) for n in COMMON_SECRET_NAMES) and not is_secret_env("PWD")
+    path = tmp_path / "config.yaml"
+    env = {name: f"{TOKEN}-{i}" for i, name in enumerate(COMMON_SECRET_NAMES)}
+    overrides = [f"+launcher.env.{name}={value}" for name, value in env.items()]
+    OmegaConf.save(OmegaConf.create({"launcher": {"env": env}, "overrides": overrides}), path)
+    redact_yaml_file(path)
+    assert TOKEN not in path.read_text(), path.read_text()
+
+
+def test_a_secret_variables_value_is_masked_as_a_whole_value_never_inside_another(monkeypatch, tmp_path):
+    """Issue 47, item 5: with ``GIT_TOKEN=imgs_tok`` in the environment, the saved ``data.path`` lost its folder
+    name and a later evaluate failed."""
+    monkeypatch.setenv("GIT_TOKEN", "imgs_tok")
+    monkeypatch.setenv("PWD", str(tmp_path))  # the working directory, named like a secret: never masked
+    paths = {"path": "/data/imgs_tok/train", "archive": "imgs_tok.tar.gz", "cache_dir": f"{tmp_path}/cache"}
+    path = tmp_path / "config.yaml"
+    OmegaConf.save(OmegaConf.create({"data": paths, "notes": "imgs_tok"}), path)
+    redact_yaml_file(path)
+    saved = yaml.safe_load(path.read_text())
+    assert saved == {"data": paths, "notes": MASK}  # a setting that is the secret, whole, is masked
+    assert redact_text("pushed with imgs_tok. see /data/imgs_tok/x, GIT='imgs_tok'") == (
+        f"pushed with {MASK}. see /data/imgs_tok/x, GIT='{MASK}'"
+    )
+
+
+def test_cfg_job_masks_as_the_saved_config_does():
+    """Issue 47, item 5: ``--cfg job`` printed a secret-named key's value; ``--package`` prints a node alone."""
+    token = ("+launcher.env.MY_TOKEN=" + TOKEN, "launcher=mpirun")
+    whole = run_cli("--cfg", "job", *token, "tracking=mlflow", f"tracking.uri=http://alice:{PASSWORD}@h:5000/")
+    assert_ok(whole)
+    assert TOKEN not in whole.stdout and PASSWORD not in whole.stdout
+    assert f"    MY_TOKEN: {MASK}" in whole.stdout.splitlines() and "  uri: http://h:5000/" in whole.stdout
+    assert yaml.safe_load(whole.stdout)["launcher"]["np"] == 2  # the rest as Hydra prints it
+    node = run_cli("--cfg", "job", "--package", "launcher.env.MY_TOKEN", *token)
+    assert_ok(node)
+    assert node.stdout.strip() == MASK
+
+
+def test_a_secret_in_hydra_job_env_set_is_refused_for_the_ranks_not_handed_on_masked(tmp_path):
+    """Issue 47, item 5: ``+hydra.job.env_set.MY_TOKEN=...`` reached the ranks as ``<redacted>``, which Hydra's
+    parser refused there (the job died)."""
+    from cifar_dist.launchers.base import JobSpec, LaunchError
+
+    hydra = [f"+hydra.job.env_set.MY_TOKEN={TOKEN}", "+hydra.job.env_set.MODE=fast"]
+    job = JobSpec(cfg=compose_cfg("launcher=mpirun"), output_dir=tmp_path, hydra_overrides=hydra)
+    with pytest.raises(LaunchError, match=r"^hydra.job.env_set.MY_TOKEN: a value named as a secret .*\(launcher\.env"):
+        job.child_overrides()
+    job.hydra_overrides = hydra[1:]
+    assert "+hydra.job.env_set.MODE=fast" in job.child_overrides()
+
+
+def test_hydras_own_error_does_not_echo_a_secret():
+    """Issue 47, item 5: without ``+``, Hydra's error ("To append to your config use +hydra.job.env_set...")
+    quoted the value."""
+    proc = run_cli(f"hydra.job.env_set.MY_TOKEN={TOKEN}", "data=sample")
+    assert proc.returncode != 0 and "+hydra.job.env_set.MY_TOKEN=" in proc.stderr, proc.stderr
+    assert TOKEN not in proc.stdout + proc.stderr

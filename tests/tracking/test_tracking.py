@@ -207,13 +207,18 @@ SECRET_URI = "https://alice:Pa55word-in-uri@mlflow.example:8443/x?sig=Sig-in-que
 
 
 def test_a_password_in_the_tracking_uri_reaches_no_param_tag_artifact_or_log(tmp_path, monkeypatch, caplog):
-    """Secrets by value: the URI's user:password and query token, and a secret variable's value, masked everywhere."""
+    """Secrets by value: the URI's user:password and query token, and a secret variable's value, masked everywhere;
+    in a sweep's escaped overrides too."""
+    from hydra._internal.grammar.utils import escape_special_characters
+
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "Env-token-value")
     db = tmp_path / "mlflow.db"
     run_dir = fake_run_dir(tmp_path / "outputs", db)
     cfg = compose_cfg("tracking=mlflow", f"tracking.uri='{SECRET_URI}'", "launcher=batchai", "+notes=Env-token-value")
     OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml")
-    OmegaConf.save(OmegaConf.create([f"tracking.uri={SECRET_URI}"]), run_dir / ".hydra" / "overrides.yaml")
+    as_a_sweep_writes_it = f"tracking.uri={escape_special_characters(SECRET_URI)}"  # issue 47: https\://alice\:...
+    overrides = [f"tracking.uri={SECRET_URI}", as_a_sweep_writes_it]
+    OmegaConf.save(OmegaConf.create(overrides), run_dir / ".hydra" / "overrides.yaml")
     run_id = import_run_dir(run_dir, uri=f"sqlite:///{db}")
     client = MlflowClient(f"sqlite:///{db}")
     run = client.get_run(run_id)
