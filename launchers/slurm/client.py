@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence
 
+from cifar_dist.common.environment import snapshot
 from cifar_dist.common.external_commands import DEFAULT_TIMEOUT_S, run_command
 from cifar_dist.launchers.base import LaunchError
 
@@ -111,20 +112,29 @@ def job_info(fields: Mapping[str, str]) -> JobInfo:
 
 
 class SlurmClient:
-    """Runs Slurm's commands with the given environment (``SLURM_CONF`` picks the cluster)."""
+    """Runs Slurm's commands with the given environment (``SLURM_CONF`` picks the cluster); ``job_env``: variables
+    sbatch alone gets on top of it, for the job it submits (secrets no file may hold: script.secret_env)."""
 
-    def __init__(self, env: Optional[Mapping[str, str]] = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self,
+        env: Optional[Mapping[str, str]] = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        job_env: Optional[Mapping[str, str]] = None,
+    ):
         self.env = dict(env) if env is not None else None
         self.timeout_s = timeout_s
+        self.job_env = dict(job_env or {})
 
-    def _run(self, argv: Sequence[str], what: str) -> subprocess.CompletedProcess:
+    def _run(
+        self, argv: Sequence[str], what: str, env: Optional[Mapping[str, str]] = None
+    ) -> subprocess.CompletedProcess:
         try:
             return run_command(
                 argv,
                 f"Slurm ({what})",
                 "is slurmctld up? check with `scontrol ping`, then re-run",
                 self.timeout_s,
-                self.env,
+                self.env if env is None else env,
                 error=LaunchError,
             )
         except FileNotFoundError:
@@ -137,7 +147,8 @@ class SlurmClient:
         """``sbatch --parsable``: the new job's id (an array's id for an array script); with ``after``, it
         starts only once those jobs have ended (``--dependency=afterany:...``)."""
         dependency = [f"--dependency=afterany:{':'.join(after)}"] if after else []
-        done = self._run(["sbatch", "--parsable", *dependency, str(script)], "submit")
+        env = {**(self.env if self.env is not None else snapshot()), **self.job_env} if self.job_env else None
+        done = self._run(["sbatch", "--parsable", *dependency, str(script)], "submit", env)
         if done.returncode != 0:
             raise LaunchError(refusal(script, done.stderr))
         return done.stdout.strip().split(";")[0]

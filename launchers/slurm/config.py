@@ -55,7 +55,8 @@ class SlurmLauncherConf:
     sbatch_lines: List[str] = field(default_factory=list)  # more options, e.g. ["--reservation=r1"]
     # --- what runs inside it ---
     setup: List[str] = field(default_factory=list)  # shell lines before the ranks (module load, source venv)
-    env: Dict[str, str] = field(default_factory=dict)  # exported in the batch script (no secrets: it is a file)
+    # Exported in the batch script; a secret-named one is passed to sbatch in its environment, never written there.
+    env: Dict[str, str] = field(default_factory=dict)
     # sbatch --export: ALL (Slurm's default: this shell's environment), NONE, or variable names.
     forward_env: List[str] = field(default_factory=lambda: ["ALL"])
     ranks: RankStarter = RankStarter.srun

@@ -34,7 +34,14 @@ from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
 from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.queue import JobStates
 from cifar_dist.launchers.slurm.rundir_hold import launcher_note
-from cifar_dist.launchers.slurm.script import SCRIPT_NAME, SLURM_DIR, array_script, batch_script, output_file
+from cifar_dist.launchers.slurm.script import (
+    SCRIPT_NAME,
+    SLURM_DIR,
+    array_script,
+    batch_script,
+    output_file,
+    secret_env,
+)
 from cifar_dist.rundir.lock import holder_job, note_holder
 from cifar_dist.training.trainer import planned_epochs
 
@@ -55,7 +62,7 @@ class SlurmLauncher(ClusterLauncher):
 
     def __init__(self, **kwargs):
         self.conf = conf_from_kwargs(kwargs)
-        self.client = SlurmClient()
+        self.client = SlurmClient(job_env=secret_env(self.conf))  # launcher.env's secrets: sbatch's, not the script's
 
     @classmethod
     def follows_job_in(cls, run_dir: Path, cfg, holder: Optional[str]) -> bool:

@@ -26,6 +26,13 @@ patterns off) is refused in one line naming it.
 A sweep's points are one job array (``array_script``): a dispatcher whose
 ``#SBATCH --array=0-(N-1)%k`` runs each point's own ``job.sbatch`` with
 the task's output in that point's run dir.
+
+The script is a file (mode 644): a ``launcher.env`` variable named as a
+secret (``MY_TOKEN``, ``DB_PASSWORD``: ``redaction.is_secret_env``) is not
+written into it. sbatch takes it from its own environment (``secret_env``:
+the launcher submits with it there), ``--export`` names it, and Slurm keeps
+it with the job (a requeue has it too), as Azure ML keeps a job's
+``environment_variables`` in the workspace rather than on a command line.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from cifar_dist.common.redaction import is_secret_env
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks import rank_env
 from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
@@ -109,12 +117,26 @@ def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
         f"--output={output_pattern(job.output_dir)}",
         "--open-mode=append",  # a requeued job goes on writing the same file
         f"--chdir={job.original_cwd}",
-        f"--export={','.join(conf.forward_env) or 'ALL'}",
+        f"--export={export_option(conf)}",
         "--requeue" if conf.requeue else "--no-requeue",
     ]
     if conf.signal_grace_s:
         opts.append(f"--signal=B:{STOP_SIGNAL}@{conf.signal_grace_s}")
     return opts + [str(line) for line in conf.sbatch_lines]
+
+
+def secret_env(conf: SlurmLauncherConf) -> Dict[str, str]:
+    """The entries of ``launcher.env`` named as secrets: passed to sbatch in its environment, never written."""
+    return {name: value for name, value in conf.env.items() if is_secret_env(name)}
+
+
+def export_option(conf: SlurmLauncherConf) -> str:
+    """sbatch's ``--export``: ``launcher.forward_env`` (``ALL`` when empty), with the secret variables' names
+    added where it lists names (``NONE``, then, becomes just those names)."""
+    names = conf.forward_env or ["ALL"]
+    if "ALL" in names:
+        return ",".join(names)
+    return ",".join(dict.fromkeys([n for n in names if n != "NONE"] + list(secret_env(conf)))) or "NONE"
 
 
 def rank_environment(conf: SlurmLauncherConf, job: Optional[JobSpec] = None) -> Dict[str, str]:
@@ -181,17 +203,19 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     check_path(job.original_cwd, "working directory")
     python = python or conf.python or sys.executable
     env = rank_environment(conf, job)
+    secrets = secret_env(conf)
     ranks = starter_command(conf, list(env)) + rank_command(conf, job, python)
     q = shlex.quote
     lines = [
         "#!/bin/bash",
         f"# cifar_dist launcher=slurm, run dir {job.output_dir}",
         "# Submit again by hand: sbatch " + q(str(job.output_dir / SLURM_DIR / SCRIPT_NAME)),
+        *secrets_note(secrets),
         *(sbatch_line(opt) for opt in sbatch_options(conf, job)),
         "",
         "set -u",
         *(str(line) for line in conf.setup),
-        *(f"export {name}={q(value)}" for name, value in env.items()),
+        *(f"export {name}={q(value)}" for name, value in env.items() if name not in secrets),
         _JOB_ID,
         'echo "cifar_dist: Slurm job $job_id (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST:'
         ' $SLURM_NTASKS rank(s)"',
@@ -224,6 +248,14 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
         )
     lines.append('exit "$status"')
     return "\n".join(lines) + "\n"
+
+
+def secrets_note(secrets: Dict[str, str]) -> List[str]:
+    """The script's comment naming the secret variables it does not hold (none: no comment)."""
+    if not secrets:
+        return []
+    names = ", ".join(secrets)
+    return [f"# launcher.env's secrets are not in this file: export {names} before submitting it by hand"]
 
 
 def array_spec(points: int, concurrent: int) -> str:

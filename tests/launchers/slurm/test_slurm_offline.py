@@ -13,6 +13,7 @@ from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks.rank_failure import first_failure
 from cifar_dist.launchers.slurm.client import job_info, parse_show_job
 from cifar_dist.launchers.slurm.config import SlurmLauncherConf, check, conf_from_kwargs
+from cifar_dist.launchers.slurm.launcher import SlurmLauncher
 from cifar_dist.launchers.slurm.script import STOP_SIGNAL_ENV, batch_script, sbatch_options
 
 # One line of `scontrol -o show job` from the test cluster (22.05), shortened.
@@ -70,6 +71,19 @@ def test_every_allocation_key_becomes_its_sbatch_option(tmp_path):
         "--signal=B:USR1@90",
         "--reservation=r1",
     ]
+
+
+@pytest.mark.parametrize(
+    "forward_env, export",
+    [(["ALL"], "ALL"), (["PATH", "HOME"], "PATH,HOME,DB_PASS"), (["NONE"], "DB_PASS")],
+)
+def test_a_secret_in_launcher_env_is_exported_by_name_and_never_written(tmp_path, forward_env, export):
+    """Issue 47, item 5: sbatch passes a secret-named ``launcher.env`` entry from its own environment."""
+    conf = conf_from_kwargs(dict(env={"DB_PASS": "Pa55-value", "NCCL_DEBUG": "INFO"}, forward_env=forward_env))
+    assert f"--export={export}" in sbatch_options(conf, job(tmp_path))
+    script = batch_script(conf, job(tmp_path), python="/usr/bin/python3")
+    assert "Pa55-value" not in script and "export NCCL_DEBUG=INFO" in script.splitlines()
+    assert SlurmLauncher(env=conf.env, forward_env=forward_env).client.job_env == {"DB_PASS": "Pa55-value"}
 
 
 def test_the_batch_script_starts_the_jobs_own_overrides_on_every_rank(tmp_path):
