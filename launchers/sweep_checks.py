@@ -39,6 +39,7 @@ from cifar_dist.common.redaction import redact_text
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import SWEEP_RECORD, only_scaffolding, remove_created, remove_if_created_here
 from cifar_dist.rundir.preflight import check_values
+from cifar_dist.rundir.stack import check_stack
 from cifar_dist.training.engines.choice import resolve_engine
 
 
@@ -77,6 +78,8 @@ def _dir_problem(config: DictConfig, guard: RunDirGuard) -> str:
     """The point's engine chosen (engine=auto: its dir's checkpoints keep theirs), then its dir guarded: in the
     order of a single run's callbacks (conf/hydra/default.yaml)."""
     try:
+        if _has_callback(config, "run_dir_check"):
+            check_stack(point_dir(config), config)  # as RunDirCheck does for a run: a resume's checkpoints' stack
         if _has_callback(config, "engine_choice"):
             resolve_engine(config, point_dir(config))
         if _has_callback(config, "run_dir_guard"):

@@ -4,7 +4,8 @@
 launcher's settings included), before Hydra creates the run dir: a refused
 command leaves nothing under ``outputs/``. It is the launching process's one
 validation: the config passed on is marked validated, and the app and the
-trainer trust it. Then: is the run dir writable, with room left on its disk?
+trainer trust it. A resume's checkpoints must have been written on this stack
+(``stack.py``). Then: is the run dir writable, with room left on its disk?
 
 Without this a run dir under a file, on a read-only mount or without write
 permission fails with Hydra's traceback (it creates the dir before the job
@@ -33,6 +34,7 @@ from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.validation import validate
 from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
+from cifar_dist.rundir.stack import check_stack
 
 # Folders the job writes into, inside the run dir (trainer, launchers).
 OUTPUT_SUBDIRS = ("checkpoints", "saved_models", "logs")
@@ -116,6 +118,7 @@ class RunDirCheck(Callback):
         run_dir = Path(str(config.hydra.run.dir)).absolute()
         try:
             check_values(config)
+            check_stack(run_dir, config)  # before engine=auto keeps the engine of a resume's checkpoints
         except CifarDistError as error:
             note_in_log(run_dir, str(config.hydra.job.name), str(error))
             _exit_with(error)

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.cli import assert_ok, cli_env, one_error_line, read_metrics, run_cli, tiny_cifar
+from helpers.cli import assert_ok, one_error_line, read_metrics, run_cli, tiny_cifar
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
+from helpers.no_horovod import env_without_horovod
 
 pytestmark = pytest.mark.both_stacks
 
@@ -35,13 +36,7 @@ def trains_fast(tiny_data) -> tuple:
 @pytest.fixture(scope="module")
 def without_horovod(tmp_path_factory) -> dict:
     """The environment of a command for which Horovod is not installed (a no-op where it is not)."""
-    site = tmp_path_factory.mktemp("no-horovod")
-    (site / "sitecustomize.py").write_text(
-        "import sys\nsys.modules['horovod'] = None  # what importlib reads as 'not installed'\n"
-    )
-    env = cli_env()
-    env["PYTHONPATH"] = str(site) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return env_without_horovod(tmp_path_factory.mktemp("no-horovod"))
 
 
 def saved_engine(run_dir: Path) -> dict:
