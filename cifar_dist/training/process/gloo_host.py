@@ -70,8 +70,8 @@ def gloo_on_loopback() -> bool:
     (collectives other than Gloo, a backend already made, an API this code does not know)."""
     try:
         import jax  # lazy: JAX (the engine has imported it)
-        from jax._src import distributed, xla_bridge
-        from jax._src.lib import _jax
+        from jax._src import distributed, xla_bridge  # lazy: JAX's own CPU backend factory and its peers' client
+        from jax._src.lib import _jax  # lazy: JAX's Gloo collectives, which take the address to listen at
     except ImportError:
         return False
     if jax.config.jax_cpu_collectives_implementation != "gloo" or not hasattr(_jax, "make_gloo_tcp_collectives"):
