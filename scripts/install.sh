@@ -2,12 +2,14 @@
 # Install everything cifar_dist needs on a fresh Debian/Ubuntu machine, into
 # ./.venv (or $CIFAR_DIST_VENV). Idempotent: a second run checks and exits fast.
 #
-# Two stacks (README "Compatibility", docs/install.md); CIFAR_DIST_STACK picks one:
+# Three stacks (README "Compatibility", docs/install.md); CIFAR_DIST_STACK picks one:
 #   horovod  TensorFlow 2.18.1 (the newest Horovod 0.28.1 builds against) and Horovod, built here;
 #            the default engine is Horovod. Where setup.cfg's horovod extra admits the Python
 #            (3.10, 3.11: TensorFlow 2.18.1 has wheels there, and Horovod builds).
 #   current  the newest TensorFlow, tf-keras, Keras and JAX in setup.cfg's ranges for this Python,
 #            no Horovod, no compiler: one process trains on TensorFlow, several on JAX (engine=auto).
+#   jax      Keras 3 on JAX alone, no TensorFlow (setup.cfg's jax extra): every run trains on JAX
+#            (engine=auto), what a JAX GPU image holds; Python 3.12 or newer (JAX 0.12).
 #   auto     (the default) horovod where the Python admits it, else current.
 # The horovod stack installs the lower end of each of setup.cfg's ranges, the current stack the
 # newest: the two ends the suite was run at.
@@ -18,8 +20,8 @@
 #      source against it, with MPI and Gloo; the wheel is cached in $CIFAR_DIST_WHEEL_CACHE
 #      (default ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (3-15 minutes once)
 #   3. this package, editable, with the azure, dev, optuna (hydra/sweeper=optuna), tracking
-#      (MLflow) and jax (engine=jax) extras; the horovod stack adds horovod and mpi (mpi4py:
-#      concurrent sweeps)
+#      (MLflow) and jax (engine=jax) extras; the horovod and current stacks add tensorflow, the
+#      horovod stack also horovod and mpi (mpi4py: concurrent sweeps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,8 +64,12 @@ case "$STACK" in
         say "stack: horovod (CIFAR_DIST_STACK=horovod)" ;;
     current)
         say "stack: current (CIFAR_DIST_STACK=current: the newest TensorFlow, Keras and JAX for Python $PYVER, no Horovod)" ;;
+    jax)
+        "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 12))' \
+            || die "CIFAR_DIST_STACK=jax needs Python 3.12 or newer (JAX 0.12); this is $PYVER: use PYTHON=python3.12"
+        say "stack: jax (CIFAR_DIST_STACK=jax: Keras 3 on JAX for Python $PYVER, no TensorFlow, no Horovod)" ;;
     *)
-        die "CIFAR_DIST_STACK=$STACK: use auto, horovod or current" ;;
+        die "CIFAR_DIST_STACK=$STACK: use auto, horovod, current or jax" ;;
 esac
 if [ -f "$STACK_FILE" ] && [ "$(cat "$STACK_FILE")" != "$STACK" ]; then
     die "$VENV holds the $(cat "$STACK_FILE") stack, not $STACK: remove $VENV, or install into another one (CIFAR_DIST_VENV=.venv-$STACK)"
@@ -124,7 +130,8 @@ lower_ends() {
 import configparser, re
 cfg = configparser.ConfigParser()
 cfg.read("setup.cfg")
-lines = cfg["options"]["install_requires"].splitlines() + cfg["options.extras_require"]["horovod"].splitlines()
+extras = cfg["options.extras_require"]
+lines = cfg["options"]["install_requires"].splitlines() + extras["tensorflow"].splitlines() + extras["horovod"].splitlines()
 for line in lines:
     m = re.match(r"\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?\s*(?:>=|==|~=)\s*([0-9][^,;\s]*)", line)
     if m:
@@ -174,10 +181,16 @@ PYEOF
         horovod_ok || die "horovod installed but does not import with MPI and Gloo; delete $WHEEL_DIR and re-run"
     fi
     # 3. This package, at the ranges' lower ends
-    pip_install -c "$CONSTRAINTS" -e ".[azure,dev,horovod,jax,mpi,optuna,tracking]"
+    pip_install -c "$CONSTRAINTS" -e ".[azure,dev,horovod,jax,mpi,optuna,tensorflow,tracking]"
     say "ready (horovod stack): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"
-else
+elif [ "$STACK" = current ]; then
     # 3. This package and the newest TensorFlow, Keras and JAX its ranges allow (wheels; pure-Python sdists only)
-    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tracking]"
+    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tensorflow,tracking]"
     say "ready (current stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("tensorflow", "tf-keras", "keras", "jax")))')"
+else
+    # 3. This package, Keras 3 and the newest JAX, without TensorFlow (no extra asks for it)
+    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tracking]"
+    "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is not None)' \
+        || die "$VENV holds TensorFlow, which the jax stack must not: remove $VENV and re-run"
+    say "ready (jax stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("keras", "jax")))'), no TensorFlow"
 fi
