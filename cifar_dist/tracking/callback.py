@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
-import tensorflow as tf
-
+from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.keras_ops import current_lr
 
 
-class EpochMetricsLogger(tf.keras.callbacks.Callback):
+class EpochMetricsLogger(Callback):
     """Hands ``{"epoch": n, <logs>..., "lr": ...}`` to ``log_epoch`` after every epoch.
 
     Placed after the engine's metric averaging and EpochTimer (trainer.py),

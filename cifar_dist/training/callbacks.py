@@ -4,44 +4,66 @@ Order matters and is set in trainer.py: the engine's metric averaging comes
 first so that everything after it sees averaged metrics;
 the writers below run on rank 0 only.
 
-They subclass tf.keras's Callback and serve Keras 2 and Keras 3 models alike
-(Keras 3's ``fit`` calls any object with the callback methods): they touch
-only what both Keras' models have.
+They subclass ``common/keras_callback.Callback``, which both Keras' ``fit`` (and the
+JAX engine's loop) call, and import neither TensorFlow nor Keras: a run on
+JAX needs no TensorFlow. They touch only what both Keras' models have.
 """
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from cifar_dist.common.atomic_files import write_json
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.keras_flavor import KERAS3, flavor_of
 from cifar_dist.common.keras_ops import current_lr
 from cifar_dist.rundir import checkpoints
 
 
-class EpochCSVLogger(tf.keras.callbacks.CSVLogger):
-    """Keras' CSVLogger with epochs numbered as Keras prints them ("Epoch 1/3"), as in metrics.json
-    and the checkpoint names (``checkpoint-001.h5`` holds epoch 1).
+class EpochCSVLogger(Callback):
+    """One row per epoch in ``training_log.csv``, epochs numbered as Keras prints them ("Epoch 1/3"), as in
+    metrics.json and the checkpoint names (``checkpoint-001.h5`` holds epoch 1); Keras' CSVLogger's format.
 
     Its columns are the model's metrics and their ``val_`` twins whether or not
     the first epoch it logs validated (trainer.validate_every): an epoch without
-    validation gets "NA" there. (Keras would otherwise add ``val_`` twins of
-    every key, timings included, or, resuming, columns unlike the file's header.)"""
+    validation gets "NA" there. With ``append`` (a resumed run) the rows go
+    after the file's own, under its header."""
+
+    def __init__(self, filename: str, append: bool = False):
+        super().__init__()
+        self.filename = filename
+        self.append = append
+        self.keys: Optional[List[str]] = None
 
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
         logs = {key: _fetched(value) for key, value in (logs or {}).items()}
         if self.keys is None and logs:
             metrics = [k for k in logs if not k.startswith("val_") and k not in EpochTimer.KEYS]
             self.keys = sorted(set(logs) | {"val_" + name for name in metrics})
-        super().on_epoch_end(epoch + 1, logs)
+        path = Path(self.filename)
+        header = not (self.append and path.is_file() and path.stat().st_size > 0)
+        with open(path, "a" if not header else "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["epoch", *(self.keys or [])], lineterminator="\n")
+            if header:
+                writer.writeheader()
+            writer.writerow({"epoch": epoch + 1, **{k: _cell(logs[k]) if k in logs else "NA" for k in self.keys or []}})
+        self.append = True  # the header is written: later epochs append
+
+
+def _cell(value: Any) -> Any:
+    """A log value as the CSV shows it (Keras' CSVLogger's rule: a number as is, a sequence as "[a, b]")."""
+    if isinstance(value, str):
+        return value
+    array = np.asarray(value)
+    return array.item() if array.ndim == 0 else "[" + ", ".join(map(str, array.tolist())) + "]"
 
 
 def _fetched(value: Any) -> Any:
@@ -52,19 +74,23 @@ def _fetched(value: Any) -> Any:
 
 
 class TrainingDiverged(CifarDistError, RuntimeError):
-    """The loss became NaN or infinite; nothing of that epoch was recorded."""
+    """The loss or a weight became NaN or infinite; nothing of that epoch was recorded."""
 
 
-class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
-    """End training with a one-line error once an epoch's loss is NaN or infinite.
+class StopOnNonFinite(Callback):
+    """End training with a one-line error once an epoch's loss, or any weight after it, is NaN or infinite.
 
     Keras's TerminateOnNaN checks each batch's own loss, which differs from
     rank to rank: one rank would stop while the others wait for it in the
     next allreduce. This checks the epoch's loss after Horovod's
     MetricAverageCallback has averaged it, which is the same number on every
-    rank, so all ranks stop at the same point. Placed before the writers, it
-    keeps the diverged epoch out of metrics.json, the CSV log and the
-    checkpoints: the run dir keeps the last finite epoch.
+    rank, so all ranks stop at the same point. The loss alone can hide dead
+    weights (a NaN in a ReLU net's weights can leave the loss finite: ReLU
+    turns the NaN it sees into 0), so every weight (BatchNorm's statistics
+    too) is checked as well; the weights are the same on every rank after an
+    averaged step. Placed before the writers, it keeps the diverged epoch out
+    of metrics.json, the CSV log and the checkpoints: the run dir keeps the last
+    finite epoch, and the run is not marked complete.
     """
 
     def __init__(self, lr: float):
@@ -74,14 +100,33 @@ class StopOnNonFiniteLoss(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            raise TrainingDiverged(
-                f"training diverged: the loss became {float(loss)} in epoch {epoch + 1} (nothing of that epoch "
-                f"was saved); lower optimizer.lr (the ranks used {self.lr:g}) or add trainer.warmup_epochs, "
-                "and train into a new hydra.run.dir"
-            )
+            raise TrainingDiverged(self.message(f"the loss became {float(loss)} in epoch {epoch + 1}"))
+        dead = first_non_finite_weight(self.model)
+        if dead is not None:
+            raise TrainingDiverged(self.message(f"{dead} after epoch {epoch + 1}"))
+
+    def message(self, what: str) -> str:
+        return (
+            f"training diverged: {what} (nothing of that epoch was saved); lower optimizer.lr (the ranks used "
+            f"{self.lr:g}) or add trainer.warmup_epochs, and train into a new hydra.run.dir"
+        )
 
 
-class EpochTimer(tf.keras.callbacks.Callback):
+def first_non_finite_weight(model) -> Optional[str]:
+    """ "layer L's weight W holds NaN" (or inf) for the first weight of ``model`` (either Keras) that is not all
+    finite, or None when every weight is."""
+    for variable, value in zip(model.weights, model.get_weights()):
+        value = np.asarray(value)
+        if not np.issubdtype(value.dtype, np.floating) or np.isfinite(value).all():
+            continue
+        kind = "NaN" if np.isnan(value).any() else "an infinite value"
+        path = str(getattr(variable, "path", None) or variable.name).split(":")[0]
+        layer, _, weight = path.rpartition("/")
+        return f"layer {layer or '?'}'s weight {weight} holds {kind}"
+    return None
+
+
+class EpochTimer(Callback):
     """Adds ``epoch_seconds`` and ``images_per_sec`` (whole job, training
     steps only, validation excluded) to each epoch's logs."""
 
@@ -108,7 +153,7 @@ class EpochTimer(tf.keras.callbacks.Callback):
             logs["images_per_sec"] = self.images_per_epoch / max(train_seconds, 1e-9)
 
 
-class AverageEpochMetrics(tf.keras.callbacks.Callback):
+class AverageEpochMetrics(Callback):
     """The epoch's metrics averaged over the ranks, in place, before anything logs them.
 
     What Horovod's MetricAverageCallback does for Keras 2, through the engine,
@@ -127,22 +172,31 @@ class AverageEpochMetrics(tf.keras.callbacks.Callback):
         logs.update(zip(keys, (float(v) for v in averaged)))
 
 
-class AtomicCheckpoint(tf.keras.callbacks.Callback):
+class AtomicCheckpoint(Callback):
     """Rank 0: after every epoch, the whole training state to checkpoints/checkpoint-NNN.h5 (.keras: Keras 3),
-    atomically."""
+    atomically; with ``interval_s`` (trainer.checkpoint_interval_s), only once that many seconds have passed since
+    the last one, and always after the run's last epoch and an epoch it stops after (a stop signal,
+    trainer.max_epochs_per_run): a run of fraction-of-a-second epochs does not spend most of its time writing
+    checkpoints, and one that stops can always resume where it stopped."""
 
-    def __init__(self, directory: Path, keep: int):
+    def __init__(self, directory: Path, keep: int, interval_s: float = 0.0):
         super().__init__()
         self.directory = directory
         self.keep = keep
+        self.interval_s = float(interval_s)
+        self._last = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
+        last_epoch = epoch + 1 >= int(self.params.get("epochs") or 0) or self._model.stop_training
+        if self.interval_s and not last_epoch and time.monotonic() - self._last < self.interval_s:
+            return
         path = checkpoints.checkpoint_path(self.directory, epoch + 1, checkpoints.model_suffix(self.model))
         checkpoints.atomic_save_model(self.model, path, include_optimizer=True)
         checkpoints.prune(self.directory, self.keep)
+        self._last = time.monotonic()
 
 
-class MetricsRecorder(tf.keras.callbacks.Callback):
+class MetricsRecorder(Callback):
     """Rank 0: appends each epoch's (averaged) metrics to metrics.json, atomically, as it goes."""
 
     def __init__(self, path: Path, metrics: Dict[str, Any], on_update: Callable[[Dict[str, Any]], None] = None):
@@ -163,7 +217,39 @@ class MetricsRecorder(tf.keras.callbacks.Callback):
         write_json(self.path, self.metrics)
 
 
-class ReseedEachEpoch(tf.keras.callbacks.Callback):
+class EpochTensorBoard(Callback):
+    """Rank 0: each epoch's metrics as TensorBoard scalars, under the tags and folders Keras' TensorBoard callback
+    uses (``train/`` and ``validation/``, ``epoch_loss``, ``epoch_accuracy``..., ``epoch_learning_rate``), written
+    by TensorBoard's own framework-free writer: the same logs on every engine, TensorFlow or not."""
+
+    def __init__(self, log_dir: Path):
+        super().__init__()
+        self.log_dir = Path(log_dir)
+        self._writers: Dict[str, Any] = {}
+
+    def _writer(self, split: str):
+        if split not in self._writers:
+            from tensorboard.summary import Writer  # lazy: TensorBoard (no TensorFlow needed)
+
+            self._writers[split] = Writer(str(self.log_dir / split))
+        return self._writers[split]
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {key: float(value) for key, value in (logs or {}).items() if key not in EpochTimer.KEYS}
+        record["learning_rate"] = current_lr(self.model.optimizer)
+        for key, value in record.items():
+            split, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+            self._writer(split).add_scalar(f"epoch_{name}", value, step=epoch)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
+class ReseedEachEpoch(Callback):
     """Start every epoch's layer randomness (dropout) from (seed, epoch), not from where the last one ended.
 
     Keras layers draw from a ``tf.random.Generator`` each (with
@@ -183,6 +269,8 @@ class ReseedEachEpoch(tf.keras.callbacks.Callback):
         if flavor_of(self.model) == KERAS3:
             yield from self.keras3_generators()
             return
+        import tensorflow as tf  # lazy: TensorFlow (a Keras 2 model's generators are tf.random.Generators)
+
         for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
             rng = getattr(layer, "_random_generator", None)
             if rng is None or not hasattr(rng, "_maybe_init"):
@@ -215,7 +303,7 @@ class _Keras3Generator:
         self.generator.state.assign(np.array([seed % (2**31), 0], dtype=state.dtype))
 
 
-class StopAfterEpochs(tf.keras.callbacks.Callback):
+class StopAfterEpochs(Callback):
     """Ends fit() after ``count`` epochs of this invocation (the same on every
     rank, so no rank waits for a collective the others never run)."""
 

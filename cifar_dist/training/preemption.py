@@ -15,14 +15,13 @@ import os
 import signal
 from typing import Mapping, Optional
 
-import tensorflow as tf
-
+from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.process_role import STOP_SIGNAL_ENV
 
 log = logging.getLogger(__name__)
 
 
-class StopOnSignal(tf.keras.callbacks.Callback):
+class StopOnSignal(Callback):
     """Installs its handler when made (before fit: the signal may come early) and keeps it
     after training, so that a late signal no longer kills the process (the launcher sees
     the run complete and does not requeue it)."""

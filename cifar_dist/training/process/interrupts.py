@@ -19,10 +19,10 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-import tensorflow as tf
+from cifar_dist.common.keras_callback import Callback
 
 
-class KeptInterrupt(tf.keras.callbacks.Callback):
+class KeptInterrupt(Callback):
     """Raises the kept interrupt at the first batch end after it was lost (training, validation, test)."""
 
     def __init__(self):

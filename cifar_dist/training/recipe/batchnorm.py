@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import List
 
-import tensorflow as tf
-
+from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.keras_flavor import flavor_of, keras_module
 
 
@@ -47,7 +46,7 @@ def average_moving_statistics(model, engine) -> int:
     return len(variables)
 
 
-class AverageBatchNormStatistics(tf.keras.callbacks.Callback):
+class AverageBatchNormStatistics(Callback):
     """Averages the moving statistics across ranks before validation and at each epoch's end.
 
     Place it before the callbacks that write checkpoints, so a checkpoint is
