@@ -18,10 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from cifar_dist.common.errors import ConfigError
-
-# Keeps the seed streams of (epoch, rank) pairs apart.
-_EPOCH_STRIDE = 1_000_003
+from cifar_dist.data.sampling import EPOCH_STRIDE as _EPOCH_STRIDE
+from cifar_dist.data.sampling import checked_steps, eval_indices, steps_per_epoch  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -152,22 +150,6 @@ def without_model_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
-def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
-    """Full batches per epoch on every rank: of n // size images (shard) or of all n (the seed's policy)."""
-    return (n // size if shard else n) // batch_size
-
-
-def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
-    """steps_per_epoch, refused in one line when a rank's share of the data holds no full batch."""
-    steps = steps_per_epoch(n, batch_size, size, shard)
-    if steps < 1:
-        per_rank = n // size if shard else n
-        raise ConfigError(
-            f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
-        )
-    return steps
-
-
 def train_stream(
     x: np.ndarray,
     y: np.ndarray,
@@ -250,12 +232,7 @@ def eval_stream(
     r, r + size, ... so together the ranks cover every image exactly once;
     the trainer reduces sums, not means.
     """
-    n = int(x.shape[0])
-    if equal_shards:
-        per_rank = n // size
-        idx = np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
-    else:
-        idx = np.arange(rank, n, size)
+    idx = eval_indices(int(x.shape[0]), rank, size, equal_shards)
     xs, ys = x[idx], y[idx]
     steps = max(1, math.ceil(len(idx) / batch_size)) if len(idx) else 0
     ds = (

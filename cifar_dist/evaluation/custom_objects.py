@@ -6,9 +6,8 @@ that Keras' own registry, under package ``cifar_dist``, the layers
 ``HorovodLr``, ``InverseTimeDecayed``) and, for Keras 3, the optimizers
 (``RMSprop``, ``SGDW``), and returns them by registered name
 (``"cifar_dist>Scale"``) and class name, as ``custom_objects`` for
-``load_model``. Evaluation calls it before loading a Keras 3 ``.keras`` file
-(Keras 2's are registered when their modules are imported). None of them
-runs code from the file: ``safe_mode=True`` loads them.
+``load_model``. Evaluation calls it before loading a model file of either
+Keras. None of them runs code from the file: ``safe_mode=True`` loads them.
 """
 
 from __future__ import annotations

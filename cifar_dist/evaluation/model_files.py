@@ -85,6 +85,5 @@ def load(path: Path, custom_objects: Dict[str, type], trust_model: bool):
         )
     import tensorflow as tf  # lazy: TensorFlow
 
-    import cifar_dist.models.blocks  # noqa: F401  (registers the custom layers saved models may use)
-
+    register_custom_objects(tf.keras)  # this package's layers and schedules, under the names Keras 2 saved them by
     return tf.keras.models.load_model(path, compile=False, custom_objects=custom_objects or None)

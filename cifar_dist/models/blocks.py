@@ -4,9 +4,10 @@ Written once for both Keras: every builder takes ``keras`` (the module to
 build with, ``keras_flavor.keras_module(2|3)``; None is ``tf.keras``). The
 custom layers exist per Keras (``custom_layers(keras)``), registered with
 that Keras (package ``cifar_dist``), so a saved model or checkpoint that uses
-them loads with that Keras' ``load_model`` once they are defined: Keras 2's
-when this module is imported (cifar_dist's evaluation does that), Keras 3's
-by ``cifar_dist.evaluation.custom_objects.register_custom_objects(keras)``.
+them loads with that Keras' ``load_model`` once they are defined
+(``cifar_dist.evaluation.custom_objects.register_custom_objects(keras)``).
+Importing this module imports no framework: ``blocks.Scale`` and
+``blocks.PatchWhitening`` are Keras 2's, defined when first asked for.
 
 - ``conv_bn``: Conv2D (no bias: BatchNorm's shift replaces it) + BatchNorm + activation.
 - ``residual``: x + conv_bn(conv_bn(x)) (Page's ResNet-9 block).
@@ -24,9 +25,8 @@ from types import ModuleType, SimpleNamespace
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 
-from cifar_dist.common.keras_flavor import flavor_of, keras_module
+from cifar_dist.common.keras_flavor import KERAS2, flavor_of, keras_module
 from cifar_dist.common.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
@@ -118,17 +118,20 @@ def custom_layers(keras: ModuleType) -> SimpleNamespace:
     return SimpleNamespace(Scale=Scale, PatchWhitening=PatchWhitening)
 
 
-_KERAS2_LAYERS = custom_layers(tf.keras)
-Scale, PatchWhitening = _KERAS2_LAYERS.Scale, _KERAS2_LAYERS.PatchWhitening  # Keras 2's, as before Keras 3
+def __getattr__(name: str):
+    """``Scale`` and ``PatchWhitening``: Keras 2's classes (as before Keras 3 existed here), defined on first use,
+    so that importing this module for a Keras 3 model on JAX needs no TensorFlow."""
+    if name in ("Scale", "PatchWhitening"):
+        return getattr(custom_layers(keras_module(KERAS2)), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def whitening_filters(images: np.ndarray, k: int, epsilon: float):
     """(kernel (k, k, c, 2 k k c), bias) of the whitening conv fitted to the k x k patches of ``images``: the
     eigenbasis of the patches' covariance scaled to unit variance (``epsilon`` added), and its negative;
     the bias centres the patches. numpy in, float32 numpy out, whatever Keras the layer is."""
-    x = tf.convert_to_tensor(images, tf.float32)
-    patches = tf.image.extract_patches(x, [1, k, k, 1], [1, 1, 1, 1], [1, 1, 1, 1], "VALID")
-    mean, covariance = patch_statistics(tf.reshape(patches, [-1, patches.shape[-1]]))  # (kh, kw, c) order
+    x = np.asarray(images, np.float32)
+    mean, covariance = patch_statistics(x, k)  # (kh, kw, c) order
     eigenvalues, eigenvectors = np.linalg.eigh(covariance)
     basis = eigenvectors / np.sqrt(eigenvalues + epsilon)  # columns whiten
     filters = np.concatenate([basis, -basis], axis=1)
@@ -136,30 +139,32 @@ def whitening_filters(images: np.ndarray, k: int, epsilon: float):
     return filters.reshape(k, k, c, filters.shape[1]).astype(np.float32), (-mean @ filters).astype(np.float32)
 
 
-def patch_statistics(patches: tf.Tensor, chunk: int = 1 << 16):
-    """The mean and the sample covariance (``np.cov``'s, N - 1) of the rows of ``patches``, in float64.
+def patch_statistics(images: np.ndarray, k: int, chunk: int = 256):
+    """The mean and the sample covariance (``np.cov``'s, N - 1) of the k x k patches of ``images`` (each patch a
+    row, its values in (kh, kw, c) order), in float64.
 
-    The same sums as ``np.cov`` on a float64 copy (the mean, then the centred
-    X^T X), done by TensorFlow's kernels a chunk of rows at a time: no float64
-    copy of all 3.9 M patches of the sample is ever made, which took 2-2.7 s
-    in numpy (1.7-2.2 s whole in TensorFlow, two ranks at once); chunked, 0.9 s.
-    The float32 filters are the numpy recipe's to the bit (tests/models/test_models_modern.py).
+    The same sums as ``np.cov`` on a float64 copy of every patch (the mean,
+    then the centred X^T X), made ``chunk`` images at a time: no float64 copy
+    of all 3.9 M patches of the sample is ever made. The float32 filters are
+    the numpy recipe's to the bit (tests/models/test_models_modern.py).
     """
-    n, d = int(patches.shape[0]), int(patches.shape[1])
 
-    def rows():  # float64 copies of one chunk at a time
-        for start in range(0, n, chunk):
-            yield tf.cast(patches[start : start + chunk], tf.float64)
+    def rows():  # float64 patches of one chunk of images at a time
+        for start in range(0, len(images), chunk):
+            windows = np.lib.stride_tricks.sliding_window_view(images[start : start + chunk], (k, k), axis=(1, 2))
+            # (n, h, w, c, kh, kw) -> (n, h, w, kh, kw, c): each patch's values in (kh, kw, c) order
+            yield windows.transpose(0, 1, 2, 4, 5, 3).reshape(-1, k * k * images.shape[-1]).astype(np.float64)
 
-    total = tf.zeros([d], tf.float64)
+    total, count = 0.0, 0
     for part in rows():
-        total += tf.reduce_sum(part, axis=0)
-    mean = total / n
-    scatter = tf.zeros([d, d], tf.float64)
+        total = total + part.sum(axis=0)
+        count += len(part)
+    mean = total / count
+    scatter = 0.0
     for part in rows():
         centered = part - mean
-        scatter += tf.matmul(centered, centered, transpose_a=True)
-    return mean.numpy(), (scatter / (n - 1)).numpy()
+        scatter = scatter + centered.T @ centered
+    return mean, scatter / (count - 1)
 
 
 def batch_norm(x, momentum: float, scale: bool = True, name=None, keras: Optional[ModuleType] = None):

@@ -40,23 +40,28 @@ def precision_policy(precision: str, on_gpu: bool, cpu_bfloat16: bool) -> str:
     )
 
 
-def prepare_keras(flavor: int, seed: int, precision: str, on_gpu: bool, deterministic: bool) -> str:
+def prepare_keras(
+    flavor: int, seed: int, precision: str, on_gpu: bool, deterministic: bool, on_tensorflow: bool = True
+):
     """Seed, dtype policy and (with ``deterministic``) seedable layer randomness for ``flavor``; returns the policy.
 
     ``seed`` is this rank's (trainer.seed + rank): dropout differs across ranks as
     it would on one rank over more data; the initial weights are rank 0's anyway
-    (the engine broadcasts them)."""
-    import tensorflow as tf  # lazy: TensorFlow
-
+    (the engine broadcasts them). ``on_tensorflow``: the model runs on TensorFlow
+    (Keras 2, or Keras 3 on its TensorFlow backend), whose own seed and policy
+    are set too; a Keras 3 model on JAX never imports TensorFlow."""
     policy = precision_policy(precision, on_gpu, cpu_supports_bfloat16())
-    if deterministic:
-        tf.config.experimental.enable_op_determinism()
-        # Dropout from tf.random.Generator state that ReseedEachEpoch resets
-        # per epoch, so a resumed run equals an uninterrupted one bit for bit.
-        tf.keras.backend.experimental.enable_tf_random_generator()
-    tf.keras.utils.set_random_seed(seed)
-    # Always set: in an in-process sweep an earlier point's policy would linger.
-    tf.keras.mixed_precision.set_global_policy(policy)
+    if on_tensorflow:
+        import tensorflow as tf  # lazy: TensorFlow
+
+        if deterministic:
+            tf.config.experimental.enable_op_determinism()
+            # Dropout from tf.random.Generator state that ReseedEachEpoch resets
+            # per epoch, so a resumed run equals an uninterrupted one bit for bit.
+            tf.keras.backend.experimental.enable_tf_random_generator()
+        tf.keras.utils.set_random_seed(seed)
+        # Always set: in an in-process sweep an earlier point's policy would linger.
+        tf.keras.mixed_precision.set_global_policy(policy)
     if flavor == KERAS3:
         import keras  # lazy: Keras 3
 

@@ -23,7 +23,7 @@ import keras
 from keras import ops
 
 from cifar_dist.common.keras_ops import registered
-from cifar_dist.training.recipe.sgdw import DecoupledDecay
+from cifar_dist.training.recipe.decoupled_decay import DecoupledDecay
 
 
 @registered(keras)

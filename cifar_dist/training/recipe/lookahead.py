@@ -22,9 +22,9 @@ BatchNorm's moving statistics (rank-local) are averaged across ranks by
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
 
-from cifar_dist.common.keras_flavor import as_tf_variable
+from cifar_dist.common.keras_callback import Callback
+from cifar_dist.common.keras_flavor import KERAS3, as_tf_variable, flavor_of
 
 AIRBENCH_DECAY = 0.95**5  # airbench94: per 5 steps, at the end of the run
 AIRBENCH_POWER = 3.0
@@ -38,8 +38,11 @@ def decay_at(step: int, total_steps: int, final_decay: float, steps_since_last: 
     return per_five ** (steps_since_last / STEPS_PER_DECAY)
 
 
-class Lookahead(tf.keras.callbacks.Callback):
-    """Keras callback: airbench's lookahead over every float weight of the model (BatchNorm statistics included)."""
+class Lookahead(Callback):
+    """Keras callback: airbench's lookahead over every float weight of the model (BatchNorm statistics included).
+
+    The slow copies are variables of the model's own Keras (``tf.Variable`` for Keras 2, ``keras.Variable`` for
+    Keras 3, on whichever backend), updated by that backend's ops where the weights live (on a GPU, on the GPU)."""
 
     def __init__(self, total_steps: int, final_decay: float = AIRBENCH_DECAY):
         super().__init__()
@@ -50,26 +53,79 @@ class Lookahead(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         # After restore and broadcast: the slow copy starts as the weights every rank holds now.
-        self._weights = [w for w in self.model.weights if _is_float(w)]
-        self._slow = [tf.Variable(as_tf_variable(w), trainable=False) for w in self._weights]
-        self._last_step = int(np.asarray(self.model.optimizer.iterations))
+        model = self.model
+        self._weights = [w for w in model.weights if _is_float(w)]
+        self._slow = [_copy(w) for w in self._weights]
+        self._last_step = int(np.asarray(model.optimizer.iterations))
+        self._compiled = _compiled_update() if self._weights and _on_jax(self._weights[0]) else None
 
     def on_train_batch_end(self, batch, logs=None):
-        if hasattr(self.model, "jax_state_sync"):  # Keras 3 on JAX keeps the weights off the model mid-epoch
-            self.model.jax_state_sync()  # (and reads them back before the next step: our assignments count)
-        step = int(np.asarray(self.model.optimizer.iterations))
+        model = self.model  # (Keras 3 on JAX: the weights written back first, read again before the next step)
+        step = int(np.asarray(model.optimizer.iterations))
         if step <= self._last_step:
             return
         decay = decay_at(step, self.total_steps, self.final_decay, step - self._last_step)
         self._last_step = step
+        if self._compiled is not None:  # Keras 3 on JAX: every weight in one compiled update, one dispatch
+            slows, weights = self._compiled([v.value for v in self._slow], [v.value for v in self._weights], decay)
+            for variable, value in zip(self._slow + self._weights, slows + weights):
+                variable.assign(value)
+            return
         for slow, weight in zip(self._slow, self._weights):
+            value = _value(weight)
             if decay == 0.0:  # most of the run: the slow copy just follows
-                slow.assign(as_tf_variable(weight))
+                slow.assign(_copied(value))
                 continue
-            slow.assign(decay * slow + (1.0 - decay) * as_tf_variable(weight))
-            weight.assign(slow)
+            averaged = decay * _value(slow) + (1.0 - decay) * value
+            slow.assign(averaged)
+            weight.assign(_copied(averaged))
+
+
+def _copy(weight):
+    """A non-trainable variable of ``weight``'s Keras holding its current value."""
+    if flavor_of(weight) == KERAS3:
+        import keras  # lazy: Keras 3 (the model's)
+
+        return keras.Variable(_copied(weight.value), trainable=False, name=f"lookahead_{weight.name}")
+    import tensorflow as tf  # lazy: TensorFlow (a Keras 2 model's)
+
+    return tf.Variable(as_tf_variable(weight), trainable=False)
+
+
+def _on_jax(variable) -> bool:
+    """A Keras 3 variable on JAX's backend (whose updates compile into one program)."""
+    if flavor_of(variable) != KERAS3:
+        return False
+    import keras  # lazy: Keras 3 (the model's)
+
+    return keras.backend.backend() == "jax"
+
+
+def _compiled_update():
+    """``(slows, weights, decay) -> (new slows, new weights)``: the update of every weight as one JAX program
+    (on a GPU one dispatch instead of three per weight). Its outputs are new buffers, each its own: the loop may
+    donate the weights' to the next step without touching the slow copy."""
+    import jax  # lazy: JAX (Keras 3's backend here)
+
+    def update(slows, weights, decay):
+        averaged = [decay * s + (1.0 - decay) * w for s, w in zip(slows, weights)]
+        return averaged, list(averaged)
+
+    return jax.jit(update)
+
+
+def _copied(value):
+    """A copy of a backend tensor: on JAX the training loop donates the weights' buffers to the next step, which
+    would delete a slow copy sharing one (``Array has been deleted``)."""
+    return value + 0 if not hasattr(value, "copy") else value.copy()
+
+
+def _value(variable):
+    """The backend tensor behind a variable of either Keras (Keras 3 keeps it as ``value``)."""
+    return variable.value if flavor_of(variable) == KERAS3 else as_tf_variable(variable)
 
 
 def _is_float(variable) -> bool:
-    """A float variable of either Keras (Keras 3 variables name their dtype as a string)."""
-    return tf.as_dtype(variable.dtype).is_floating
+    """A float variable of either Keras (Keras 3 variables name their dtype as a string, tf.Variables a DType)."""
+    dtype = getattr(variable.dtype, "name", variable.dtype)
+    return str(dtype).startswith(("float", "bfloat"))

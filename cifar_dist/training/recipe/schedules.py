@@ -42,8 +42,7 @@ import math
 from types import ModuleType, SimpleNamespace
 from typing import Optional, Sequence
 
-import tensorflow as tf
-
+from cifar_dist.common.keras_flavor import KERAS2, keras_module
 from cifar_dist.common.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
@@ -166,7 +165,12 @@ def schedule_classes(keras: ModuleType) -> SimpleNamespace:
     return SimpleNamespace(Triangular=Triangular, HorovodLr=HorovodLr, InverseTimeDecayed=InverseTimeDecayed)
 
 
-Triangular = schedule_classes(tf.keras).Triangular  # Keras 2's (saved Keras 2 checkpoints name it)
+def __getattr__(name: str):
+    """``Triangular``: Keras 2's (saved Keras 2 checkpoints name it), defined on first use, so that importing this
+    module for a Keras 3 model on JAX needs no TensorFlow."""
+    if name == "Triangular":
+        return schedule_classes(keras_module(KERAS2)).Triangular
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def horovod_multiplier(

@@ -1,0 +1,67 @@
+"""Which images a rank trains and scores on, and how many steps that makes: plain numpy, for every engine.
+
+The tf.data pipelines (``pipeline.py``, ``streams.py``) and engine=jax's
+device-resident input (``training/engines/jax_data.py``) follow the same
+rules from here:
+
+- every rank runs the same number of full batches per epoch (the remainder is
+  dropped): a rank that runs one collective fewer than the others deadlocks
+  the job;
+- ``shard`` policy: rank r takes images r, r + size, ... (1/size of the set);
+  the seed's ``divide`` policy: every rank walks the whole set;
+- evaluation: equal shards (validation: every rank n // size images, so the
+  ranks' means average plainly) or a strided cover (the final test: together
+  the ranks score every image exactly once, and sums are combined).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cifar_dist.common.errors import ConfigError
+
+# Keeps the seed streams of (epoch, rank) pairs apart.
+EPOCH_STRIDE = 1_000_003
+# The fixed per-image bits of airbench's alternating flip come from (trainer.seed, this salt).
+_FLIP_BITS_SALT = 0xF11F
+
+
+def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
+    """Full batches per epoch on every rank: of n // size images (shard) or of all n (the seed's policy)."""
+    return (n // size if shard else n) // batch_size
+
+
+def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
+    """steps_per_epoch, refused in one line when a rank's share of the data holds no full batch."""
+    steps = steps_per_epoch(n, batch_size, size, shard)
+    if steps < 1:
+        per_rank = n // size if shard else n
+        raise ConfigError(
+            f"trainer.batch_size={batch_size} is larger than the {per_rank} training images each rank gets; lower it"
+        )
+    return steps
+
+
+def rank_images(n: int, rank: int, size: int, shard: bool) -> np.ndarray:
+    """The indices of the training images rank ``rank`` of ``size`` walks each epoch (in the set's order)."""
+    if not shard:
+        return np.arange(n)
+    return np.arange(rank, (n // size) * size, size)
+
+
+def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> np.ndarray:
+    """The indices of the evaluation images rank ``rank`` scores, in order.
+
+    equal_shards=True (validation during fit): every rank gets n // size images;
+    False (the final test): rank r takes images r, r + size, ... so together the
+    ranks cover every image exactly once."""
+    if equal_shards:
+        per_rank = n // size
+        return np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
+    return np.arange(rank, n, size)
+
+
+def flip_bits(n: int, seed: int) -> np.ndarray:
+    """One fixed random bit per training image for the alternating flip, from the seed alone (the same on every
+    rank, whichever images it holds)."""
+    return np.random.default_rng([int(seed), _FLIP_BITS_SALT]).random(n) < 0.5
