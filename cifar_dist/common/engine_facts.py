@@ -43,6 +43,9 @@ class EngineFacts:
     splits_into_mpi_groups: bool
     # Its processes find each other in Open MPI's or Slurm's environment, which horovodrun does not set.
     peers_from_mpi_or_slurm: bool
+    # Its loop is Keras' own ``fit`` over tf.data (Keras 3 then runs whole executions of steps_per_execution
+    # steps); engine=jax runs its own loop, fed from the device, whatever the number of steps.
+    keras_fit: bool
 
 
 HOROVOD = EngineFacts(
@@ -55,6 +58,7 @@ HOROVOD = EngineFacts(
     xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
     splits_into_mpi_groups=True,  # hvd.init(comm=<the group's communicator>)
     peers_from_mpi_or_slurm=False,  # hvd.init joins mpirun's and horovodrun's ranks alike
+    keras_fit=True,
 )
 JAX = EngineFacts(
     name="jax",
@@ -66,6 +70,7 @@ JAX = EngineFacts(
     xla_only=True,  # every step is an XLA program over the global batch
     splits_into_mpi_groups=False,  # jax.distributed joins the whole mpirun
     peers_from_mpi_or_slurm=True,  # jax.distributed.initialize()
+    keras_fit=False,  # training/engines/jax_fit.py
 )
 TENSORFLOW = EngineFacts(
     name="tensorflow",
@@ -77,6 +82,7 @@ TENSORFLOW = EngineFacts(
     xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
     splits_into_mpi_groups=False,  # one process: no group of an mpirun
     peers_from_mpi_or_slurm=False,  # no peers
+    keras_fit=True,
 )
 
 ENGINES: Dict[str, EngineFacts] = {facts.name: facts for facts in (HOROVOD, JAX, TENSORFLOW)}

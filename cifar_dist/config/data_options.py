@@ -23,6 +23,12 @@ from omegaconf import MISSING
 from cifar_dist.config.options import config_option
 
 
+class Placement(str, Enum):
+    auto = "auto"
+    device = "device"
+    stream = "stream"
+
+
 @dataclass
 class AugmentConfig:
     # The seed's ImageDataGenerator(width_shift_range=0.1, height_shift_range=0.1,
@@ -63,6 +69,10 @@ class DataConfig:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     shuffle_buffer: int = 0  # 0: the whole (per-rank) training set
     prefetch: int = -1  # -1: tf.data.AUTOTUNE
+    # engine=jax: where the training images live. auto: on the device (uint8) when they take at most a quarter of
+    # its memory (training/engines/jax_data.py), else streamed from the host one execution ahead; device: on the
+    # device or a one-line refusal; stream: always from the host.
+    placement: Placement = Placement.auto
 
 
 @config_option("data", "sample")

@@ -43,6 +43,18 @@ class Precision(str, Enum):
     auto = "auto"  # mixed where the hardware computes it natively, float32 elsewhere
 
 
+class Accelerator(str, Enum):
+    auto = "auto"  # the GPUs where there are any, else the CPU
+    gpu = "gpu"  # GPUs or a one-line refusal
+    cpu = "cpu"  # the CPU, GPUs or not
+
+
+class Execution(str, Enum):
+    auto = "auto"
+    loop = "loop"  # steps_per_execution steps in one compiled loop
+    steps = "steps"  # one compiled step per dispatch
+
+
 class LrSchedule(str, Enum):
     none = "none"  # the optimizer's lr (with warmup_epochs / lr_decay_epochs if set)
     # Per step: linear from start_factor x lr up to lr at peak_fraction of all
@@ -229,13 +241,23 @@ class TrainerConfig:
     # they trained the seed CNN up to ~1.2x faster here (docs/benchmarks-history.md). Same float32
     # maths, summed in another order. No effect on GPU ops.
     onednn: bool = True
-    # Train steps per call into TensorFlow (Keras' compile(steps_per_execution)).
-    # Same maths, less Python between steps: +4-8 % images/s on 2 CPU cores at
-    # batch 32 (docs/benchmarks-history.md). Per-batch callbacks (Horovod's lr warmup
-    # and schedule) then act every this many steps; 1 = Keras' default.
+    # Train steps per call into the framework (Keras' compile(steps_per_execution); engine=jax: steps per
+    # compiled execution, any number of steps per epoch). Same maths, less Python between steps: +4-8 % images/s
+    # on 2 CPU cores at batch 32 (docs/benchmarks-history.md), far more on a GPU. Per-batch callbacks (Horovod's
+    # lr warmup and schedule, lookahead) then act every this many steps; 1 = Keras' default.
     steps_per_execution: int = 16
     precision: Precision = Precision.float32
     compression: Compression = Compression.none
+    # What engine=jax trains on: auto (the GPUs where there are any, one set per process: engines/jax_devices.py),
+    # gpu (refused in one line where JAX finds none), cpu (the GPUs hidden).
+    accelerator: Accelerator = Accelerator.auto
+    # engine=jax: how an execution's steps run. loop: as one compiled loop (one dispatch per execution); steps:
+    # one compiled step per dispatch; auto: the loop on GPUs, steps on CPUs, where XLA runs a step inside a loop
+    # several times slower (docs/benchmarks.md).
+    execution: Execution = Execution.auto
+    # engine=jax: JAX's persistent compilation cache, so that a second run or sweep point of the same model and
+    # shapes loads its compiled steps instead of compiling them again ("" = off; JAX_COMPILATION_CACHE_DIR wins).
+    compilation_cache: str = "~/.cache/cifar_dist/jax"
     verbose: int = 1  # Keras verbosity on rank 0 (other ranks are always silent)
     tensorboard: bool = True
     plot: bool = True
@@ -243,6 +265,10 @@ class TrainerConfig:
     # Checkpoints kept in <run dir>/checkpoints (newest first; 0 = all). Each
     # holds weights and optimizer state (~10 MB for the seed CNN).
     keep_checkpoints: int = 5
+    # Write a checkpoint after an epoch only once this many seconds have passed since the last one (and always
+    # after the last epoch and one the run stops after); 0 = after every epoch. For runs of sub-second epochs
+    # (experiment=speedrun on a GPU), where writing a checkpoint would cost more than the epoch.
+    checkpoint_interval_s: float = 0.0
     # Stop after this many epochs of *this* invocation (0 = no limit); used to
     # split a long run over several invocations (or tests of resume).
     max_epochs_per_run: int = 0

@@ -116,6 +116,8 @@ def _trainer_problems(t: DictConfig) -> List[str]:
         found.append(f"trainer.seed={t.seed} must be in [0, {MAX_SEED})")
     if t.keep_checkpoints < 0:
         found.append(f"trainer.keep_checkpoints={t.keep_checkpoints} must be >= 0 (0 keeps all)")
+    if t.checkpoint_interval_s < 0:
+        found.append(f"trainer.checkpoint_interval_s={t.checkpoint_interval_s} must be >= 0 (0: after every epoch)")
     if t.validate_every < 0:
         found.append(
             f"trainer.validate_every={t.validate_every} must be >= 0 (k: every k-th epoch and the last; "

@@ -18,11 +18,7 @@ def evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, float
     Every rank evaluates its own slice (all ranks together cover each image
     once); sums, not means, are combined, so uneven slices weigh right.
     """
-    logs = {}
-    if stream.samples:
-        logs = model.evaluate(
-            labels_for_each_output(stream.dataset, outputs), steps=stream.steps, verbose=0, return_dict=True
-        )
+    logs = engine.evaluate(model, stream, outputs) if stream.samples else {}  # ENGINE: Keras' or the device's
     # Keras reports a float32 mean; the count of correct images behind it is
     # exact after rounding, so the combined accuracy is an exact fraction.
     mine = [
@@ -48,13 +44,3 @@ def evaluate_exact(model, stream, engine, outputs=("",)) -> List[Dict[str, float
             }
         )
     return results
-
-
-def labels_for_each_output(dataset, outputs):
-    """``dataset``'s (images, labels) as a model with several named outputs takes them: the labels once per
-    output, keyed by its name (the metric prefix without its "_"). Keras 2 took one label tensor for all
-    outputs; Keras 3 wants the outputs' own structure."""
-    if len(outputs) == 1:
-        return dataset
-    names = [o.rstrip("_") for o in outputs]
-    return dataset.map(lambda images, labels: (images, {name: labels for name in names}))

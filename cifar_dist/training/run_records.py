@@ -18,12 +18,14 @@ import hashlib
 import logging
 import resource
 import statistics
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List
 
 from cifar_dist.common.atomic_files import write_json
 from cifar_dist.common.keras_flavor import version_of
 from cifar_dist.rundir import checkpoints
+from cifar_dist.rundir.stack import keep_earlier_stack
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
 from cifar_dist.training.recipe import hooks as recipe
 
@@ -42,6 +44,7 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
         metrics["epochs"] = [e for e in metrics.get("epochs", []) if e["epoch"] <= initial_epoch]
         trim_csv_log(run.output_dir / "training_log.csv", initial_epoch)
     previous_wall = float(metrics.get("wall_time_s", 0.0)) if initial_epoch else 0.0
+    earlier_run = metrics.get("run")
     metrics.update(
         {
             "ranks": run.world.size,
@@ -50,14 +53,13 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
             "complete": False,
         }
     )
+    keep_earlier_stack(metrics, earlier_run, initial_epoch)  # resumed on another stack: both (rundir/stack.py)
     metrics.setdefault("epochs", [])
     return metrics, previous_wall
 
 
 def describe_run(run: Run, policy: str, data, train_data) -> Dict[str, Any]:
     """metrics.json's ``run``: what this run is (world, batch, lr, model, data, threads, versions)."""
-    import tensorflow as tf  # after the engine's start (the trainer's module docstring)
-
     cfg, t, world = run.cfg, run.trainer, run.world
     return {
         "epochs": run.epochs,
@@ -79,7 +81,7 @@ def describe_run(run: Run, policy: str, data, train_data) -> Dict[str, Any]:
         "threads_intra_op": world.threads.intra_op,
         "threads_inter_op": world.threads.inter_op,
         "onednn": world.onednn,
-        "tensorflow": tf.__version__,
+        "tensorflow": tensorflow_version(),
         "engine": run.engine.name,
         "engine_reason": cfg.engine.why or f"engine={run.engine.name} as configured",
         "keras": version_of(run.keras),
@@ -88,14 +90,20 @@ def describe_run(run: Run, policy: str, data, train_data) -> Dict[str, Any]:
     }
 
 
+def tensorflow_version():
+    """The TensorFlow of this process, where it has one (an engine=jax run loads none: None)."""
+    tf = sys.modules.get("tensorflow")
+    return getattr(tf, "__version__", None)
+
+
 def epoch_writers(run: Run, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float) -> list:
     """Rank 0's Keras callbacks that write each epoch down: the CSV log, TensorBoard (trainer.tensorboard) and
     metrics.json (``metrics``, with the wall time so far); the trainer puts the checkpoint after them."""
-    from cifar_dist.training.callbacks import EpochCSVLogger, MetricsRecorder  # Keras callbacks: import TensorFlow
+    from cifar_dist.training.callbacks import EpochCSVLogger, EpochTensorBoard, MetricsRecorder
 
     writers = [EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch))]
     if run.trainer.tensorboard:
-        writers.append(run.keras.callbacks.TensorBoard(log_dir=str(run.output_dir / "tensorboard")))
+        writers.append(EpochTensorBoard(run.output_dir / "tensorboard"))
     run_start = time.time()
     writers.append(
         MetricsRecorder(
@@ -132,8 +140,11 @@ def record_ranks(engine, model, metrics: Dict[str, Any]) -> None:
     each rank's fingerprint is recorded so that a broken averaging is visible."""
     digests: List[str] = engine.allgather_object(weights_digest(model))
     peak_rss = engine.allgather_object(peak_rss_mb())
+    peak_device = engine.allgather_object(engine.device_peak_mb())
     if engine.world.is_chief:
         metrics["peak_rss_mb_per_rank"] = peak_rss
+        if any(v is not None for v in peak_device):
+            metrics["peak_device_mb_per_rank"] = peak_device
         metrics["rank_weight_digests"] = digests
         metrics["ranks_in_sync"] = len(set(digests)) == 1
         if not metrics["ranks_in_sync"]:
@@ -152,6 +163,7 @@ def write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done:
     steady = rates[1:] or rates  # the first epoch includes tracing
     metrics["images_per_sec"] = statistics.median(steady) if steady else None
     metrics["wall_time_s"] = previous_wall + time.time() - run.wall_start
+    metrics.update(run.engine.timings)  # ENGINE: engine=jax's compile time of the training step
     if finished:
         metrics["complete"] = True
         if t.save_model:

@@ -43,6 +43,7 @@ from omegaconf import DictConfig
 
 from cifar_dist.common.atomic_files import remove_partials
 from cifar_dist.common.errors import CifarDistError, ConfigError
+from cifar_dist.common.keras_flavor import KERAS2
 from cifar_dist.config.schema import typed
 from cifar_dist.config.validation import validate
 from cifar_dist.data import load_dataset
@@ -163,17 +164,18 @@ def _train(run: Run, policy) -> Dict[str, Any]:
         tracker = open_tracker(run)
         if initial_epoch < run.epochs:
             callbacks = make_callbacks(run, model, train_data, metrics, initial_epoch, previous_wall, tracker)
-            model.fit(
-                train_data.dataset,
+            # ENGINE: Keras' fit over tf.data (Horovod, TensorFlow), or its JAX loop fed from the device (JAX)
+            run.engine.fit(
+                model,
+                train_data,
+                val_data,
                 epochs=run.epochs,
                 initial_epoch=initial_epoch,
-                steps_per_epoch=train_data.steps_per_epoch,
-                validation_data=val_data.dataset,
-                validation_steps=val_data.steps,
                 validation_freq=validation_epochs(run.trainer.validate_every, run.epochs),
                 callbacks=[kept_interrupt, *callbacks],
-                shuffle=False,  # the stream is shuffled already (data/pipeline.py); Keras 3 warns otherwise
                 verbose=run.trainer.verbose if run.world.is_chief else 0,
+                steps_per_execution=int(run.trainer.steps_per_execution),
+                execution=run.trainer.execution.value,
             )
         return finish(run, model, data, metrics, initial_epoch, previous_wall, tracker, compile_kwargs)
 
@@ -193,8 +195,14 @@ def start_run(cfg: DictConfig, output_dir: Path):
         raise import_failure(exc, cfg.engine.name) from None
     flavor = model_setup.probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
     engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
+    on_tensorflow = flavor == KERAS2 or engine.facts.keras3_backend == "tensorflow"
     policy = prepare_keras(
-        flavor, engine.rank_seed(t.seed), t.precision.value, bool(engine.world.gpu), bool(t.deterministic)
+        flavor,
+        engine.rank_seed(t.seed),
+        t.precision.value,
+        bool(engine.world.gpu),
+        bool(t.deterministic),
+        on_tensorflow,
     )
     run = Run(
         cfg=cfg,
@@ -223,7 +231,7 @@ def build_model(run: Run, data):
 
     Returns the model and the compile arguments the final (TTA) test reuses.
     """
-    from cifar_dist.data.pipeline import steps_per_epoch  # imports TensorFlow
+    from cifar_dist.data.sampling import steps_per_epoch
 
     t, world = run.trainer, run.world
     # (model_kwargs: a model.num_classes that disagrees with the data is one line)
@@ -244,7 +252,10 @@ def build_model(run: Run, data):
         model,
         model_setup.make_optimizer(run.cfg.optimizer, lr_or_schedule, run.flavor),
         compile_kwargs,
-        model_setup.steps_per_call(run.flavor, steps, t.steps_per_execution),
+        # ENGINE: Keras 3's fit needs a divisor of the epoch's steps; engine=jax's loop runs any count
+        model_setup.steps_per_call(run.flavor, steps, t.steps_per_execution)
+        if run.engine.facts.keras_fit
+        else t.steps_per_execution,
     )
     model_setup.create_optimizer_slots(model.optimizer, model.trainable_variables)
     return model, compile_kwargs
@@ -271,11 +282,11 @@ def restore_or_start(run: Run, model) -> int:
 
 
 def make_streams(run: Run, data, initial_epoch: int):
-    """This rank's training stream (from ``initial_epoch`` on) and its validation slice."""
-    from cifar_dist.data.streams import eval_input, train_input  # imports TensorFlow
+    """This rank's training stream (from ``initial_epoch`` on) and its validation slice.
 
+    ENGINE: tf.data pipelines (Horovod, TensorFlow) or the images on the device (JAX)."""
     cfg, t, world = run.cfg, run.trainer, run.world
-    train_data = train_input(
+    train_data = run.engine.train_input(
         data,
         batch_size=t.batch_size,
         rank=world.rank,
@@ -287,8 +298,9 @@ def make_streams(run: Run, data, initial_epoch: int):
         augment=cfg.data.augment,
         shuffle_buffer=cfg.data.shuffle_buffer,
         prefetch=cfg.data.prefetch,
+        placement=str(getattr(cfg.data.placement, "value", cfg.data.placement)),
     )
-    val_data = eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=True)
+    val_data = run.engine.eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=True)
     return train_data, val_data
 
 
@@ -311,7 +323,7 @@ def make_callbacks(
         EpochTimer,
         ReseedEachEpoch,
         StopAfterEpochs,
-        StopOnNonFiniteLoss,
+        StopOnNonFinite,
     )
     from cifar_dist.training.preemption import stop_on_signal_from_env  # a Keras callback too
 
@@ -321,7 +333,7 @@ def make_callbacks(
         EpochTimer(train_data.images_per_rank_epoch * world.size),
         # ENGINE: average the epoch's metrics over ranks, before anything logs them.
         *([averaging] if averaging is not None else []),
-        StopOnNonFiniteLoss(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
+        StopOnNonFinite(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written
         # lookahead; BatchNorm statistics averaged across ranks, before any writer
         *recipe.callbacks(model, t, steps * run.epochs, run.engine),
     ]
@@ -338,7 +350,7 @@ def make_callbacks(
         # Records first, checkpoint last: a kill between the two makes the
         # re-run redo (and re-record) that epoch instead of losing its record.
         callbacks += run_records.epoch_writers(run, metrics, initial_epoch, previous_wall)
-        callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints))
+        callbacks.append(AtomicCheckpoint(run.checkpoint_dir, t.keep_checkpoints, t.checkpoint_interval_s))
     if tracker is not None:  # TRACKING: log each epoch once it is on disk
         callbacks.append(tracker.callback())
     return callbacks
@@ -355,8 +367,6 @@ def finish(
     compile_kwargs=None,
 ):
     """Check the ranks agree, score the test set once training is done, save and write the record."""
-    from cifar_dist.data.streams import eval_input  # imports TensorFlow
-
     world, t, engine = run.world, run.trainer, run.engine
     recipe.sync_model(model, engine)  # BatchNorm moving statistics: one set for the job
     run_records.record_ranks(engine, model, metrics)  # ENGINE: each rank's weight digest: a broken averaging shows
@@ -365,7 +375,7 @@ def finish(
     finished = engine.broadcast_object(done) >= run.epochs
     if finished:
         rank, size = engine.exact_test_slice()  # ENGINE: this rank's slice (JAX: every process feeds all of it)
-        test_stream = eval_input(data, batch_size=t.batch_size, rank=rank, size=size, equal_shards=False)
+        test_stream = engine.eval_input(data, batch_size=t.batch_size, rank=rank, size=size, equal_shards=False)
         metrics.update(
             recipe.final_test(
                 model,

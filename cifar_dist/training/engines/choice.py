@@ -9,7 +9,8 @@ The rule (docs/engines.md, "Which engine runs"):
    horovod stack trains as it always has;
 3. else one process trains on ``tensorflow`` (TensorFlow alone, the same
    speed: nothing to average), several on ``jax`` (Keras 3's own data
-   parallelism; the built-in models are built in Keras 3 there).
+   parallelism; the built-in models are built in Keras 3 there); where
+   TensorFlow is not installed (the jax stack), every job trains on ``jax``.
 
 ``resolve_engine`` replaces ``cfg.engine`` by the chosen engine's node, so
 that Hydra's ``.hydra/config.yaml`` records the engine that ran; the reason
@@ -62,11 +63,23 @@ def horovod_installed() -> bool:
     return importlib.util.find_spec("horovod") is not None
 
 
+def tensorflow_installed() -> bool:
+    """Whether TensorFlow can be imported here (checked without importing it): not on the jax stack."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None) -> tuple:
     """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3);
     ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not."""
     if horovod_where:
         return HOROVOD.name, f"engine=auto: {horovod_where}"
+    if not tensorflow_installed():
+        if keras == 2:
+            raise EngineChoiceError(
+                "engine.keras=2 asks for Keras 2 (tf.keras) models, which need TensorFlow, and it is not installed "
+                "here (the jax stack); install cifar_dist's tensorflow extra, or drop engine.keras=2"
+            )
+        return JAX.name, f"engine=auto: TensorFlow is not installed; {processes} process(es) train on JAX (Keras 3)"
     if processes == 1:
         return TENSORFLOW.name, "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
     if keras == 2:

@@ -27,6 +27,7 @@ from cifar_dist.common.engine_facts import HOROVOD
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_flavor import KERAS2, as_tf_variable, flavor_of
 from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.tf_data_loop import TfDataLoop
 from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.horovod_env import init_world
 
@@ -63,7 +64,7 @@ def check_jit_compile(jit_compile: bool, on_gpu: bool, environ=None) -> None:
         )
 
 
-class HorovodEngine:
+class HorovodEngine(TfDataLoop):
     """Horovod, started by ``start`` (hvd.init, GPU pinning, thread pools) in every rank."""
 
     facts = HOROVOD

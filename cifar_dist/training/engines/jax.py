@@ -45,6 +45,13 @@ import numpy as np
 from cifar_dist.common.engine_facts import JAX
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.jax_devices import (
+    apply_gpu_choice,
+    check_backend,
+    choose_gpus,
+    host_gpu_count,
+    use_compilation_cache,
+)
 from cifar_dist.training.engines.world import (
     JAX_COORDINATOR_ENV,
     World,
@@ -53,8 +60,6 @@ from cifar_dist.training.engines.world import (
     processes_from_env,
     under_open_mpi,
 )
-from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
-from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
@@ -75,8 +80,12 @@ class JaxEngineError(CifarDistError, RuntimeError):
 def peers_from_env(environ=None) -> dict:
     """``jax.distributed.initialize``'s arguments: none where JAX finds the job itself (Slurm, Open MPI 4, which
     sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose, and this rank's place
-    (its local rank too: JAX would ask mpi4py for it, and picks the GPU of that number)."""
+    (its local rank too: JAX would ask mpi4py for it, and picks the GPU of that number). First, where JAX's Gloo
+    will listen: this host's name, or loopback where that does not resolve and every process is here (gloo_host.py)."""
+    from cifar_dist.training.process.gloo_host import bind_gloo  # (issue 47: imported here, the one edit allowed)
+
     env = os.environ if environ is None else environ
+    bind_gloo(processes_from_env(env), local_processes_from_env(env))
     if not under_open_mpi(env) or "OMPI_MCA_orte_hnp_uri" in env:
         return {}
     address = env.get(JAX_COORDINATOR_ENV)
@@ -106,40 +115,39 @@ class JaxEngine:
         self.world = world
         self.jax = jax
         self.multihost = multihost_utils
+        self.timings = {}  # what metrics.json records of the run's own costs (compile_s: jax_fit.fit)
 
     @classmethod
     def start(cls, trainer_cfg) -> JaxEngine:
         t = trainer_cfg
         select_keras_backend()
-        peers, local_peers = processes_from_env(), local_processes_from_env()
+        peers, local_peers, local_rank = processes_from_env(), local_processes_from_env(), local_rank_from_env()
+        accelerator = str(getattr(t.accelerator, "value", t.accelerator))
+        gpus = choose_gpus(os.environ, local_rank, local_peers, host_gpu_count(), accelerator)
+        apply_gpu_choice(gpus)  # read when JAX starts its GPU backend, below
         plan = plan_threads(local_peers, t.intra_op_threads, t.inter_op_threads)
         limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
-        use_onednn(t.onednn)  # TensorFlow (the input pipeline) reads it when it loads
         import jax  # lazy: JAX
 
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
+        cache = use_compilation_cache(jax, str(t.compilation_cache))
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
-            jax.distributed.initialize(**peers_from_env())
-        # TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration, "failed call to cuInit") on machines
-        # without a GPU, as the other engines filter it (tf_console.py): its import and the device listing.
-        with filtered_native_stderr():
-            import tensorflow as tf  # lazy: TensorFlow
-
-            tf.config.set_visible_devices([], "GPU")  # TensorFlow only feeds data here: the GPUs are JAX's
-        tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+            jax.distributed.initialize(**{**peers_from_env(), **_device_ids(gpus)})
+        check_backend(jax, gpus, accelerator)
         device = jax.local_devices()[0]
         world = World(
             jax.process_index(),
             jax.process_count(),
-            local_rank_from_env(),
+            local_rank,
             local_peers,
             plan,
             str(device) if device.platform == "gpu" else "",
-            onednn_enabled(),
+            False,  # no TensorFlow here: no oneDNN
         )
         log.info(
-            "process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s)",
+            "process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s); %s; "
+            "compilation cache %s",
             world.rank,
             world.size,
             world.local_rank,
@@ -149,6 +157,8 @@ class JaxEngine:
             jax.device_count(),
             plan.intra_op,
             plan.reason,
+            gpus.reason,
+            cache or "off",
         )
         return cls(world)
 
@@ -178,6 +188,11 @@ class JaxEngine:
             f"({what}); the launcher names which one, and its log is in logs/"
         )
 
+    def device_peak_mb(self):
+        """The most memory this process's first device held so far, in MiB (None where JAX does not say: CPUs)."""
+        stats = self.jax.local_devices()[0].memory_stats() or {}
+        return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
     def versions(self) -> dict:
         return {"jax": self.jax.__version__}
 
@@ -186,8 +201,44 @@ class JaxEngine:
         return int(seed)
 
     def exact_test_slice(self) -> tuple:
-        """(rank, size) of the test set this process feeds to the exact test: all of it (module docstring)."""
-        return 0, 1
+        """(rank, size): every process scores its own slice of the test set, alone (``jax_fit.evaluate``); the
+        trainer adds up the slices' sums."""
+        return self.world.rank, self.world.size
+
+    # --- the input and the loop (jax_data.py, jax_fit.py) ---
+    def train_input(self, data, *, batch_size, rank, size, shard, seed, augment, placement="auto", **_tf_data):
+        """This process's training images on its devices, drawn and augmented inside the compiled step."""
+        from cifar_dist.training.engines.jax_data import train_set  # lazy: JAX
+
+        return train_set(
+            data,
+            batch_size=batch_size,
+            rank=rank,
+            size=size,
+            shard=shard,
+            seed=seed,
+            augment_cfg=augment,
+            placement=placement,
+        )
+
+    def eval_input(self, data, *, batch_size, rank, size, equal_shards):
+        """This process's slice of the test images, scored on its first device (``jax_fit.evaluate``)."""
+        from cifar_dist.training.engines.jax_data import eval_set  # lazy: JAX
+
+        return eval_set(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
+
+    def fit(self, model, train, validation, **settings):
+        """Keras' JAX training loop, fed from the device (``jax_fit.fit``)."""
+        from cifar_dist.training.engines.jax_fit import fit  # lazy: JAX
+
+        average = self.average_numbers if self.world.size > 1 else None  # each process validates its slice
+        return fit(model, train, validation=validation, average=average, timings=self.timings, **settings)
+
+    def evaluate(self, model, stream, outputs=("",)) -> dict:
+        """``model.evaluate(..., return_dict=True)`` of this process's ``stream``, computed here alone."""
+        from cifar_dist.training.engines.jax_fit import evaluate  # lazy: JAX
+
+        return evaluate(model, stream, outputs)
 
     def ramps_lr_in_schedule(self, flavor: int) -> bool:
         """Warmup and step decay are the Keras 3 lr schedule's (``schedules.HorovodLr``)."""
@@ -280,6 +331,11 @@ def _as_bytes(obj) -> np.ndarray:
 def _local_value(variable) -> np.ndarray:
     """This process's copy of a replicated variable."""
     return np.asarray(variable.value.addressable_data(0))
+
+
+def _device_ids(gpus) -> dict:
+    """``local_device_ids`` for ``jax.distributed.initialize`` on GPUs: the ones this process was given."""
+    return {"local_device_ids": gpus.local_device_ids} if gpus.count else {}
 
 
 def select_keras_backend() -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from cifar_dist.common.engine_facts import TENSORFLOW
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.tf_data_loop import TfDataLoop
 from cifar_dist.training.engines.world import World, processes_from_env
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
 from cifar_dist.training.process.horovod_env import tensorflow_without_jax
@@ -33,7 +34,7 @@ class OneProcessOnly(CifarDistError, RuntimeError):
     """engine=tensorflow was started in one of several processes."""
 
 
-class TensorflowEngine:
+class TensorflowEngine(TfDataLoop):
     """TensorFlow alone, in the one process of the job."""
 
     facts = TENSORFLOW

@@ -1,0 +1,130 @@
+"""Which devices an engine=jax process trains on, and JAX's persistent compilation cache.
+
+GPUs: each process of a job takes its own, decided before JAX starts, from
+the environment alone (``choose_gpus``), and logged with the reason:
+
+- one process on a host: every GPU it sees (one model over all of them:
+  Keras' DataParallel splits the batch);
+- several on a host, started by mpirun (Open MPI's local rank) or by Slurm
+  without per-task GPUs: the host's visible GPUs split by local rank, G / n
+  each (``CUDA_VISIBLE_DEVICES`` narrowed to them); fewer GPUs than processes
+  is refused in one line;
+- Slurm tasks given their own GPUs (``--gpus-per-task``: Slurm sets
+  ``SLURM_GPUS_PER_TASK`` and each task's ``CUDA_VISIBLE_DEVICES``): every GPU
+  the task sees.
+
+``trainer.accelerator``: ``auto`` trains on the GPUs when there are any, else
+on the CPU; ``gpu`` refuses in one line to start where JAX finds none (no
+GPU, or a jaxlib without its CUDA plugin); ``cpu`` hides the GPUs from JAX.
+
+The compilation cache (``trainer.compilation_cache``, a folder; JAX's own
+``JAX_COMPILATION_CACHE_DIR`` wins): a second run, or sweep point, of the same
+model and shapes loads its compiled programs instead of compiling them again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Mapping, Optional
+
+from cifar_dist.common.errors import CifarDistError
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+class GpuChoiceError(CifarDistError, RuntimeError):
+    """This process cannot have the GPUs it was asked to train on."""
+
+
+@dataclass(frozen=True)
+class GpuChoice:
+    visible: Optional[str]  # CUDA_VISIBLE_DEVICES for this process; None: as it is
+    count: int  # GPUs this process will see (0: CPU)
+    reason: str
+
+    @property
+    def local_device_ids(self) -> Optional[List[int]]:
+        """``jax.distributed.initialize``'s: every GPU this process sees (JAX's default, one by local rank, is
+        wrong once CUDA_VISIBLE_DEVICES is narrowed); None on CPU."""
+        return list(range(self.count)) if self.count else None
+
+
+def visible_gpus(environ: Mapping[str, str], host_gpus: int) -> List[str]:
+    """The GPU ids this process may see: CUDA_VISIBLE_DEVICES's list where it is set, else the host's."""
+    if VISIBLE in environ:
+        listed = [g.strip() for g in environ[VISIBLE].split(",") if g.strip()]
+        return [g for g in listed if g not in ("-1", "NoDevFiles")]
+    return [str(i) for i in range(host_gpus)]
+
+
+def host_gpu_count(dev: Path = Path("/dev")) -> int:
+    """NVIDIA GPUs of this host, by their device files (``/dev/nvidia0`` ...): known before any CUDA library loads."""
+    return sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+
+
+def choose_gpus(environ: Mapping[str, str], local_rank: int, local_size: int, host_gpus: int, accelerator: str):
+    """The GPUs of local process ``local_rank`` of ``local_size`` (module docstring)."""
+    if accelerator == "cpu":
+        return GpuChoice("", 0, "trainer.accelerator=cpu: the GPUs are hidden from JAX")
+    gpus = visible_gpus(environ, host_gpus)
+    if not gpus:
+        if accelerator == "gpu":
+            raise GpuChoiceError(
+                f"trainer.accelerator=gpu, but process {local_rank} sees no GPU on this host "
+                f"({_seen(environ)}); run where GPUs are, or use trainer.accelerator=auto"
+            )
+        return GpuChoice(None, 0, f"no GPU on this host ({_seen(environ)}): training on the CPU")
+    if local_size == 1:
+        return GpuChoice(None, len(gpus), f"the only process on this host: all {len(gpus)} GPU(s) it sees")
+    if "SLURM_GPUS_PER_TASK" in environ and "SLURM_PROCID" in environ:
+        return GpuChoice(None, len(gpus), f"Slurm gave this task its own {len(gpus)} GPU(s) (--gpus-per-task)")
+    if len(gpus) < local_size:
+        raise GpuChoiceError(
+            f"{local_size} processes on this host but {len(gpus)} GPU(s) ({_seen(environ)}): start at most "
+            f"{len(gpus)} per host (launcher.np, launcher.ntasks_per_node), or trainer.accelerator=cpu"
+        )
+    share = len(gpus) // local_size
+    mine = gpus[local_rank * share : (local_rank + 1) * share]
+    return GpuChoice(
+        ",".join(mine),
+        share,
+        f"local process {local_rank} of {local_size} takes GPU {','.join(mine)} of {len(gpus)} ({share} each)",
+    )
+
+
+def _seen(environ: Mapping[str, str]) -> str:
+    return f"{VISIBLE}={environ[VISIBLE]!r}" if VISIBLE in environ else "no /dev/nvidia<N>"
+
+
+def apply_gpu_choice(choice: GpuChoice, environ=None) -> None:
+    """Set what JAX reads when its GPU backend starts (before its first device query)."""
+    environ = os.environ if environ is None else environ
+    if choice.visible is not None:
+        environ[VISIBLE] = choice.visible
+    if choice.count == 0:
+        environ["JAX_PLATFORMS"] = "cpu"  # no CUDA plugin start-up (and its warnings) where no GPU is used
+
+
+def check_backend(jax, choice: GpuChoice, accelerator: str) -> None:
+    """After JAX started: a GPU asked for but not found by JAX (a CPU-only jaxlib) is refused in one line."""
+    if choice.count and jax.default_backend() != "gpu" and accelerator == "gpu":
+        raise GpuChoiceError(
+            f"trainer.accelerator=gpu and this host has {choice.count} GPU(s), but JAX {jax.__version__} runs on "
+            f"{jax.default_backend()}: install JAX's CUDA plugin (pip install 'jax[cuda13]=={jax.__version__}')"
+        )
+
+
+def use_compilation_cache(jax, folder: str, environ=None) -> Optional[str]:
+    """Turn on JAX's persistent compilation cache in ``folder`` (``trainer.compilation_cache``; "" leaves it
+    off; JAX_COMPILATION_CACHE_DIR, JAX's own setting, wins); the folder in use, or None."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get("JAX_COMPILATION_CACHE_DIR") or (str(Path(folder).expanduser()) if folder else "")
+    if not chosen:
+        return None
+    jax.config.update("jax_compilation_cache_dir", chosen)
+    # Every program, however fast it compiled: evaluation's compile in well under JAX's default second.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return chosen

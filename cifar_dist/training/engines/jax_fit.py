@@ -1,0 +1,359 @@
+"""engine=jax's ``fit`` and ``evaluate``: Keras 3's own JAX loop, fed from the device instead of an iterator.
+
+Keras' ``JAXTrainer.fit`` pulls each batch from a host iterator, copies it to
+the devices and dispatches one compiled step per batch: at the seed's batch of
+32 a GPU waits on that host work at every step. Here the same parts run with
+the batches drawn on the device (``jax_data.py``), and ``steps_per_execution``
+steps are one compiled ``fori_loop``, one dispatch, whatever the number of
+steps per epoch (the last execution of an epoch runs fewer, in the same
+compiled code). What stays as in Keras, so that models and callbacks behave as
+under ``model.fit``:
+
+- the step is the model's own ``train_step(state, data)`` (a user's override
+  included) on Keras' JAX state ``(trainable, non_trainable, optimizer,
+  metrics)`` variables, donated to the step;
+- callbacks run through ``keras.callbacks.CallbackList`` (History, the progress
+  bar at ``verbose``); a callback's batch hooks, when it has any, run once per
+  execution, as Keras runs them with ``steps_per_execution``; a callback that
+  reads ``self.model`` mid-epoch gets the state written back first
+  (``jax_state_sync``, Keras' own mechanism), and what it assigns is read again
+  before the next step;
+- validation and the final test are ``test_step``, with metrics over the
+  whole set (a last short batch included).
+
+Evaluation runs in each process alone, on its first device, with its copy of
+the replicated weights: the slices of the test set are the engine's
+(``exact_test_slice``) and the scores are combined as sums by the trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Dict, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from cifar_dist.common.keras_callback import implements_batch_hooks
+from cifar_dist.training.engines.jax_data import (
+    AXIS,
+    DeviceTrainSet,
+    batch_fn,
+    epoch_order,
+    float_images,
+    streamed_block,
+)
+
+log = logging.getLogger(__name__)
+
+EVAL_CHUNK_BATCHES = 64  # evaluation images go to the device this many batches at a time
+
+
+def _state(model, replicated) -> tuple:
+    """Keras' JAX training state, taken off the model's variables (which Keras then empties until the sync), every
+    array ``replicated`` on all devices: as each execution returns it, so that every call runs one program."""
+    state = model._get_jax_state(
+        trainable_variables=True,
+        non_trainable_variables=True,
+        optimizer_variables=True,
+        metrics_variables=True,
+        purge_model_variables=True,
+    )
+    return jax.device_put(state, replicated)
+
+
+def _keep(model, state) -> None:
+    """Hand ``state`` to the model as Keras' fit does: a callback's ``jax_state_sync`` writes it back."""
+    trainable, non_trainable, optimizer, metrics = state
+    model._jax_state = {
+        "trainable_variables": trainable,
+        "non_trainable_variables": non_trainable,
+        "optimizer_variables": optimizer,
+        "metrics_variables": metrics,
+    }
+
+
+class TrainSteps:
+    """The compiled executions of ``train``: ``(state, order, epoch, first, count) -> (state, logs)``, at most
+    ``per_call`` steps each.
+
+    ``in_loop``: the ``count`` steps run as one compiled ``fori_loop`` (one dispatch: what a GPU wants), else as
+    ``count`` dispatches of one compiled step (what a CPU wants: XLA:CPU runs a convolution net's step inside a
+    loop ~7x slower than the same step on its own; docs/benchmarks.md). The same program draws the batches.
+
+    The program is compiled when this is made, before the first epoch starts (``compile_seconds``: from JAX's
+    persistent cache when an earlier run compiled it), so that epoch times are training alone."""
+
+    def __init__(self, model, train: DeviceTrainSet, in_loop: bool, per_call: int):
+        self.train, self.in_loop, self.per_call = train, in_loop, per_call
+        batch = batch_fn(train)
+        model._symbolic_build(data_batch=_example(train))  # compile metrics and loss built, as Keras' fit builds them
+        logs_shape = jax.eval_shape(model.train_step, _state_shapes(model), _example(train))[0]
+        zero_logs = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), logs_shape)
+
+        def one_step(state, block, order, places, seed, epoch, step, first):
+            x, y = batch(*block, order, places, seed, epoch, step, first)
+            logs, state = model.train_step(state, (x, y))
+            return state, logs
+
+        def execution(state, block, order, places, seed, epoch, first, count):
+            def step(i, carry):
+                return one_step(carry[0], block, order, places, seed, epoch, first + i, first)
+
+            return jax.lax.fori_loop(0, count, step, (state, zero_logs))
+
+        # Every state array replicated on every device, going in (``_state``) and coming back: one program.
+        self.replicated = NamedSharding(train.mesh, P())
+        jitted = jax.jit(execution if in_loop else one_step, donate_argnums=0, out_shardings=(self.replicated, None))
+        started = time.perf_counter()
+        self._run = jitted.lower(*self._abstract_arguments(model)).compile()
+        self.compile_seconds = time.perf_counter() - started
+
+    def _abstract_arguments(self, model) -> tuple:
+        """The arguments of a call, as shapes (the state, the epoch's order) or as they are (the images)."""
+        train, scalar = self.train, jax.ShapeDtypeStruct((), jnp.int32)
+        state = jax.tree.map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=self.replicated), _state_shapes(model)
+        )
+        spread, devices = NamedSharding(train.mesh, P(AXIS)), train.mesh.devices.size
+        if train.plan.streamed:
+            width = devices * self.per_call * train.plan.device_batch
+            block = tuple(jax.ShapeDtypeStruct((width, *a.shape[1:]), a.dtype, sharding=spread) for a in train.host)
+            order = jax.ShapeDtypeStruct((width,), jnp.int32, sharding=spread)
+        else:
+            block = train.block
+            order = jax.ShapeDtypeStruct(
+                (train.mesh.devices.size * train.host[0].shape[0],), jnp.int32, sharding=spread
+            )
+        return state, block, order, train.places, scalar, scalar, scalar, scalar
+
+    def __call__(self, state, order, epoch: int, first: int, count: int):
+        train = self.train
+        if train.plan.streamed:
+            *block, order = streamed_block(train, np.asarray(order.addressable_data(0)), first, self.per_call)
+        else:
+            block = train.block
+        fixed = (tuple(block), order, train.places, jnp.int32(train.seed), jnp.int32(epoch))
+        if self.in_loop:
+            return self._run(state, *fixed, jnp.int32(first), jnp.int32(count))
+        for step in range(first, first + count):
+            state, logs = self._run(state, *fixed, jnp.int32(step), jnp.int32(first))
+        return state, logs
+
+
+def _example(train: DeviceTrainSet):
+    """Abstract (x, y) of one global batch: what the step's logs are traced with."""
+    images = train.host[0]
+    devices = train.mesh.devices.size
+    x = jax.ShapeDtypeStruct((devices * train.plan.device_batch, *images.shape[1:]), jnp.float32)
+    y = jax.ShapeDtypeStruct((devices * train.plan.device_batch, train.plan.num_classes), jnp.float32)
+    return x, y
+
+
+def _state_shapes(model) -> tuple:
+    groups = (model.trainable_variables, model.non_trainable_variables, model.optimizer.variables)
+    shapes = tuple([jax.ShapeDtypeStruct(v.shape, v.dtype) for v in group] for group in groups)
+    return (*shapes, [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in model.metrics_variables])
+
+
+def fit(
+    model,
+    train: DeviceTrainSet,
+    *,
+    epochs: int,
+    initial_epoch: int,
+    steps_per_execution: int,
+    callbacks: Sequence,
+    verbose: int,
+    validation=None,
+    validation_freq=1,
+    average=None,
+    execution: str = "auto",
+    timings=None,
+):
+    """Train ``model`` for epochs [initial_epoch, epochs), as ``model.fit`` would with the same callbacks.
+
+    Validation scores are each process's own slice's (equal slices); ``average`` (the engine's
+    ``average_numbers``, a collective) makes them the job's. ``timings`` gets ``compile_s``, the seconds the
+    training step took to compile (or to load from JAX's persistent cache)."""
+    import keras  # lazy: Keras 3 on JAX, after the engine's start
+
+    steps = train.steps_per_epoch
+    callbacks = keras.callbacks.CallbackList(
+        list(callbacks),
+        add_history=True,
+        add_progbar=verbose != 0,
+        verbose=verbose,
+        epochs=epochs,
+        steps=steps,
+        model=model,
+    )
+    batch_hooks = any(implements_batch_hooks(c) for c in callbacks.callbacks)
+    run = TrainSteps(model, train, in_loop=_loop_on_device(execution, train), per_call=steps_per_execution)
+    if timings is not None:
+        timings["compile_s"] = run.compile_seconds
+    log.info(
+        "compiled the training step in %.1f s (%s, %d steps per execution)",
+        run.compile_seconds,
+        "one loop per execution" if run.in_loop else "one step per dispatch",
+        steps_per_execution,
+    )
+    model.stop_training = False
+    logs: Dict = {}
+    callbacks.on_train_begin()
+    try:
+        for epoch in range(initial_epoch, epochs):
+            model.reset_metrics()
+            callbacks.on_epoch_begin(epoch)
+            _train_epoch(model, run, epoch, steps, steps_per_execution, callbacks if batch_hooks else None)
+            logs = {k: float(v) for k, v in model.get_metrics_result().items()}
+            if validation is not None and _validates(epoch, validation_freq):
+                scores = evaluate(model, validation, callbacks=callbacks)
+                if average is not None:
+                    names = sorted(scores)
+                    scores = dict(zip(names, (float(v) for v in average([scores[k] for k in names]))))
+                logs.update({f"val_{name}": value for name, value in scores.items()})
+            callbacks.on_epoch_end(epoch, logs)
+            if model.stop_training:
+                break
+    finally:
+        model.jax_state_sync()
+        model._jax_state = None
+        model.optimizer.finalize_variable_values(model.trainable_weights)
+    callbacks.on_train_end(logs=logs)
+    return model.history
+
+
+def _loop_on_device(execution: str, train: DeviceTrainSet) -> bool:
+    """``trainer.execution``: ``loop`` (an execution's steps in one compiled loop), ``steps`` (one compiled step
+    per dispatch), ``auto``: the loop on accelerators, steps on CPUs (``TrainSteps``)."""
+    if execution == "auto":
+        return train.mesh.devices.flat[0].platform != "cpu"
+    return execution == "loop"
+
+
+def _train_epoch(model, run: TrainSteps, epoch: int, steps: int, per_call: int, batch_callbacks) -> None:
+    """One epoch's executions; the state back on the model's variables (and every step done) when it returns."""
+    order = epoch_order(run.train, epoch)
+    model._jax_state_synced = True
+    for first in range(0, steps, per_call):
+        count = min(per_call, steps - first)
+        if batch_callbacks is not None:
+            batch_callbacks.on_train_batch_begin(first)
+        if model._jax_state_synced:  # the start, or a callback wrote the state back (and may have changed it)
+            state = _state(model, run.replicated)
+            model._jax_state_synced = False
+        state, step_logs = run(state, order, epoch, first, count)
+        _keep(model, state)
+        if batch_callbacks is not None:
+            batch_callbacks.on_train_batch_end(first + count - 1, step_logs)
+        if model.stop_training:
+            break
+    model.jax_state_sync()
+    jax.block_until_ready([v.value for v in model.metrics_variables])  # the epoch's steps are done: timers are true
+
+
+def _validates(epoch: int, freq) -> bool:
+    """Keras' ``validation_freq``: every ``freq``-th epoch, or the 1-based epochs listed."""
+    if isinstance(freq, int):
+        return (epoch + 1) % freq == 0
+    return epoch + 1 in freq
+
+
+# --- evaluation -------------------------------------------------------------------------------------------------
+
+
+def _local(array) -> jax.Array:
+    """This process's copy of a replicated array, on its first device."""
+    return jax.device_put(array.addressable_data(0), jax.local_devices()[0])
+
+
+def _eval_state(model, eval_set, outputs) -> tuple:
+    """The model's weights (this process's copies) and its metrics reset, built first as Keras' evaluate builds
+    them (a model compiled for the test only, such as the TTA view, has none yet)."""
+    x = jax.ShapeDtypeStruct((eval_set.batch_size, *eval_set.images.shape[1:]), jnp.float32)
+    y = jax.ShapeDtypeStruct((eval_set.batch_size, eval_set.num_classes), jnp.float32)
+    model._symbolic_build(data_batch=(x, y if len(outputs) == 1 else {o.rstrip("_"): y for o in outputs}))
+    model.reset_metrics()
+    groups = (model.trainable_variables, model.non_trainable_variables, model.metrics_variables)
+    return tuple([_local(v.value) for v in group] for group in groups)
+
+
+class EvalSteps:
+    """``test_step`` over batches of ``batch_size`` on this process's first device, compiled once per shape."""
+
+    def __init__(self, model, batch_size: int, num_classes: int, outputs: Sequence[str]):
+        self.batch_size = batch_size
+
+        def labels(y):
+            one_hot = jax.nn.one_hot(y, num_classes)
+            return one_hot if len(outputs) == 1 else {o.rstrip("_"): one_hot for o in outputs}
+
+        def batches(state, images, targets, count):
+            def step(i, carry):
+                state, _ = carry
+                x = jax.lax.dynamic_slice_in_dim(images, i * batch_size, batch_size)
+                y = jax.lax.dynamic_slice_in_dim(targets, i * batch_size, batch_size)
+                logs, state = model.test_step(state, (float_images(x), labels(y)))
+                return state, logs
+
+            shape = (batch_size, *images.shape[1:])
+            example = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.eval_shape(labels, targets[:batch_size]))
+            zero = jax.tree.map(
+                lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(model.test_step, state, example)[0]
+            )
+            return jax.lax.fori_loop(0, count, step, (state, zero))
+
+        self._run = jax.jit(batches)
+
+    def __call__(self, state, images: np.ndarray, labels: np.ndarray, count: int):
+        device = jax.local_devices()[0]
+        x, y = jax.device_put(images, device), jax.device_put(labels.astype(np.int32), device)
+        return self._run(state, x, y, jnp.int32(count))
+
+
+def evaluate(model, eval_set, outputs: Sequence[str] = ("",), callbacks=None) -> Dict[str, float]:
+    """``model.evaluate(..., return_dict=True)`` of this process's ``eval_set`` (``images``, ``labels``,
+    ``batch_size``, ``num_classes``), computed here alone; {} for an empty slice."""
+    if callbacks is not None:
+        callbacks.on_test_begin()
+    logs = _scores(model, eval_set, outputs) if len(eval_set.labels) else {}
+    if callbacks is not None:
+        callbacks.on_test_end(logs)
+    return logs
+
+
+def _scores(model, eval_set, outputs) -> Dict[str, float]:
+    images, labels, batch = eval_set.images, eval_set.labels, int(eval_set.batch_size)
+    full, tail = divmod(len(labels), batch)
+    state, logs = _eval_state(model, eval_set, outputs), None
+    chunk = EVAL_CHUNK_BATCHES * batch
+    for start in range(0, full * batch, chunk):
+        end = min(start + chunk, full * batch)
+        x, y = _padded(images[start:end], chunk), _padded(labels[start:end], chunk)
+        state, logs = _steps(model, eval_set, batch, outputs)(state, x, y, (end - start) // batch)
+    if tail:
+        state, logs = _steps(model, eval_set, tail, outputs)(state, images[full * batch :], labels[full * batch :], 1)
+    return {name: float(value) for name, value in jax.device_get(logs).items()}
+
+
+def _steps(model, eval_set, batch: int, outputs) -> EvalSteps:
+    """The compiled evaluation of ``batch``-image batches, kept with the set it evaluates (every epoch's
+    validation runs the same program)."""
+    compiled = eval_set.__dict__.setdefault("_compiled", {})
+    key = (id(model), batch, tuple(outputs))
+    if key not in compiled:
+        compiled[key] = EvalSteps(model, batch, eval_set.num_classes, outputs)
+    return compiled[key]
+
+
+def _padded(part: np.ndarray, length: int) -> np.ndarray:
+    """``part`` with zero rows up to ``length``: every chunk one shape, one compiled program."""
+    if len(part) == length:
+        return part
+    pad = np.zeros((length - len(part), *part.shape[1:]), part.dtype)
+    return np.concatenate([part, pad])
