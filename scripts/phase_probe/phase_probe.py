@@ -43,7 +43,8 @@ SPANS = {
     ),
     "cifar_dist.training.exact_test": ("evaluate_exact",),
     "cifar_dist.training.run_records": ("start_record", "write_record", "plot_learning_curves", "write_json"),
-    "cifar_dist.training.recipe.hooks": ("final_test", "sync_model"),
+    "cifar_dist.training.recipe.hooks": ("final_test", "sync_model", "fit_to_data"),
+    "cifar_dist.training.model_setup": ("probe_model_flavor", "instantiate_model"),
     "cifar_dist.rundir.checkpoints": ("atomic_save_model",),
 }
 CALLBACK_HOOKS = ("on_epoch_end", "on_test_begin")
@@ -125,9 +126,9 @@ def timed_hook(label: str, hook):
 
 def with_epoch_marks(callbacks):
     """The trainer's callbacks between a first and a last marker; each one's epoch-end hooks timed."""
-    import tensorflow as tf
+    from cifar_dist.common.keras_callback import Callback  # both Keras' fit call it; no TensorFlow needed
 
-    class Mark(tf.keras.callbacks.Callback):
+    class Mark(Callback):
         def __init__(self, where: str):
             super().__init__()
             self.where = where

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# engine=jax on one GPU against bare Keras 3 on JAX and PyTorch eager, with no network: issue 46's GPU check,
+# sized to fit the 15 minutes of a lent GPU machine (about 5 minutes of runs). Results: docs/benchmarks.md.
+#
+#   bash scripts/gpu_check.sh [OUT]     # OUT: where the JSON results, logs and report.md go (default /tmp/gpu_check)
+#
+# A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
+# takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
+# cifar_dist included (`pip wheel --no-deps -w .whl .`). Each run is one process (bench_device.py), cold.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-${OUT:-/tmp/gpu_check}}
+EPOCHS=${EPOCHS:-8}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "gpu_check: the wheels in .whl/ did not install" >&2; exit 1; }
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+  "$PY" -c 'import sys, jax, numpy; print("python", sys.version.split()[0], "jax", jax.__version__, jax.devices(), "numpy", numpy.__version__)'
+  KERAS_BACKEND=jax "$PY" -c 'import keras, torch; print("keras", keras.__version__, "torch", torch.__version__)' 2>&1
+} | tee "$OUT/machine.txt"
+
+bench() {  # bench NAME ARGS...: one bench_device.py run, its last line shown
+    local name=$1; shift
+    timeout 300 "$PY" scripts/bench_device.py --epochs "$EPOCHS" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
+        && tail -n 1 "$OUT/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/$name.log"; }
+}
+export JAX_COMPILATION_CACHE_DIR="$OUT/jax-cache"  # cold for the first run of each program, warm for its second
+rm -rf "$JAX_COMPILATION_CACHE_DIR"
+bench keras-seed-32 --variant keras --batch-size 32
+bench keras-seed-256 --variant keras --batch-size 256
+bench torch-seed-32 --variant torch --batch-size 32
+bench torch-seed-256 --variant torch --batch-size 256
+bench cifar_dist-seed-32 --variant cifar_dist --batch-size 32
+bench cifar_dist-seed-32-cached --variant cifar_dist --batch-size 32  # the same program: from the cache
+bench cifar_dist-seed-32-plain --variant cifar_dist --batch-size 32 --no-augment
+bench cifar_dist-seed-32-steps --variant cifar_dist --batch-size 32 trainer.execution=steps
+bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
+bench cifar_dist-speedrun --variant cifar_dist --speedrun
+bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
+"$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
