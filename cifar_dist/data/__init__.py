@@ -11,12 +11,13 @@ source:
   ``data.cache_dir``, else a checked download of ``data.url`` into the cache
   (see ``cache.py``);
 - ``cifar100``: the same for ``cifar-100-python.tar.gz`` (fine or coarse labels);
-- ``folder``: a class-per-subfolder image tree, streamed (``folder.py``);
-- ``custom``: the user's tf.data factory (``custom.py``, ``streams.py``).
+- ``folder``: a class-per-subfolder image tree, streamed, or decoded into memory (``folder.py``);
+- ``custom``: the user's factory of arrays, sources or tf.data datasets (``custom.py``).
 
-CIFAR sets come back as ``CifarArrays`` (in memory), the others as
-``DataStreams``; both give ``num_classes``, ``class_names``, ``source``,
-``train_size`` and ``test_size``.
+CIFAR sets come back as ``DataArrays`` (in memory; ``CifarArrays`` is its
+old name), image folders and tf.data factories as ``DataStreams`` unless
+``arrays`` asks for them in memory too (engine=jax); all give
+``num_classes``, ``class_names``, ``source``, ``train_size`` and ``test_size``.
 
 Batch files are decoded by a restricted unpickler (``batches.py``); any
 problem is a one-line ``DataError`` naming the file and the fix.
@@ -30,12 +31,14 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from cifar_dist.data.archive import load_folder, load_tarball, read_tar_members
+from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, cifar100_layout
 from cifar_dist.data.cache import cached_folder, ensure_cached
-from cifar_dist.data.custom import load_custom_streams
-from cifar_dist.data.folder import load_folder_streams
+from cifar_dist.data.custom import load_custom
+from cifar_dist.data.folder import load_folder_arrays, load_folder_streams
+from cifar_dist.data.sources import DataSources, host_memory_budget
 
-__all__ = ["CifarArrays", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
+__all__ = ["CifarArrays", "DataArrays", "DataSources", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
 
 log = logging.getLogger("cifar_dist.data")
 
@@ -43,17 +46,22 @@ DATA_NAMES = ("cifar10", "sample", "cifar100", "folder", "custom")
 SAMPLE_NAME = "cifar-10-sample.tar.gz"
 
 
-def load_dataset(data_cfg, seed: int = 0):
-    """The data set named by ``data_cfg`` (the ``data`` node of the config); ``seed`` goes to a custom factory."""
+def load_dataset(data_cfg, seed: int = 0, arrays: bool = False):
+    """The data set named by ``data_cfg`` (the ``data`` node of the config); ``seed`` goes to a custom factory.
+
+    ``arrays``: in memory as ``DataArrays`` whatever the option (engine=jax, evaluation): an image folder decoded
+    by Pillow, a tf.data factory's datasets read through; otherwise those two stay ``DataStreams`` (tf.data)."""
     name = str(data_cfg.name)
     if name == "sample":
         data = _load_sample()
     elif name in ("cifar10", "cifar100"):
         data = _load_cifar(data_cfg, _layout(data_cfg))
     elif name == "folder":
-        data = load_folder_streams(data_cfg)
+        data = load_folder_arrays(data_cfg) if arrays else load_folder_streams(data_cfg)
     elif name == "custom":
-        data = load_custom_streams(data_cfg, seed)
+        data = load_custom(data_cfg, seed)
+        if arrays and not isinstance(data, DataArrays):
+            data = data.as_arrays(host_memory_budget())
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
     log.info(

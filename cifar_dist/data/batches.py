@@ -26,6 +26,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.data.arrays import DataArrays
 
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"  # the only data set with a packaged sample (data=sample)
 BATCH_DIR = "cifar-10-batches-py"
@@ -112,34 +113,9 @@ class DataError(CifarDistError):
     """The data set cannot be read; the one-line message names the file or URL and says what to do."""
 
 
-@dataclass(frozen=True)
-class CifarArrays:
-    x_train: np.ndarray  # uint8, (N, 32, 32, 3), NHWC
-    y_train: np.ndarray  # int64, (N,)
-    x_test: np.ndarray
-    y_test: np.ndarray
-    class_names: tuple[str, ...]  # from batches.meta label_names
-    source: str  # where it was read from, for logs and metrics
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    @property
-    def image_shape(self) -> tuple[int, ...]:
-        return tuple(self.x_train.shape[1:])
-
-    @property
-    def train_size(self) -> int:
-        return len(self.x_train)
-
-    @property
-    def test_size(self) -> int:
-        return len(self.x_test)
-
-    def fit_images(self, n: int) -> np.ndarray:
-        """Up to n training images as float32 in [0, 1] (for layers fitted to the data)."""
-        return self.x_train[:n].astype(np.float32) / 255.0
+# The in-memory data set every CIFAR archive is read into: ``arrays.DataArrays`` (its name before it served
+# every data set).
+CifarArrays = DataArrays
 
 
 def reason(exc: object) -> str:

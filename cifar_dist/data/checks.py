@@ -20,6 +20,7 @@ from typing import Callable, FrozenSet, Optional, Sequence
 
 import numpy as np
 
+from cifar_dist.data.arrays import as_float
 from cifar_dist.data.batches import DataError, reason
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,39 @@ def check_elements(streams, where: str, count: int = FIRST_ELEMENTS) -> None:
             problem = _element_problem(image.numpy(), label.numpy(), int(streams.num_classes), index)
             if problem:
                 raise DataError(f"the {split} dataset of {where} {problem} (docs/data.md)")
+
+
+def check_arrays(data, where: str, count: int = FIRST_ELEMENTS) -> None:
+    """A factory's ``DataArrays`` obey the contract a CIFAR set does: (N, H, W, 3) uint8 or [0, 1] float images of
+    one size in both splits, one integer label in [0, num_classes) per image; the first ``count`` images of each
+    split are looked at as ``check_elements`` looks at a stream's."""
+    for split in ("train", "test"):
+        images, labels = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+        problem = _split_problem(np.asarray(images), np.asarray(labels), data.image_shape, int(data.num_classes))
+        for index in range(min(count, len(labels))) if problem is None else ():
+            image = as_float(np.asarray(images[index]))  # uint8 scaled as training scales it
+            problem = _element_problem(image, np.asarray(labels[index]), int(data.num_classes), index)
+            if problem:
+                break
+        if problem:
+            raise DataError(f"the {split} arrays of {where} {problem} (docs/data.md)")
+
+
+def _split_problem(images: np.ndarray, labels: np.ndarray, shape: tuple, num_classes: int) -> Optional[str]:
+    """What is wrong with one split's arrays as a whole (shapes, dtypes, label range), or None."""
+    if images.ndim != 4 or images.shape[-1] != 3:
+        return f"hold images of shape {images.shape}, not (N, H, W, 3)"
+    if tuple(images.shape[1:]) != tuple(shape):
+        return f"hold {images.shape[1:]} images, the train split {tuple(shape)}; give both splits one size"
+    if not (images.dtype == np.uint8 or np.issubdtype(images.dtype, np.floating)):
+        return f"hold {images.dtype} images; give uint8 (0-255) or float images in [0, 1]"
+    if labels.ndim != 1 or len(labels) != len(images):
+        return f"hold {len(images)} images but labels of shape {labels.shape}; give one class index per image"
+    if not np.issubdtype(labels.dtype, np.integer):
+        return f"hold {labels.dtype} labels; give integer class indices"
+    if len(labels) and not (0 <= int(labels.min()) and int(labels.max()) < num_classes):
+        return f"hold labels in [{labels.min()}, {labels.max()}], outside [0, {num_classes}) for {num_classes} classes"
+    return None
 
 
 def check_same_on_every_rank(data, allgather: Callable[[object], Sequence[object]]) -> None:

@@ -3,13 +3,16 @@
 ``DIR/train/<class>/*.png`` and ``DIR/test/<class>/...`` (the same class
 folders in both), or one tree ``DIR/<class>/...`` of which a fixed
 ``data.val_fraction`` of each class (chosen by ``data.split_seed``) is held
-out for testing. Classes are the sorted folder names. Only file names are
-held in memory: each rank decodes the images of its own shard as training
-goes (PNG, JPEG, BMP, GIF), resized to ``data.image_size``.
+out for testing. Classes are the sorted folder names. Images (PNG, JPEG, BMP,
+GIF) are decoded by Pillow and resized to ``data.image_size`` (``decode_file``,
+the one decoder): on the TensorFlow engines each rank decodes its own shard as
+training goes, only file names in memory (``load_folder_streams``); engine=jax
+decodes them all once, into memory and onto the device (``load_folder_arrays``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import AbstractSet, Dict, List, Sequence, Tuple
 
@@ -106,19 +109,80 @@ def folder_class_names(data_cfg) -> Tuple[str, ...]:
     return tuple(scan_classes(root / "train" if (root / "train").is_dir() else root))
 
 
+def decode_file(path, image_size: int) -> np.ndarray:
+    """One image file as uint8 ``image_size`` x ``image_size`` x 3 RGB: Pillow's decoder, and its bilinear resize
+    (the identity when the size already matches). The one decoder of image files, for training on any engine and
+    for evaluation alike."""
+    from PIL import Image  # lazy: Pillow
+
+    with Image.open(path) as im:
+        rgb = im.convert("RGB")
+        if rgb.size != (image_size, image_size):
+            rgb = rgb.resize((image_size, image_size), Image.Resampling.BILINEAR)
+        return np.asarray(rgb, np.uint8)
+
+
+def decode_files(paths: Sequence[str], image_size: int) -> np.ndarray:
+    """Many image files as one uint8 array (N, S, S, 3), decoded by a pool of threads (Pillow releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty((len(paths), image_size, image_size, 3), np.uint8)
+
+    def one(i: int) -> None:
+        out[i] = decode_file(paths[i], image_size)
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        list(pool.map(one, range(len(paths))))
+    return out
+
+
 def decoder(image_size: int):
-    """file path -> float32 image_size x image_size x 3 in [0, 1] (the same scaling as CIFAR's pixels)."""
+    """file path tensor -> float32 image_size x image_size x 3 in [0, 1], for tf.data: ``decode_file`` run by
+    TensorFlow (the same pixels as every other reader of the folder), scaled as CIFAR's pixels are."""
     import tensorflow as tf  # lazy: TensorFlow
 
-    from cifar_dist.data.pipeline import to_float  # lazy: TensorFlow
-
     def decode(path):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        image = to_float(image)
-        image = tf.image.resize(image, [image_size, image_size])  # the identity when the size already matches
-        return tf.ensure_shape(image, [image_size, image_size, 3])
+        pixels = tf.numpy_function(lambda p: decode_file(p.decode(), image_size), [path], tf.uint8, stateful=False)
+        return tf.ensure_shape(tf.cast(pixels, tf.float32) / 255.0, [image_size, image_size, 3])
 
     return decode
+
+
+def folder_split(data_cfg):
+    """(train files, test files, class names, root) of ``data=folder``, every image checked once (one line, or left
+    out with data.bad_files=skip)."""
+    if not data_cfg.path:
+        raise DataError("data=folder needs data.path=DIR (a folder of class sub-folders); see docs/data.md")
+    if int(data_cfg.image_size) < 8:
+        raise DataError(f"data.image_size={data_cfg.image_size} is too small; use 32 (CIFAR's size) or larger")
+    root = Path(str(data_cfg.path)).expanduser()
+    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed), data_cfg.bad_files)
+    return train, test, names, root
+
+
+def load_folder_arrays(data_cfg):
+    """``DataArrays`` of the tree at ``data.path``: every image decoded into memory once (engine=jax keeps them on
+    the device); refused in one line when they would not fit in half of this machine's memory."""
+    from cifar_dist.data.arrays import DataArrays
+    from cifar_dist.data.sources import host_memory_budget
+
+    train, test, names, root = folder_split(data_cfg)
+    size = int(data_cfg.image_size)
+    needed, budget = (len(train) + len(test)) * size * size * 3, host_memory_budget()
+    if needed > budget:
+        raise DataError(
+            f"data=folder: the {len(train) + len(test)} images of {root} at data.image_size={size} take "
+            f"{needed / 2**30:.1f} GiB decoded, more than the {budget / 2**30:.1f} GiB they may take in memory; "
+            "use a smaller data.image_size, or engine=tensorflow/horovod, which stream them from disk"
+        )
+    return DataArrays(
+        decode_files([f for f, _ in train], size),
+        np.asarray([c for _, c in train], np.int64),
+        decode_files([f for f, _ in test], size),
+        np.asarray([c for _, c in test], np.int64),
+        names,
+        f"image folder {root} ({len(names)} classes)",
+    )
 
 
 def load_folder_streams(data_cfg):
@@ -127,12 +191,7 @@ def load_folder_streams(data_cfg):
 
     from cifar_dist.data.streams import DataStreams  # lazy: TensorFlow
 
-    if not data_cfg.path:
-        raise DataError("data=folder needs data.path=DIR (a folder of class sub-folders); see docs/data.md")
-    if int(data_cfg.image_size) < 8:
-        raise DataError(f"data.image_size={data_cfg.image_size} is too small; use 32 (CIFAR's size) or larger")
-    root = Path(str(data_cfg.path)).expanduser()
-    train, test, names = split_tree(root, float(data_cfg.val_fraction), int(data_cfg.split_seed), data_cfg.bad_files)
+    train, test, names, root = folder_split(data_cfg)
 
     def dataset(files: Files) -> tf.data.Dataset:
         return tf.data.Dataset.from_tensor_slices(([f for f, _ in files], np.asarray([c for _, c in files], np.int64)))

@@ -37,8 +37,10 @@ class EvalStream:
 
 
 def to_float(images: tf.Tensor) -> tf.Tensor:
-    """uint8 pixels to float32 in [0, 1], as the seed did (x /= 255)."""
-    return tf.cast(images, tf.float32) / 255.0
+    """uint8 pixels to float32 in [0, 1], as the seed did (x /= 255); float images (a factory's arrays) as they are."""
+    if images.dtype == tf.uint8:
+        return tf.cast(images, tf.float32) / 255.0
+    return tf.cast(images, tf.float32)
 
 
 def augment_batch(images: tf.Tensor, seed: tf.Tensor, width_shift: float, height_shift: float, flip: bool) -> tf.Tensor:

@@ -97,6 +97,21 @@ class DataStreams:
         batch = next(iter(self.images(self.train.take(n)).batch(n)))
         return batch[0].numpy().astype(np.float32)
 
+    def as_arrays(self, budget: int):
+        """Both splits read into memory, in order, as ``DataArrays`` (what engine=jax trains on): refused in one line
+        when their float32 images would take more than ``budget`` bytes."""
+        from cifar_dist.data.arrays import DataArrays
+
+        needed = (self.train_size + self.test_size) * int(np.prod(self.image_shape)) * 4
+        if needed > budget:
+            raise DataError(
+                f"{self.source}: engine=jax reads a tf.data factory's images into memory, {needed / 2**30:.1f} GiB "
+                f"here, more than the {budget / 2**30:.1f} GiB they may take; return DataSources of uint8 images "
+                "(docs/data.md), or train on engine=tensorflow/horovod, which stream it"
+            )
+        (x_train, y_train), (x_test, y_test) = self.arrays("train"), self.arrays("test")
+        return DataArrays(x_train, y_train, x_test, y_test, self.class_names, self.source)
+
     def arrays(self, split: str = "test"):
         """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate)."""
         xs, ys = [], []

@@ -10,10 +10,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from cifar_dist.common.errors import CifarDistError
-from cifar_dist.data import CifarArrays, load_dataset
+from cifar_dist.data import load_dataset
 from cifar_dist.data.batches import read_batch_file
 from cifar_dist.data.checks import REFUSE, bad_images
-from cifar_dist.data.folder import decoder
+from cifar_dist.data.folder import decode_files
 from cifar_dist.data.folder import image_files as _image_files
 from cifar_dist.evaluation import model_files
 from cifar_dist.evaluation.model_trust import code_in_model_file, trusted_module_layers
@@ -129,11 +129,8 @@ def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: i
     """The images named by evaluate.input ("test"/"train": that split of the data group, any data option);
     a folder of images is read as ``data=folder`` reads one for training, resized to ``image_size``."""
     if spec in ("test", "train"):
-        data = load_dataset(data_cfg, seed)
-        if isinstance(data, CifarArrays):
-            x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
-        else:  # DataStreams: decoded here, in order (every rank reads the split and scores its part)
-            x, y = data.arrays(spec)
+        data = load_dataset(data_cfg, seed, arrays=True)  # every rank reads the split, in order, and scores its part
+        x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
         return Images(
             x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})"
         )
@@ -168,8 +165,6 @@ def _image_folder(folder: Path, class_names: Sequence[str], image_size: int, bad
     """Every image under ``folder``; labelled when it sits in a sub-folder named after a class. One rule with
     training (``data=folder``): an unreadable file is refused in one line (or left out: ``data.bad_files=skip``)
     and every image is decoded and resized to ``image_size`` by the same decoder (``folder.decoder``)."""
-    import tensorflow as tf  # lazy: TensorFlow
-
     bad = bad_images(_image_files(folder), bad_files)
     files = [f for f in _image_files(folder) if f not in bad]
     if not files:
@@ -177,6 +172,5 @@ def _image_folder(folder: Path, class_names: Sequence[str], image_size: int, bad
     index = {name: i for i, name in enumerate(class_names)}
     rel = [f.relative_to(folder) for f in files]
     labels = [index.get(r.parts[0], -1) if len(r.parts) > 1 else -1 for r in rel]
-    decoded = tf.data.Dataset.from_tensor_slices([str(f) for f in files]).map(decoder(int(image_size))).batch(256)
-    x = np.concatenate([batch.numpy() for batch in decoded])
+    x = decode_files([str(f) for f in files], int(image_size))
     return Images(x, np.asarray(labels, np.int64), tuple(class_names), str(folder), [str(r) for r in rel])

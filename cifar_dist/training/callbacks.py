@@ -153,25 +153,6 @@ class EpochTimer(Callback):
             logs["images_per_sec"] = self.images_per_epoch / max(train_seconds, 1e-9)
 
 
-class AverageEpochMetrics(Callback):
-    """The epoch's metrics averaged over the ranks, in place, before anything logs them.
-
-    What Horovod's MetricAverageCallback does for Keras 2, through the engine,
-    for models Horovod's Keras layer cannot serve (Keras 3). Every rank's logs
-    hold the same keys; they are averaged in one collective, in sorted order."""
-
-    def __init__(self, engine):
-        super().__init__()
-        self.engine = engine
-
-    def on_epoch_end(self, epoch, logs=None):
-        if not logs:
-            return
-        keys = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "__float__"))
-        averaged = self.engine.average_numbers([float(logs[k]) for k in keys])
-        logs.update(zip(keys, (float(v) for v in averaged)))
-
-
 class AtomicCheckpoint(Callback):
     """Rank 0: after every epoch, the whole training state to checkpoints/checkpoint-NNN.h5 (.keras: Keras 3),
     atomically; with ``interval_s`` (trainer.checkpoint_interval_s), only once that many seconds have passed since

@@ -1,4 +1,5 @@
-"""A command's environment in which Horovod is not installed, as on the current stack, made on the horovod stack."""
+"""A command's environment in which a package is not installed (Horovod, as on the current stack; TensorFlow, as
+on the jax stack), made on the horovod stack."""
 
 from __future__ import annotations
 
@@ -7,12 +8,20 @@ from pathlib import Path
 from helpers.cli import cli_env
 
 
-def env_without_horovod(site: Path) -> dict:
-    """``cli_env()`` with a ``sitecustomize`` in ``site`` that marks the module missing, as an uninstalled one is
-    (importlib finds no spec; its metadata stays: what ``import`` sees decides)."""
-    (site / "sitecustomize.py").write_text(
-        "import sys\nsys.modules['horovod'] = None  # what importlib reads as 'not installed'\n"
-    )
+def env_without(site: Path, *packages: str) -> dict:
+    """``cli_env()`` with a ``sitecustomize`` in ``site`` that marks ``packages`` missing, as uninstalled ones are
+    (importlib finds no spec; their metadata stays: what ``import`` sees decides)."""
+    marks = "".join(f"sys.modules[{name!r}] = None  # what importlib reads as 'not installed'\n" for name in packages)
+    (site / "sitecustomize.py").write_text("import sys\n" + marks)
     env = cli_env()
     env["PYTHONPATH"] = str(site) + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def env_without_horovod(site: Path) -> dict:
+    return env_without(site, "horovod")
+
+
+def env_without_tensorflow(site: Path) -> dict:
+    """No TensorFlow (nor tf-keras, which needs it): a jax-stack process on the horovod stack."""
+    return env_without(site, "tensorflow", "tf_keras")
