@@ -16,9 +16,10 @@ from omegaconf import DictConfig
 from cifar_dist.all_options import register_configs
 from cifar_dist.common.atomic_files import disk_full
 from cifar_dist.common.console_line import OpenLineTracker, end_open_line
-from cifar_dist.common.errors import CifarDistError, PointFailed
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import RedactingWriter, redact_logs, redact_text
 from cifar_dist.common.results import final_accuracy
+from cifar_dist.common.sweep_errors import PointFailed
 from cifar_dist.config.files import holds_options, local_dir
 from cifar_dist.config.launcher_object import configured_launcher
 from cifar_dist.config.override_check import (

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.engine_facts import engine_facts
-from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError, LaunchError  # noqa: F401  (LaunchError: launchers use it from here)
 from cifar_dist.common.process_role import RANK_GUARD_ENV, in_child_process  # noqa: F401  (re-exported: launchers use them from here)
 from cifar_dist.common.redaction import MASK, redact_text, secret_assignments
 from cifar_dist.config.override_syntax import names_group, override_key, quote_override_value
@@ -49,10 +49,6 @@ _PARENT_ONLY_HYDRA_PREFIXES = (
     "hydra.callbacks",
     "hydra/callbacks",
 )
-
-
-class LaunchError(CifarDistError, RuntimeError):
-    """A problem found before or while launching; its message is one line that says what to do."""
 
 
 @dataclass

@@ -34,8 +34,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.common.errors import CifarDistError, PointFailed
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import redact_text
+from cifar_dist.common.sweep_errors import PointFailed
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import SWEEP_RECORD, only_scaffolding, remove_created, remove_if_created_here
 from cifar_dist.rundir.preflight import check_values

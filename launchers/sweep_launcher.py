@@ -45,9 +45,10 @@ from hydra.plugins.launcher import Launcher as HydraLauncher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.common.errors import CifarDistError, PointFailed
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import redact_logs, redact_text
 from cifar_dist.common.results import final_accuracy, read_results
+from cifar_dist.common.sweep_errors import PointFailed
 from cifar_dist.config.launcher_object import configured_launcher, launcher_key
 from cifar_dist.config.options import config_option
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS

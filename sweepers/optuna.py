@@ -34,7 +34,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.common.errors import SweepRefused
+from cifar_dist.common.sweep_errors import SweepRefused
 from cifar_dist.rundir.owner import SWEEP_RECORD
 from cifar_dist.rundir.saved_config import redact_yaml_file
 from cifar_dist.sweepers.optuna_space import SearchSpace, params_lines, search_space

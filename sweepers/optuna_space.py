@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Sequence
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer, ValueType
 
-from cifar_dist.common.errors import SweepRefused
+from cifar_dist.common.sweep_errors import SweepRefused
 
 SWEEPS = "choice(), range() and interval()"
 

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
-from cifar_dist.common.errors import StudyStopped, SweepRefused
 from cifar_dist.common.redaction import redact_text, redact_uri
+from cifar_dist.common.sweep_errors import StudyStopped, SweepRefused
 
 RESULTS_FILE = "optimization_results.yaml"
 EXAMPLE_STORAGE = "sqlite:///optuna.db"

@@ -2,12 +2,13 @@
 
 Raise a subclass with a message that names what is wrong and says what to
 do; ``app.main`` prints it as ``cifar_dist: error: <message>`` and exits 2.
+A sweep's own errors, which Hydra prints itself, are in ``sweep_errors.py``:
+this module imports nothing but the standard library, so that what runs beside
+every rank (``launchers/ranks/rank_exec.py``) loads no Hydra for it.
 """
 
 import difflib
 from typing import Iterable
-
-from hydra.errors import CompactHydraException
 
 
 def did_you_mean(word: str, known: Iterable[str]) -> str:
@@ -25,15 +26,7 @@ class ConfigError(CifarDistError, ValueError):
     """Bad config values; the message is one line listing every problem."""
 
 
-class PointFailed(CompactHydraException):
-    """A sweep point that failed: Hydra records it FAILED and, once the batch has run,
-    prints this one line (no traceback) and exits with status 1."""
-
-
-class StudyStopped(CompactHydraException):
-    """An optimising sweep stopped early (too many failed trials): one line, what was kept, what to change."""
-
-
-class SweepRefused(CompactHydraException):
-    """An optimising sweep that cannot start (Optuna missing, a setting out of range, a storage Optuna cannot
-    open): one line that says what to do, before any trial runs."""
+class LaunchError(CifarDistError, RuntimeError):
+    """A problem found before or while launching; its message is one line that says what to do. (Here, not in
+    launchers/base.py, which hands it on: the rank machinery of launchers/ranks/ raises it too, below the
+    launchers.)"""

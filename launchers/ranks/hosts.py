@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from cifar_dist.common.errors import LaunchError
 from cifar_dist.common.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
-from cifar_dist.launchers.base import LaunchError
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
 

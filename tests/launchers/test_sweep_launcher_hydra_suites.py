@@ -22,7 +22,7 @@ from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, Launche
 from hydra.version import VersionBase
 
 from cifar_dist.all_options import register_configs
-from cifar_dist.common.errors import PointFailed
+from cifar_dist.common.sweep_errors import PointFailed
 
 TESTS = Path(__file__).resolve().parent
 

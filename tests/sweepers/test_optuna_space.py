@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from cifar_dist.common.errors import SweepRefused
+from cifar_dist.common.sweep_errors import SweepRefused
 from cifar_dist.sweepers.optuna_space import params_lines, search_space
 from cifar_dist.sweepers.optuna_study import study_name
 

@@ -686,7 +686,7 @@ def test_a_failed_sweep_points_overrides_reach_hydras_error_line_masked(capsys):
     """Hydra writes "Error executing job with overrides: [...]" for a failed point: no password in it."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    from cifar_dist.common.errors import PointFailed
+    from cifar_dist.common.sweep_errors import PointFailed
     from cifar_dist.launchers.sweep_launcher import masked
 
     ret = JobReturn(
