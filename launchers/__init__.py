@@ -14,6 +14,15 @@ module stored its option. What a launcher is (its dry run writes a job or a
 command, the folders it writes into a run dir) its class says
 (``base.Launcher``), asked through the ``_target_`` of its option.
 See ``base.py`` for the interface and docs/launchers.md, "Write your own launcher".
+
+The folders import one way (``tests/project/test_structure.py``): the modules
+here (the interface, ``base.py`` and ``cluster_base.py``; the launchers of one
+module; ``multirank.py``, what mpirun and gloo share) import ``ranks/`` (what
+runs beside every rank, whoever starts it: its wrapper, environment, heartbeat,
+hosts, failure report, the runner's supervisor), which imports no launcher; the
+cluster launchers (``slurm/``, ``azureml/``, ``batchai/``) and ``azure/`` (what
+Azure ML and Batch AI share) import the modules here, and ``ranks/`` where their
+ranks need it; nothing here imports them.
 """
 
 from __future__ import annotations
@@ -23,10 +32,18 @@ import importlib.util
 import pkgutil
 from typing import Iterator
 
-from cifar_dist.config.options import store_options
-from cifar_dist.launchers.base import JobSpec, Launcher, LaunchError, LaunchResult
-
 __all__ = ["JobSpec", "LaunchError", "LaunchResult", "Launcher", "register_built_in"]
+# The interface, handed on from base.py when first asked for (PEP 562): importing any module of the package runs
+# this file first, and each rank's wrapper (ranks/rank_exec.py) must not load Hydra and the config for it.
+_INTERFACE = ("JobSpec", "LaunchError", "LaunchResult", "Launcher")
+
+
+def __getattr__(name: str):
+    if name in _INTERFACE:
+        from cifar_dist.launchers import base  # lazy: Hydra, the config (see _INTERFACE)
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def option_modules() -> Iterator[str]:
@@ -44,5 +61,7 @@ def option_modules() -> Iterator[str]:
 
 def register_built_in() -> None:
     """Import every launcher module; each stores its own option in Hydra's ConfigStore."""
+    from cifar_dist.config.options import store_options  # lazy: Hydra's ConfigStore (see _INTERFACE)
+
     for name in option_modules():
         store_options(importlib.import_module(name))

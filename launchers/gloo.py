@@ -1,4 +1,4 @@
-"""Run the job on N Horovod ranks with Gloo, for machines without MPI.
+"""Run the job on N Horovod ranks with Horovod's Gloo, for machines without MPI (engine=horovod only).
 
 ``launcher=gloo`` is the mpirun launcher's twin built on ``horovodrun --gloo``
 (Horovod's own runner: it starts the ranks itself, locally or over ssh, and
@@ -17,7 +17,7 @@ from typing import Dict, List
 
 from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.config.options import config_option
-from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
 
 # What horovodrun and the ranks need from this environment besides the
 # variables a rank is always given (MultiRankLauncher.forwarded_names).

@@ -1,5 +1,5 @@
-"""The in-process launcher: train in this very process (one Horovod rank, or
-one rank of a world some outer launcher started)."""
+"""The in-process launcher: train in this very process (the job's one process, or one rank of a job
+some outer launcher started: a user's own mpirun, a Slurm step, a rank of launcher=mpirun)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 @config_option("launcher", "local")
 @dataclass
 class LocalLauncherConf:
-    """``launcher=local`` (the default): train in this process (a single Horovod rank)."""
+    """``launcher=local`` (the default): train in this process (a job of one process)."""
 
     _target_: str = "cifar_dist.launchers.local.LocalLauncher"
 

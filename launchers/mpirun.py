@@ -1,4 +1,4 @@
-"""Run the job on N Horovod ranks under OpenMPI's ``mpirun``.
+"""Run the job on N ranks (processes of one job, on its engine: horovod or jax) under OpenMPI's ``mpirun``.
 
 ``python -m cifar_dist launcher=mpirun launcher.np=2`` re-invokes the same
 job (same overrides, same run dir, in-process launcher inside) as
@@ -17,14 +17,14 @@ from typing import List, Optional, Sequence, Tuple
 
 from cifar_dist.config.options import config_option
 from cifar_dist.launchers.base import JobSpec, LaunchResult
-from cifar_dist.launchers.ranks.concurrent_points import run_batches
-from cifar_dist.launchers.ranks.multirank import MultiRankConf, MultiRankLauncher
+from cifar_dist.launchers.concurrent_points import run_batches
+from cifar_dist.launchers.multirank import MultiRankConf, MultiRankLauncher
 
 
 @config_option("launcher", "mpirun")
 @dataclass
 class MpirunLauncherConf(MultiRankConf):
-    """``launcher=mpirun``: run the job on launcher.np Horovod ranks under OpenMPI's mpirun::
+    """``launcher=mpirun``: run the job on launcher.np ranks under OpenMPI's mpirun::
 
         python -m cifar_dist launcher=mpirun launcher.np=2
         python -m cifar_dist launcher=mpirun launcher.np=8 'launcher.hosts=[h1:4,h2:4]'
@@ -48,7 +48,7 @@ class MpirunLauncher(MultiRankLauncher):
     runner_name = "mpirun"
 
     conf_class = MpirunLauncherConf
-    splits_into_groups = True  # launchers/ranks/concurrent_points.py
+    splits_into_groups = True  # launchers/concurrent_points.py
 
     def launch_all(self, jobs: Sequence[JobSpec]) -> List[LaunchResult]:
         """launcher.concurrent=k: k points at a time, each its own MPI group of one MPMD mpirun."""

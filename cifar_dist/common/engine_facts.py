@@ -29,10 +29,6 @@ class EngineFacts:
     name: str  # engine=<name>
     # Trains several processes as one job (else one process only).
     multi_process: bool
-    # Needs Horovod installed where the job runs.
-    needs_horovod: bool
-    # Needs JAX installed where the job runs.
-    needs_jax: bool
     # The Keras versions of the models it trains (2: tf.keras, 3: keras).
     keras_versions: Tuple[int, ...]
     # The backend Keras 3 models run on (``keras.backend.backend()``).
@@ -46,46 +42,74 @@ class EngineFacts:
     # Its loop is Keras' own ``fit`` over tf.data (Keras 3 then runs whole executions of steps_per_execution
     # steps); engine=jax runs its own loop, fed from the device, whatever the number of steps.
     keras_fit: bool
+    # The class that runs it, "<module>.<Class>" (a subclass of training/engines/engine.py's Engine): imported by
+    # ``start_engine`` only when the engine is used, as Hydra's ``_target_`` names a class.
+    engine_class: str
+    # The packages it needs where the job runs, besides Keras; a run records their versions (metrics.json's run, the
+    # tracker's tags).
+    packages: Tuple[str, ...]
+    # The variable through which launcher=mpirun tells the processes where they meet (``host:port``), for an engine
+    # whose processes need an address that Open MPI 5 does not give them; "" for none.
+    coordinator_env: str = ""
+
+    @property
+    def needs_horovod(self) -> bool:
+        """Needs Horovod installed where the job runs."""
+        return "horovod" in self.packages
+
+    @property
+    def needs_jax(self) -> bool:
+        """Needs JAX installed where the job runs."""
+        return "jax" in self.packages
 
 
 HOROVOD = EngineFacts(
     name="horovod",
     multi_process=True,
-    needs_horovod=True,
-    needs_jax=False,
     keras_versions=(2, 3),
     keras3_backend="tensorflow",
     xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
     splits_into_mpi_groups=True,  # hvd.init(comm=<the group's communicator>)
     peers_from_mpi_or_slurm=False,  # hvd.init joins mpirun's and horovodrun's ranks alike
     keras_fit=True,
+    engine_class="cifar_dist.training.engines.horovod.HorovodEngine",
+    packages=("tensorflow", "horovod"),
 )
 JAX = EngineFacts(
     name="jax",
     multi_process=True,
-    needs_horovod=False,
-    needs_jax=True,
     keras_versions=(3,),
     keras3_backend="jax",
     xla_only=True,  # every step is an XLA program over the global batch
     splits_into_mpi_groups=False,  # jax.distributed joins the whole mpirun
     peers_from_mpi_or_slurm=True,  # jax.distributed.initialize()
     keras_fit=False,  # training/engines/jax_fit.py
+    engine_class="cifar_dist.training.engines.jax.JaxEngine",
+    packages=("jax",),
+    # Open MPI 5 no longer sets OMPI_MCA_orte_hnp_uri, which JAX's own Open MPI detection reads (its other way
+    # needs mpi4py): training/engines/jax.py reads this instead.
+    coordinator_env="CIFAR_DIST_JAX_COORDINATOR",
 )
 TENSORFLOW = EngineFacts(
     name="tensorflow",
     multi_process=False,
-    needs_horovod=False,
-    needs_jax=False,
     keras_versions=(2, 3),
     keras3_backend="tensorflow",
     xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
     splits_into_mpi_groups=False,  # one process: no group of an mpirun
     peers_from_mpi_or_slurm=False,  # no peers
     keras_fit=True,
+    engine_class="cifar_dist.training.engines.tensorflow.TensorflowEngine",
+    packages=("tensorflow",),
 )
 
 ENGINES: Dict[str, EngineFacts] = {facts.name: facts for facts in (HOROVOD, JAX, TENSORFLOW)}
+
+# The versions a run records of what it trained with (metrics.json's run, the tracker's tags, the stack a resume
+# keeps): TensorFlow where the process has it, the Keras the model was built in, and each engine's own packages.
+VERSION_KEYS: Tuple[str, ...] = tuple(
+    dict.fromkeys(("tensorflow", "keras", *(p for f in ENGINES.values() for p in f.packages)))
+)
 
 
 def engine_facts(name: str) -> Optional[EngineFacts]:

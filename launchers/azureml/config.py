@@ -64,7 +64,7 @@ class AzureMLLauncherConf:
 
     # --- the job ---
     instance_count: int = 1  # nodes
-    process_count_per_instance: int = 1  # Horovod ranks per node (one per GPU)
+    process_count_per_instance: int = 1  # ranks (processes of the job) per node (one per GPU)
     # A registered environment ("name:version" or "name@latest"); null = build one
     # from base_image plus this project's pinned TensorFlow, tf-keras and Horovod.
     environment: Optional[str] = None

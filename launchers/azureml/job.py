@@ -20,8 +20,7 @@ from cifar_dist.common.redaction import redact_text
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azureml.config import Settings, VmPriority
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
-from cifar_dist.launchers.ranks.rank_env import rank_environment
+from cifar_dist.launchers.ranks.rank_env import LOG_DIR, NONCHIEF_OVERRIDES, rank_environment
 from cifar_dist.launchers.user_sources import Shipped, without_searchpath
 
 JOB_SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cifar_dist.common.atomic_files import atomic_path
+from cifar_dist.common.log_tail import print_tail
 from cifar_dist.common.results import read_results_or_warn
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azureml.client import sdk_errors
 from cifar_dist.launchers.azureml.job import LOCAL_SUBDIR, OUTPUT_NAME
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached, rerun_or
-from cifar_dist.launchers.log_tail import print_tail
 
 log = logging.getLogger(__name__)
 

@@ -84,7 +84,7 @@ class BatchAILauncherConf:
 
     # --- the job ---
     node_count: int = 1
-    process_count: Optional[int] = None  # Horovod ranks in all; null = one per node
+    process_count: Optional[int] = None  # ranks (processes of the job) in all; null = one per node
     image: str = "tensorflow/tensorflow:2.18.0-gpu"
     python: Optional[str] = None  # horovodSettings.pythonInterpreterPath; null = the image's python
     # jobPreparation: what the container lacks, then the package wheel is installed with pip_install.

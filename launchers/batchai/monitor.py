@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cifar_dist.common.log_tail import print_tail
 from cifar_dist.common.results import read_results_or_warn
 from cifar_dist.config.override_syntax import shell_command
 from cifar_dist.launchers.azure.errors import azure_errors
@@ -18,7 +19,6 @@ from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.batchai.job import ShareLayout
 from cifar_dist.launchers.batchai.storage import read_from
 from cifar_dist.launchers.cluster_base import detached, rerun_or
-from cifar_dist.launchers.log_tail import print_tail
 
 log = logging.getLogger(__name__)
 

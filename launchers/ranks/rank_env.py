@@ -19,6 +19,10 @@ Azure ML job, a Batch AI job) sets these for them:
 * the launcher's extras (the stop signal for Slurm), then the user's
   ``launcher.env``, which wins.
 
+Also what every rank's wrapper is given, whichever launcher starts it: the
+folder the ranks log into (``LOG_DIR``) and the overrides of a rank other
+than 0 (``NONCHIEF_OVERRIDES``).
+
 Light on purpose (no TensorFlow): the trainer's stop-signal callback reads
 ``STOP_SIGNAL_ENV`` from here.
 """
@@ -30,6 +34,18 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from cifar_dist.common.keras_flavor import LEGACY_KERAS_ENV, legacy_keras
 from cifar_dist.common.process_role import RANK_GUARD_ENV, STOP_SIGNAL_ENV  # noqa: F401  (STOP_SIGNAL_ENV: launchers take it from here)
+from cifar_dist.config.override_syntax import quote_override_value
+
+LOG_DIR = "logs"  # every rank's log and exit record (rank_exec.py), and the runner's output, under the run dir
+
+# Ranks other than 0 log to their own console (-> logs/rank.N.log) only, with
+# Hydra's usual line format, so that N ranks never append to the run's one
+# <job name>.log file (rank 0 and the launching process keep writing it).
+NONCHIEF_OVERRIDES = (
+    "hydra/job_logging=stdout",
+    "hydra.job_logging.formatters.simple.format="
+    + quote_override_value("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"),
+)
 
 
 def stall_check_env(stall_shutdown_s: int) -> Dict[str, str]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from cifar_dist.common.log_tail import tail
 from cifar_dist.config.override_syntax import rerun_hint
-from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.rank_exec import exit_record_path, log_path
 from cifar_dist.rundir.checkpoints import list_checkpoints
 

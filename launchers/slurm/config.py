@@ -40,7 +40,7 @@ class SlurmLauncherConf:
 
     # --- the allocation: one #SBATCH line each (null/0/empty: not written, Slurm's default) ---
     nodes: int = 1
-    ntasks_per_node: int = 1  # Horovod ranks per node
+    ntasks_per_node: int = 1  # ranks (processes of the job) per node
     cpus_per_task: Optional[int] = None  # cores per rank
     gpus_per_node: int = 0  # one GPU per local rank: set it to ntasks_per_node
     gres: Optional[str] = None  # instead of gpus_per_node on clusters that want --gres=gpu:<type>:<n>

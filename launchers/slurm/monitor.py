@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from cifar_dist.common.atomic_files import atomic_write_text
+from cifar_dist.common.log_tail import tail
 from cifar_dist.common.results import read_results, training_complete
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.launchers.base import LaunchError, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterJob, detached
-from cifar_dist.launchers.log_tail import tail
-from cifar_dist.launchers.ranks.multirank import LOG_DIR
+from cifar_dist.launchers.ranks.rank_env import LOG_DIR
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
 from cifar_dist.launchers.slurm.config import OnInterrupt, SlurmLauncherConf

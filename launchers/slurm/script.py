@@ -46,8 +46,7 @@ from typing import Dict, List, Optional
 from cifar_dist.common.redaction import is_secret_env
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks import rank_env
-from cifar_dist.launchers.ranks.multirank import LOG_DIR, NONCHIEF_OVERRIDES
-from cifar_dist.launchers.ranks.rank_env import STOP_SIGNAL_ENV
+from cifar_dist.launchers.ranks.rank_env import LOG_DIR, NONCHIEF_OVERRIDES, STOP_SIGNAL_ENV
 from cifar_dist.launchers.slurm.config import RankStarter, SlurmLauncherConf
 from cifar_dist.rundir.lock import LOCK_NAME
 

@@ -23,8 +23,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 
 from cifar_dist.all_options import register_configs
+from cifar_dist.launchers import concurrent_points
 from cifar_dist.launchers.base import JobSpec, LaunchError
-from cifar_dist.launchers.ranks import concurrent_points
 from cifar_dist.launchers.ranks import hosts as hosts_mod
 from helpers.cli import assert_ok, read_metrics, run_cli
 

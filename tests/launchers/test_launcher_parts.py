@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cifar_dist.common.log_tail import tail
 from cifar_dist.launchers.base import LaunchError
-from cifar_dist.launchers.log_tail import tail
 from cifar_dist.launchers.ranks.hosts import Host, check_slots, is_local, parse_host, parse_hostfile
 from cifar_dist.launchers.ranks.rank_exec import core_share
 from cifar_dist.launchers.ranks.rank_failure import HOROVOD_SHUTDOWN, first_failure

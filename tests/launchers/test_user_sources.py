@@ -152,7 +152,7 @@ def test_the_ranks_environment_puts_the_jobs_modules_first(launcher, tmp_path, m
     from omegaconf import OmegaConf
 
     from cifar_dist.launchers.base import JobSpec
-    from cifar_dist.launchers.ranks.concurrent_points import Batch
+    from cifar_dist.launchers.concurrent_points import Batch
     from cifar_dist.launchers.user_sources import UserModule
 
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")

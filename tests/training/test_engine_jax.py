@@ -97,6 +97,7 @@ def two_process_run(project, tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.jax_stack
 def test_two_processes_on_different_data_end_with_identical_weights(two_process_run):
     m = read_metrics(two_process_run)
     assert m["ranks"] == 2 and m["complete"]
@@ -264,7 +265,7 @@ def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path
     from cifar_dist.launchers.mpirun import MpirunLauncher
 
     def meeting_host(hosts):
-        return MpirunLauncher(np=2, hosts=hosts).jax_coordinator.rsplit(":", 1)[0]
+        return MpirunLauncher(np=2, hosts=hosts).coordinator.rsplit(":", 1)[0]
 
     assert meeting_host([]) == "127.0.0.1"
     assert meeting_host(["nodea:1", "nodeb:1"]) == "nodea"

@@ -9,7 +9,7 @@ ONE mpirun in OpenMPI's MPMD form::
         : -np N <... --mpi-group 1 ... point b>
 
 so world ranks ``g*N .. g*N+N-1`` are group g. Each rank's wrapper tells the
-job its group, ``init_world`` splits MPI_COMM_WORLD by it (mpi4py) and
+job its group, ``join_horovod`` splits MPI_COMM_WORLD by it (mpi4py) and
 initialises Horovod on the group's communicator (training/process/mpi_groups.py):
 k independent Horovod worlds of N ranks, each training its own point in its
 own run dir. Batches run one after another; the last one holds the
@@ -42,8 +42,9 @@ from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.results import read_results
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
 from cifar_dist.launchers.base import JobSpec, LaunchError, LaunchResult
+from cifar_dist.launchers.multirank import RUNNER_LOG, MultiRankLauncher
 from cifar_dist.launchers.ranks.hosts import check_slots
-from cifar_dist.launchers.ranks.multirank import LOG_DIR, RUNNER_LOG, MultiRankLauncher
+from cifar_dist.launchers.ranks.rank_env import LOG_DIR
 from cifar_dist.launchers.ranks.rank_exec import marker_prefix
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor

@@ -21,32 +21,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from cifar_dist.common.engine_facts import engine_facts
+from cifar_dist.common.engine_facts import ENGINES, engine_facts
 from cifar_dist.common.environment import snapshot
 from cifar_dist.common.results import read_results
 from cifar_dist.config.override_syntax import rerun_hint, shell_command
-from cifar_dist.launchers.base import (
-    RANK_GUARD_ENV,
-    JobSpec,
-    Launcher,
-    LaunchError,
-    LaunchResult,
-    quote_override_value,
-)
+from cifar_dist.launchers.base import RANK_GUARD_ENV, JobSpec, Launcher, LaunchError, LaunchResult
 from cifar_dist.launchers.ranks import hosts as hostlib
 from cifar_dist.launchers.ranks.heartbeat import HeartbeatWatch, stall_timeout_problems
 from cifar_dist.launchers.ranks.hosts import Host, check_reachable, check_slots, is_local, resolve_hosts
-from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, rank_environment
+from cifar_dist.launchers.ranks.rank_env import LEGACY_KERAS_ENV, LOG_DIR, NONCHIEF_OVERRIDES, rank_environment
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records, stalled_rank_failure
 from cifar_dist.launchers.ranks.runner_supervisor import Supervisor
 from cifar_dist.rundir.ranks_lock import current_launch
-from cifar_dist.training.engines.world import JAX_COORDINATOR_ENV
 
 log = logging.getLogger(__name__)
 
 BIND_TO = ("auto", "core", "none")  # launcher.bind_to's values
-LOG_DIR = "logs"  # per-rank logs, exit records and the runner's output, under the run dir
-RUNNER_LOG = "launcher.log"
+RUNNER_LOG = "launcher.log"  # the runner's own output, in LOG_DIR
 
 # Variables every rank needs, forwarded by name (never by value on the command line).
 ALWAYS_FORWARDED = (LEGACY_KERAS_ENV, RANK_GUARD_ENV, "PYTHONUNBUFFERED")
@@ -62,15 +53,6 @@ FORWARDED_IF_SET = (
     "MLFLOW_TRACKING_PASSWORD",
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_TRACKING_INSECURE_TLS",
-)
-
-# Ranks other than 0 log to their own console (-> logs/rank.N.log) only, with
-# Hydra's usual line format, so that N ranks never append to the run's one
-# <job name>.log file (rank 0 and the launching process keep writing it).
-NONCHIEF_OVERRIDES = (
-    "hydra/job_logging=stdout",
-    "hydra.job_logging.formatters.simple.format="
-    + quote_override_value("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"),
 )
 
 
@@ -106,7 +88,7 @@ class MultiRankConf:
     kill_grace_s: float = 10.0  # after asking the runner to stop: SIGKILL the tree
     host_check_timeout_s: float = 10.0  # pre-flight "does every host answer"
     # Sweeps: run this many points at once, np ranks each, inside one mpirun
-    # whose world is split into groups (launchers/ranks/concurrent_points.py); 1: one after another.
+    # whose world is split into groups (launchers/concurrent_points.py); 1: one after another.
     concurrent: int = 1
 
 
@@ -164,7 +146,8 @@ class RunningJob:
 
 
 class MultiRankLauncher(Launcher):
-    """Runs a job on ``np`` Horovod ranks under some runner (mpirun, horovodrun)."""
+    """Runs a job on ``np`` ranks under some runner (mpirun: any engine that runs several processes; horovodrun:
+    Horovod's)."""
 
     runner_name = "runner"
 
@@ -179,20 +162,21 @@ class MultiRankLauncher(Launcher):
         # Config problems surface as LaunchError from launch(), not from the
         # constructor (Hydra's instantiate would wrap them in a traceback).
         self._hosts: Optional[List[Host]] = None
-        self._jax_coordinator: Optional[str] = None
+        self._coordinator: Optional[str] = None
 
     @property
-    def jax_coordinator(self) -> str:
-        """``host:port`` where a JAX job's processes meet: the first host (rank 0 runs there; loopback when every
-        rank is on this machine, its network name when others must reach it), on a port free on this machine
-        when it is the first host (a guess elsewhere, as JAX's own Open MPI detection makes)."""
-        if self._jax_coordinator is None:
+    def coordinator(self) -> str:
+        """``host:port`` where the processes of an engine that needs a coordinator meet (``facts.coordinator_env``:
+        engine=jax): the first host (rank 0 runs there; loopback when every rank is on this machine, its network
+        name when others must reach it), on a port free on this machine when it is the first host (a guess
+        elsewhere, as JAX's own Open MPI detection makes)."""
+        if self._coordinator is None:
             first = self.hosts[0].name if self.hosts else "localhost"
             host = "127.0.0.1" if self.local_only else (socket.gethostname() if is_local(first) else first)
             with socket.socket() as probe:
                 probe.bind(("", 0))
-                self._jax_coordinator = f"{host}:{probe.getsockname()[1]}"
-        return self._jax_coordinator
+                self._coordinator = f"{host}:{probe.getsockname()[1]}"
+        return self._coordinator
 
     @property
     def hosts(self) -> List[Host]:
@@ -273,7 +257,9 @@ class MultiRankLauncher(Launcher):
         """Variables set for the ranks (on top of this process's environment); the user modules
         of ``jobs`` first on PYTHONPATH (launchers/user_sources.py)."""
         extra = {"HOROVOD_CYCLE_TIME": f"{self.conf.cycle_time_ms:g}"} if self.conf.cycle_time_ms > 0 else {}
-        extra[JAX_COORDINATOR_ENV] = self.jax_coordinator  # engine=jax under Open MPI 5 (engines/jax.py)
+        for facts in ENGINES.values():  # where the processes of an engine meet under Open MPI 5 (engine=jax's)
+            if facts.coordinator_env:
+                extra[facts.coordinator_env] = self.coordinator
         roots = [root for job in jobs for root in job.carried.code_roots()]
         return rank_environment(self.conf.env, extra, stall_shutdown_s=self.conf.stall_shutdown_s, code_roots=roots)
 
