@@ -13,11 +13,11 @@ Two readings of the same parameters, one per moment:
 - ``declared_parameters``: before anything is launched (``override_check``,
   ``validation``). It reads the builder's ``def`` from the module's source
   without running it, so no user code (and no TensorFlow, which must load
-  only after ``init_world`` chose its kernels) runs in the launching process.
+  only after the engine's start chose its kernels) runs in the launching process.
   None when the source does not say (a name bound by an import or an
   assignment, a class without its own ``__init__``): left to the next check.
 - ``signature_parameters``: ``inspect.signature`` of the imported builder,
-  on every rank after ``init_world`` and before any data is loaded.
+  on every rank after the engine's start (``start_engine``) and before any data is loaded.
 
 A builder with ``**kwargs`` takes any key.
 """
@@ -220,7 +220,7 @@ def model_node_problem(model, params_of=declared_parameters) -> Optional[str]:
 def check_builder(model) -> None:
     """Import the builder ``model._target_`` names and check the node's keys against ``inspect.signature``.
 
-    Called on every rank after ``init_world`` (the builder's module may import
+    Called on every rank after the engine's start (the builder's module may import
     TensorFlow) and before any data is read; raises a one-line ConfigError."""
     problem = model_node_problem(model, params_of=signature_parameters)
     if problem:

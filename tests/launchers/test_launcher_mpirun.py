@@ -64,7 +64,7 @@ def test_sweep_whose_points_each_run_on_two_ranks(tiny_data, tmp_path):
         # One Hydra log per run, written by rank 0 (and the launcher), never by rank 1.
         run_log = (run_dir / "cifar_dist.log").read_text()
         assert "rank 0/2" in run_log and "rank 1/2" not in run_log
-        assert "[cifar_dist.training.process.horovod_env][INFO] - rank 1/2" in (logs / "rank.1.log").read_text()
+        assert "[cifar_dist.training.engines.horovod][INFO] - rank 1/2" in (logs / "rank.1.log").read_text()
         assert sorted(p.name for p in (run_dir / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
         assert not list(run_dir.glob("*/.hydra"))
 

@@ -2,8 +2,8 @@
 loopback address; processes on other hosts, one line names the fix (cifar_dist/training/process/gloo_host.py).
 
 The host is made real: a UTS namespace (``unshare --uts``, root) whose host name resolves nowhere, in which two
-processes join as the JAX engine joins them (``jax.distributed.initialize(**peers_from_env())``, Open MPI 5's
-environment as launcher=mpirun sets it) and gather a number each through Gloo.
+processes join as the JAX engine joins them (``join_peers``: ``bind_gloo``, then ``jax.distributed.initialize``;
+Open MPI 5's environment as launcher=mpirun sets it) and gather a number each through Gloo.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from cifar_dist.training.engines.jax import peers_from_env
+from cifar_dist.training.engines.jax import join_peers
 
-jax.distributed.initialize(**peers_from_env())  # as JaxEngine.start joins its peers
+join_peers(jax)  # as JaxEngine.start joins its peers
 print("gathered", multihost_utils.process_allgather(np.array([jax.process_index() + 1])).ravel().tolist(), flush=True)
 """
 

@@ -12,8 +12,8 @@ is wrapped the way Horovod wraps Keras 2's: a subclass of the optimizer's own
 class whose ``apply`` averages the gradients (one grouped allreduce) before
 the update (``distributed_keras3_optimizer``). ``fit``'s own ``train_step``,
 a user's custom ``train_step`` and ``apply_gradients`` all end in ``apply``.
-The epoch's metrics are averaged by ``AverageEpochMetrics``, the same
-allreduce Horovod's MetricAverageCallback makes.
+The epoch's metrics are averaged by ``AverageEpochMetrics``
+(``epoch_metrics.py``), the same allreduce Horovod's MetricAverageCallback makes.
 """
 
 from __future__ import annotations
@@ -27,9 +27,12 @@ from cifar_dist.common.engine_facts import HOROVOD
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_flavor import KERAS2, as_tf_variable, flavor_of
 from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.epoch_metrics import AverageEpochMetrics
 from cifar_dist.training.engines.tf_data_loop import TfDataLoop
 from cifar_dist.training.engines.world import World
-from cifar_dist.training.process.horovod_env import init_world
+from cifar_dist.training.process.hardware import onednn_enabled
+from cifar_dist.training.process.horovod_env import join_horovod
+from cifar_dist.training.process.tf_devices import use_gpu_and_threads
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +71,38 @@ class HorovodEngine(TfDataLoop):
     """Horovod, started by ``start`` (hvd.init, GPU pinning, thread pools) in every rank."""
 
     facts = HOROVOD
-    name = HOROVOD.name
 
     def __init__(self, world: World):
         import horovod.tensorflow as hvd  # lazy: Horovod
 
-        self.world = world
+        super().__init__(world)
         self.hvd = hvd
 
     @classmethod
     def start(cls, trainer_cfg) -> HorovodEngine:
+        """hvd.init() (``join_horovod``); then, as in Horovod's Keras examples, one GPU per local rank and the thread
+        pools sized to this rank's share of the host's cores."""
         t = trainer_cfg
-        return cls(init_world(t.intra_op_threads, t.inter_op_threads, t.onednn))
+        hvd, host_ranks = join_horovod(t.onednn)
+        # HOROVOD: one GPU per process, chosen by local rank; the thread pools sized to this rank's share.
+        # In a concurrent sweep the other groups' ranks on this host share its cores too.
+        gpu, plan = use_gpu_and_threads(
+            hvd.local_rank(), hvd.local_size(), host_ranks, t.intra_op_threads, t.inter_op_threads
+        )
+        world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu, onednn_enabled())
+        log.info(
+            "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s), CPU kernels %s",
+            world.rank,
+            world.size,
+            world.local_rank,
+            world.local_size,
+            world.gpu or "CPU",
+            plan.intra_op,
+            plan.inter_op,
+            plan.reason,
+            "oneDNN" if world.onednn else "Eigen",
+        )
+        return cls(world)
 
     def check_jit_compile(self, jit_compile: bool) -> None:
         """trainer.jit_compile=true only where Horovod's allreduce is an XLA op (``check_jit_compile``)."""
@@ -101,11 +124,6 @@ class HorovodEngine(TfDataLoop):
         """The one-line error for ``exc`` when it says another process of the job died (the JAX engine's);
         None here: Horovod reports a lost rank itself, and its launcher names it."""
         return None
-
-    def versions(self) -> dict:
-        import horovod  # lazy: Horovod
-
-        return {"horovod": horovod.__version__}
 
     # --- small Python objects between ranks ---
     def broadcast_object(self, obj):
@@ -212,8 +230,6 @@ class HorovodEngine(TfDataLoop):
 
             # HOROVOD: Horovod's own callback for Keras 2.
             return self.hvd.keras.callbacks.MetricAverageCallback()
-        from cifar_dist.training.callbacks import AverageEpochMetrics  # lazy: TensorFlow
-
         return AverageEpochMetrics(self)
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from cifar_dist.common.engine_facts import JAX
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.rundir import checkpoints
+from cifar_dist.training.engines.engine import Engine
 from cifar_dist.training.engines.jax_devices import (
     apply_gpu_choice,
     check_backend,
@@ -53,13 +54,13 @@ from cifar_dist.training.engines.jax_devices import (
     use_compilation_cache,
 )
 from cifar_dist.training.engines.world import (
-    JAX_COORDINATOR_ENV,
     World,
     local_processes_from_env,
     local_rank_from_env,
     processes_from_env,
     under_open_mpi,
 )
+from cifar_dist.training.process.gloo_host import bind_gloo
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
@@ -79,20 +80,16 @@ class JaxEngineError(CifarDistError, RuntimeError):
 
 def peers_from_env(environ=None) -> dict:
     """``jax.distributed.initialize``'s arguments: none where JAX finds the job itself (Slurm, Open MPI 4, which
-    sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose, and this rank's place
-    (its local rank too: JAX would ask mpi4py for it, and picks the GPU of that number). First, where JAX's Gloo
-    will listen: this host's name, or loopback where that does not resolve and every process is here (gloo_host.py)."""
-    from cifar_dist.training.process.gloo_host import bind_gloo  # (issue 47: imported here, the one edit allowed)
-
+    sets OMPI_MCA_orte_hnp_uri); under Open MPI 5 the coordinator launcher=mpirun chose (``facts.coordinator_env``),
+    and this rank's place (its local rank too: JAX would ask mpi4py for it, and picks the GPU of that number)."""
     env = os.environ if environ is None else environ
-    bind_gloo(processes_from_env(env), local_processes_from_env(env))
     if not under_open_mpi(env) or "OMPI_MCA_orte_hnp_uri" in env:
         return {}
-    address = env.get(JAX_COORDINATOR_ENV)
+    address = env.get(JAX.coordinator_env)
     if not address:
         raise JaxEngineError(
             f"engine=jax under Open MPI 5 needs the address its processes meet at: start them with "
-            f"launcher=mpirun, or set {JAX_COORDINATOR_ENV}=host:port for every rank of your own mpirun"
+            f"launcher=mpirun, or set {JAX.coordinator_env}=host:port for every rank of your own mpirun"
         )
     return {
         "coordinator_address": address,
@@ -102,20 +99,27 @@ def peers_from_env(environ=None) -> dict:
     }
 
 
-class JaxEngine:
+def join_peers(jax, local_device_ids=None) -> None:
+    """Join the other processes of this mpirun / Slurm step (``peers_from_env``): first, where JAX's Gloo will
+    listen (this host's name, or loopback where that does not resolve and every process is here: gloo_host.py),
+    then ``jax.distributed.initialize``; on GPUs with the ones this process was given."""
+    bind_gloo(processes_from_env(), local_processes_from_env())
+    devices = {"local_device_ids": local_device_ids} if local_device_ids else {}
+    jax.distributed.initialize(**{**peers_from_env(), **devices})
+
+
+class JaxEngine(Engine):
     """Keras 3 on JAX; started by ``start`` in every process, before any model is built."""
 
     facts = JAX
-    name = JAX.name
 
     def __init__(self, world: World):
         import jax  # lazy: JAX
         from jax.experimental import multihost_utils  # lazy: JAX
 
-        self.world = world
+        super().__init__(world)  # its timings: compile_s (jax_fit.fit)
         self.jax = jax
         self.multihost = multihost_utils
-        self.timings = {}  # what metrics.json records of the run's own costs (compile_s: jax_fit.fit)
 
     @classmethod
     def start(cls, trainer_cfg) -> JaxEngine:
@@ -133,7 +137,7 @@ class JaxEngine:
         cache = use_compilation_cache(jax, str(t.compilation_cache))
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
-            jax.distributed.initialize(**{**peers_from_env(), **_device_ids(gpus)})
+            join_peers(jax, gpus.local_device_ids)
         check_backend(jax, gpus, accelerator)
         device = jax.local_devices()[0]
         world = World(
@@ -192,9 +196,6 @@ class JaxEngine:
         """The most memory this process's first device held so far, in MiB (None where JAX does not say: CPUs)."""
         stats = self.jax.local_devices()[0].memory_stats() or {}
         return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
-
-    def versions(self) -> dict:
-        return {"jax": self.jax.__version__}
 
     def rank_seed(self, seed: int) -> int:
         """Every process seeds alike: one program draws for the whole global batch (and assignments must agree)."""
@@ -331,11 +332,6 @@ def _as_bytes(obj) -> np.ndarray:
 def _local_value(variable) -> np.ndarray:
     """This process's copy of a replicated variable."""
     return np.asarray(variable.value.addressable_data(0))
-
-
-def _device_ids(gpus) -> dict:
-    """``local_device_ids`` for ``jax.distributed.initialize`` on GPUs: the ones this process was given."""
-    return {"local_device_ids": gpus.local_device_ids} if gpus.count else {}
 
 
 def select_keras_backend() -> None:

@@ -38,10 +38,6 @@ class TensorflowEngine(TfDataLoop):
     """TensorFlow alone, in the one process of the job."""
 
     facts = TENSORFLOW
-    name = TENSORFLOW.name
-
-    def __init__(self, world: World):
-        self.world = world
 
     @classmethod
     def start(cls, trainer_cfg) -> TensorflowEngine:
@@ -91,11 +87,6 @@ class TensorflowEngine(TfDataLoop):
         """The one-line error for ``exc`` when it says another process of the job died (the JAX engine's);
         None here: one process: no peer to lose."""
         return None
-
-    def versions(self) -> dict:
-        import tensorflow as tf  # lazy: TensorFlow
-
-        return {"tensorflow": tf.__version__}
 
     # --- the collectives of one process: the identity ---
     def broadcast_object(self, obj):

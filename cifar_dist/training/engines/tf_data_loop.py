@@ -9,14 +9,12 @@ JAX engine answers the same four calls with the data on the device
 
 from __future__ import annotations
 
+from cifar_dist.training.engines.engine import Engine
 
-class TfDataLoop:
-    """``train_input``, ``eval_input``, ``fit`` and ``evaluate`` on tf.data and Keras' own loop."""
 
-    @property
-    def timings(self) -> dict:
-        """Nothing of the run's own costs to record: Keras compiles as it goes."""
-        return {}
+class TfDataLoop(Engine):
+    """An engine's ``train_input``, ``eval_input``, ``fit`` and ``evaluate`` on tf.data and Keras' own loop (Keras
+    compiles as it goes: no ``timings`` to record)."""
 
     def device_peak_mb(self):
         """None: TensorFlow's GPU memory is not recorded (its allocator grows as needed: ``tf_devices.py``)."""

@@ -24,11 +24,6 @@ class World:
         return self.rank == 0
 
 
-# Where a JAX job's processes meet (``host:port``), set by launcher=mpirun for its ranks: Open MPI 5 no longer sets
-# the variable JAX's own Open MPI detection reads (OMPI_MCA_orte_hnp_uri), and JAX's other way needs mpi4py.
-JAX_COORDINATOR_ENV = "CIFAR_DIST_JAX_COORDINATOR"
-
-
 def under_open_mpi(environ=None) -> bool:
     """Whether this process is a rank Open MPI started (4 and 5 alike set OMPI_COMM_WORLD_SIZE in every rank)."""
     return "OMPI_COMM_WORLD_SIZE" in (os.environ if environ is None else environ)

@@ -1,9 +1,9 @@
 """Horovod and TensorFlow process set-up: one call, before any model is built.
 
 Follows Horovod's examples/tensorflow2/tensorflow2_keras_mnist.py: init
-Horovod, pin one GPU per local rank with memory growth, then size the CPU
-thread pools for this rank (both in tf_devices.py, which the TensorFlow engine
-uses too).
+Horovod (``join_horovod``); the engine then pins one GPU per local rank with
+memory growth and sizes the CPU thread pools for this rank (both in
+tf_devices.py, which the TensorFlow engine uses too).
 
 TensorFlow and Horovod are imported inside the functions, in this order:
 TensorFlow reads the CPU-kernel choice (``use_onednn``) once, when it loads,
@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import sys
 
-from cifar_dist.training.engines.world import World
-from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
+from cifar_dist.training.process.hardware import use_onednn
 from cifar_dist.training.process.mpi_groups import join_sweep_group
 from cifar_dist.training.process.tf_console import filtered_native_stderr
-from cifar_dist.training.process.tf_devices import use_gpu_and_threads
-
-log = logging.getLogger(__name__)
 
 
 def keras_backing_tf_keras() -> tuple:
@@ -104,44 +99,25 @@ def horovod_sees_tf_keras(tf_keras_module):
             del sys.modules["keras"]
 
 
-def init_world(intra_op_threads: int = 0, inter_op_threads: int = 0, onednn: bool = True) -> World:
-    """CPU kernels, hvd.init(), GPU pinning and thread pools; returns who we are.
+def join_horovod(onednn: bool = True) -> tuple:
+    """CPU kernels, TensorFlow, Horovod's Keras layer where tf.keras is Keras 2, then ``hvd.init()``; returns
+    (``horovod.tensorflow``, how many processes share this host's cores). The engine (training/engines/horovod.py)
+    then pins the GPU and sizes the thread pools (``tf_devices.use_gpu_and_threads``) and says who this rank is.
 
     Inside a concurrent sweep (``launcher.concurrent=k``, see
     training/process/mpi_groups.py) Horovod's world is this rank's MPI group, not the
-    whole mpirun: ``hvd.init(comm=<group communicator>)``.
+    whole mpirun: ``hvd.init(comm=<group communicator>)``; the other groups' ranks on this host share its cores.
     """
     use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
     with filtered_native_stderr(), tensorflow_without_jax():  # CUDA start-up noise on CPU machines; no JAX here
         if tf_keras_is_keras2():  # (TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3, trained as Keras 3 models are)
             bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
-    import horovod.tensorflow as hvd
+    import horovod.tensorflow as hvd  # lazy: Horovod
 
     group = join_sweep_group()
     if group is None:
         hvd.init()
     else:
         hvd.init(comm=group.comm)
-
-    # HOROVOD: one GPU per process, chosen by local rank; the thread pools sized to this rank's share.
-    # In a concurrent sweep the other groups' ranks on this host share its cores too.
-    host_ranks = group.host_ranks if group is not None else hvd.local_size()
-    gpu_name, plan = use_gpu_and_threads(
-        hvd.local_rank(), hvd.local_size(), host_ranks, intra_op_threads, inter_op_threads
-    )
-
-    world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu_name, onednn_enabled())
-    log.info(
-        "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s), CPU kernels %s",
-        world.rank,
-        world.size,
-        world.local_rank,
-        world.local_size,
-        gpu_name or "CPU",
-        plan.intra_op,
-        plan.inter_op,
-        plan.reason,
-        "oneDNN" if world.onednn else "Eigen",
-    )
-    return world
+    return hvd, group.host_ranks if group is not None else hvd.local_size()

@@ -1,10 +1,10 @@
 """This rank's share of a concurrent sweep: its own MPI group, its own Horovod world.
 
 With ``launcher=mpirun launcher.concurrent=k`` one ``mpirun`` starts k sweep
-points side by side, np ranks each (``launchers/ranks/concurrent_points.py``). The per-rank
+points side by side, np ranks each (``launchers/concurrent_points.py``). The per-rank
 wrapper (``rank_exec --mpi-group G``) tells each rank its group through
 ``CIFAR_DIST_MPI_GROUP``; ``join_sweep_group`` then splits MPI_COMM_WORLD by
-that colour with mpi4py and ``init_world`` hands the group's communicator to
+that colour with mpi4py and ``join_horovod`` hands the group's communicator to
 ``hvd.init(comm=...)``, so each point's allreduces stay inside its group.
 
 Two marker files next to the rank's log tell the launcher how far the rank
@@ -57,7 +57,7 @@ def join_sweep_group() -> Optional[SweepGroup]:
     """None normally; inside a concurrent sweep, this rank's group communicator.
 
     Collective over MPI_COMM_WORLD: every rank of the mpirun calls it once,
-    early (init_world), with the colour its wrapper was given.
+    early (join_horovod), with the colour its wrapper was given.
     """
     color = os.environ.get(GROUP_ENV)
     if color is None:
