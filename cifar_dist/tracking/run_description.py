@@ -15,6 +15,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.engine_facts import VERSION_KEYS
 from cifar_dist.common.external_commands import LOCAL_QUERY_TIMEOUT_S, CommandTimedOut, run_command
 from cifar_dist.common.redaction import is_secret_key, redact_text
 from cifar_dist.common.results import read_results
@@ -92,8 +93,8 @@ def sweep_dir(job: JobRecord) -> Optional[Path]:
     return job.run_dir.parent
 
 
-# The engine and the versions of what it trains with, as metrics.json's run section names them.
-ENGINE_TAGS = ("engine", "tensorflow", "keras", "horovod", "jax")
+# The engine and the versions of what it trains with, as metrics.json's run section names them (the engines' facts).
+ENGINE_TAGS = ("engine", *VERSION_KEYS)
 
 
 def run_name(job: JobRecord) -> str:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -106,3 +108,37 @@ def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path, tiny_data):
     trainers = [r for r in records if is_trainer(r)]
     assert trainers and all(loaded(r, "jax") for r in trainers)
     assert [" ".join(r["argv"][:3]) for r in records if loaded(r, "horovod")] == []
+
+
+# What each rank's wrapper may load of cifar_dist: its own imports, what they import of common/, and the packages
+# on their paths (issue 47, item 7: it loaded 50 modules of cifar_dist, Hydra and NumPy through launchers/__init__.py).
+RANK_WRAPPER_MODULES = {
+    "cifar_dist",
+    "cifar_dist.common",
+    "cifar_dist.common.atomic_files",
+    "cifar_dist.common.environment",
+    "cifar_dist.common.errors",
+    "cifar_dist.common.keras_flavor",
+    "cifar_dist.launchers",
+    "cifar_dist.launchers.ranks",
+    "cifar_dist.launchers.ranks.heartbeat",
+    "cifar_dist.launchers.ranks.rank_exec",
+    "cifar_dist.rundir",
+    "cifar_dist.rundir.ranks_lock",
+}
+
+
+def test_each_ranks_wrapper_loads_the_standard_library_and_its_own_few_modules():
+    """``python -m cifar_dist.launchers.ranks.rank_exec`` runs once per rank, per launch: what it imports is what it
+    says (its docstring), in a fresh interpreter."""
+    code = (
+        "import json, sys; before = set(sys.modules)\n"
+        "import cifar_dist.launchers.ranks.rank_exec\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = {m for m in loaded if m == "cifar_dist" or m.startswith("cifar_dist.")}
+    others = sorted({m.split(".")[0] for m in loaded} - {"cifar_dist"} - set(sys.stdlib_module_names))
+    assert sorted(ours - RANK_WRAPPER_MODULES) == [] and others == [], (sorted(ours), others)

@@ -7,9 +7,10 @@ cycle hidden in a function is still a cycle). Imports under ``if TYPE_CHECKING:`
 and are not counted. The tests say:
 
 - no import cycle between the project's modules (printed as a chain ``a -> b -> a``), nor
-  between its folders (training/ and evaluation/ importing each other is a cycle even when
-  no two modules do; cifar_dist/'s own modules, the app, count as one folder; launchers/'s
-  flat modules count one by one);
+  between its folders: every folder is one node, its own modules and its ``__init__.py``
+  together, and a folder inside another is a node of its own (training/ and evaluation/
+  importing each other is a cycle even when no two modules do; so are training/ and
+  training/engines/, or launchers/ and launchers/ranks/);
 - cifar_dist/'s top holds only the app, and nothing below it imports the app; the leaf
   helpers in common/ import nothing of the project outside common/;
 - the layering reads one way: the core never imports a launcher, a sweeper, the app or the
@@ -44,8 +45,6 @@ APP = (
 LAUNCHERS = ("cifar_dist.launchers",)
 SWEEPERS = ("cifar_dist.sweepers",)
 SHIMS = ("hydra_plugins",)
-# Folders of unrelated modules: between their modules, only module-level cycles count.
-FLAT_TOP_LEVELS = ("cifar_dist.launchers", "hydra_plugins")
 # The helpers below everything: they import nothing of the project but each other.
 COMMON = "cifar_dist.common"
 
@@ -216,16 +215,9 @@ def shortest_path(start: str, end: str, component: Set[str], edges: Dict[str, Se
 
 
 def folder_of(module: str, modules: Dict[str, Path]) -> str:
-    """The first package below a top level that holds the module (training/engines/ is training/). In the
-    flat top levels a module lying flat is its own node; cifar_dist/'s own modules (the app, and the
-    package's face) are one folder, ``cifar_dist``."""
-    for top in FLAT_TOP_LEVELS[::-1] + ("cifar_dist",):
-        if module.startswith(top + "."):
-            first = module[len(top) + 1 :].split(".")[0]
-            if modules[f"{top}.{first}"].name == "__init__.py":
-                return f"{top}.{first}"
-            return top if top == "cifar_dist" else module
-    return module
+    """The folder (package) that holds the module: a package's ``__init__.py`` is its own folder, any other module
+    the package it lies in. Every folder is one node, however deep (training/engines/ is not training/)."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
 
 
 def edges_between(imports: List[Import], node=lambda module: module) -> Dict[str, Set[str]]:
@@ -274,11 +266,40 @@ def test_no_import_cycle_between_the_projects_modules(imports):
     assert cycles == [], "import cycles:\n" + "\n".join(cycles)
 
 
-def test_no_import_cycle_between_the_projects_folders(imports):
-    modules = project_modules()
+def folder_cycles(imports: List[Import], modules: Dict[str, Path]) -> List[str]:
     edges = edges_between(imports, lambda module: folder_of(module, modules))
-    cycles = [" -> ".join(chain) for chain in find_cycles(edges)]
+    return [" -> ".join(chain) for chain in find_cycles(edges)]
+
+
+def test_no_import_cycle_between_the_projects_folders(imports):
+    cycles = folder_cycles(imports, project_modules())
     assert cycles == [], "import cycles between folders:\n" + "\n".join(cycles)
+
+
+def test_a_folder_and_the_folder_inside_it_are_two_nodes():
+    """A parent folder and its subfolder importing each other (engines/ and process/ inside training/, launchers/ and
+    launchers/ranks/) is a cycle, whichever flat module or ``__init__.py`` of the parent does it."""
+    modules = {
+        name: Path(f"{name.replace('.', '/')}/__init__.py") if is_package else Path(name.replace(".", "/") + ".py")
+        for name, is_package in [
+            ("p", True),
+            ("p.run", False),
+            ("p.sub", True),
+            ("p.sub.part", False),
+            ("p.other", True),
+            ("p.other.piece", False),
+        ]
+    }
+
+    def imp(source: str, target: str) -> Import:
+        return Import(source, target, 1, False, False)
+
+    assert folder_of("p.run", modules) == "p" and folder_of("p.sub", modules) == "p.sub"
+    assert folder_of("p.sub.part", modules) == "p.sub"
+    one_way = [imp("p.run", "p.sub.part"), imp("p.sub.part", "p.other.piece")]
+    assert folder_cycles(one_way, modules) == []
+    assert folder_cycles(one_way + [imp("p.sub.part", "p.run")], modules) == ["p -> p.sub -> p"]
+    assert folder_cycles(one_way + [imp("p.other.piece", "p")], modules) == ["p -> p.sub -> p.other -> p"]
 
 
 def test_cifar_dists_top_holds_only_the_app():

@@ -32,10 +32,12 @@ class Engine(abc.ABC):
 
     # --- who this process is ---
     facts: ClassVar[EngineFacts]  # what the launching process knows of this engine (common/engine_facts.py)
+    world: World  # this process's place in the job: rank, size, threads, GPU
+    timings: Dict[str, float]  # what metrics.json records of the run's own costs (engine=jax: its compile time)
 
     def __init__(self, world: World):
-        self.world = world  # this process's place in the job: rank, size, threads, GPU
-        self.timings: Dict[str, float] = {}  # what metrics.json records of the run's own costs (engine=jax: compile)
+        self.world = world
+        self.timings = {}
 
     @property
     def name(self) -> str:
