@@ -8,6 +8,10 @@
 PY := .venv/bin/python
 RUFF := .venv/bin/ruff
 CURRENT := .venv-current
+JAX_VENV := .venv-jax
+# The jax stack's pass needs Python 3.12 or newer (JAX 0.12): pyenv's 3.12 on these machines, else python3.12,
+# else python3 (Debian 13's 3.13); scripts/install.sh refuses an older one in one line.
+JAX_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3)
 STACK ?= auto
 
 # The suite runs in PYTEST_WORKERS pytest-xdist workers: most tests wait on a process they started (a run, its
@@ -21,7 +25,7 @@ STACK ?= auto
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: install run lint format test test-current test-slow bench
+.PHONY: install run lint format test test-current test-jax test-slow bench
 install:
 	CIFAR_DIST_STACK=$(STACK) bash scripts/install.sh
 
@@ -39,16 +43,23 @@ format: install
 
 # The default suite on .venv's stack (tests marked horovod skip, saying why, where Horovod is absent); then, beside
 # a horovod stack, the current stack's own pass: the tests marked both_stacks (engine-independent ones, the JAX
-# engine's end-to-end tests, runs without Horovod) in a venv of the newest TensorFlow, Keras and JAX.
+# engine's end-to-end tests, runs without Horovod) in a venv of the newest TensorFlow, Keras and JAX; then the jax
+# stack's pass: the tests marked jax_stack (engine=jax, data, the GPU choice) in a venv where TensorFlow is not
+# installed at all (Python 3.12, the jax extra alone; tests/conftest.py collects only the modules that hold them).
 test: lint
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not serial"
 	$(PY) -m pytest -m "not slow and serial" || [ $$? -eq 5 ]  # 5: none selected
 	@if [ "$$(cat .venv/cifar_dist_stack 2>/dev/null)" = horovod ]; then $(MAKE) --no-print-directory test-current; fi
+	@$(MAKE) --no-print-directory test-jax
 
 test-current:
 	CIFAR_DIST_VENV=$(CURRENT) CIFAR_DIST_STACK=current bash scripts/install.sh
 	$(CURRENT)/bin/python -m pytest $(PYTEST_PARALLEL) -m "both_stacks and not slow and not serial"
 	$(CURRENT)/bin/python -m pytest -m "both_stacks and not slow and serial" || [ $$? -eq 5 ]
+
+test-jax:
+	CIFAR_DIST_VENV=$(JAX_VENV) CIFAR_DIST_STACK=jax PYTHON=$(JAX_PYTHON) bash scripts/install.sh
+	$(JAX_VENV)/bin/python -m pytest $(PYTEST_PARALLEL) -m "jax_stack and not slow and not serial"
 
 test-slow: install
 	$(PY) -m pytest -m slow

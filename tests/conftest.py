@@ -30,6 +30,16 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.serial)
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Where TensorFlow is not installed (the jax stack's pass of ``make test``), only the test modules that hold
+    tests marked ``jax_stack`` are collected: the others may import TensorFlow, tf-keras or Horovod as they load."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if importlib.util.find_spec("tensorflow") is not None:
+        return None
+    return True if "jax_stack" not in collection_path.read_text() else None
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``horovod`` are skipped, each saying why in one line, where Horovod is not installed."""
     if importlib.util.find_spec("horovod") is not None:

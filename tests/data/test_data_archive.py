@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 from cifar_dist.data import DataError, load_dataset
 from helpers.cifar_fixtures import batch_files, download_cfg, member, random_batches, tar_bytes, write_folder
 
-pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack]  # also run on the current and jax stacks (Makefile)
 
 TRAIN, TEST = random_batches(n_train_batches=3, per_batch=12, n_test=10, seed=1)
 FILES = batch_files(TRAIN, TEST)

@@ -13,7 +13,7 @@ from cifar_dist.data import DataError
 from cifar_dist.data.batches import read_batch_file, read_images, unpickle
 from helpers.cifar_fixtures import batch_bytes, batch_files, random_batches, write_folder
 
-pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack]  # also run on the current and jax stacks (Makefile)
 
 FIX = "point data.path at a good copy"
 

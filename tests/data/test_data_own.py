@@ -241,7 +241,10 @@ def test_a_factory_is_called_with_the_seed_and_its_kwargs(factory_module):
             "nosuchmodule.make",
             r"^data._target_=nosuchmodule.make cannot be imported \(.*\); put its module on PYTHONPATH",
         ),
-        ("myfactory.wrong", r"^data._target_=myfactory.wrong returned dict, not cifar_dist.data.DataArrays, DataSources"),
+        (
+            "myfactory.wrong",
+            r"^data._target_=myfactory.wrong returned dict, not cifar_dist.data.DataArrays, DataSources",
+        ),
     ],
 )
 def test_a_bad_factory_gives_one_line(factory_module, target, message):

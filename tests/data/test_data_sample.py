@@ -11,7 +11,7 @@ from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
 from helpers.paths import REPO, shared_path
 
-pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
+pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack]  # also run on the current and jax stacks (Makefile)
 
 SAMPLE = REPO / "cifar_dist" / "data" / "sample" / "cifar-10-sample.tar.gz"
 

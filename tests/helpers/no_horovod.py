@@ -22,6 +22,9 @@ def env_without_horovod(site: Path) -> dict:
     return env_without(site, "horovod")
 
 
+NOT_ON_THE_JAX_STACK = ("tensorflow", "tf_keras", "horovod")  # (tf-keras and Horovod need TensorFlow)
+
+
 def env_without_tensorflow(site: Path) -> dict:
-    """No TensorFlow (nor tf-keras, which needs it): a jax-stack process on the horovod stack."""
-    return env_without(site, "tensorflow", "tf_keras")
+    """No TensorFlow, tf-keras or Horovod: a jax-stack process, made on the horovod stack."""
+    return env_without(site, *NOT_ON_THE_JAX_STACK)
