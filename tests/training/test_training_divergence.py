@@ -8,10 +8,11 @@ TensorFlow loads unless the user set it).
 
 import json
 import math
+import textwrap
 
 import pytest
 
-from helpers.cli import cli_env, error_lines, run_cli
+from helpers.cli import QUIET_RUN, cli_env, error_lines, one_error_line, run_cli, tiny_cifar
 
 TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "This TensorFlow binary is optimized")
 
@@ -40,3 +41,54 @@ def test_a_diverging_run_stops_with_one_line_and_the_console_has_no_tensorflow_n
         assert all(math.isfinite(e["loss"]) for e in metrics["epochs"])
     console = proc.stdout + proc.stderr
     assert not [n for n in TF_NOISE if n in console], console[:3000]
+
+
+DEAD_WEIGHTS = textwrap.dedent(
+    """
+    import keras
+    import numpy as np
+
+
+    @keras.saving.register_keras_serializable("deadlayers")
+    class Poisoned(keras.layers.Layer):
+        '''Passes its input through; in training, turns a weight of its own to NaN, which no output shows.'''
+
+        def build(self, input_shape):
+            self.poison = self.add_weight(shape=(3,), initializer="ones", trainable=False, name="poison")
+
+        def call(self, inputs, training=False):
+            if training:
+                self.poison.assign(self.poison * float("nan"))
+            return inputs
+
+
+    def build(num_classes):
+        inputs = keras.Input((32, 32, 3))
+        x = keras.layers.Flatten()(Poisoned(name="dead")(inputs))
+        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
+    """
+)
+
+
+@pytest.mark.jax_stack
+@pytest.mark.both_stacks
+@pytest.mark.parametrize("engine", ["engine=jax", "engine=auto"])
+def test_dead_weights_behind_a_finite_loss_stop_the_run_before_anything_is_saved(tiny_data, tmp_path, engine):
+    """Issue 47, item 4: a NaN weight the loss does not show (here a layer's own weight no output reads; in the
+    reported run a ReLU net's) stops the run in one line naming the layer and the epoch, on every engine, before a
+    checkpoint or the final model is written, and the run is not marked complete."""
+    (tmp_path / "deadmodels.py").write_text(DEAD_WEIGHTS)
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "dead.yaml").write_text("_target_: deadmodels.build\n")
+    run_dir = tmp_path / "run"
+    proc = run_cli(
+        "--config-dir", "conf", "model=dead", engine, *tiny_cifar(tiny_data), "trainer.epochs=2", *QUIET_RUN,
+        f"hydra.run.dir={run_dir}", cwd=tmp_path, env=cli_env(PYTHONPATH=str(tmp_path)), timeout=600,
+    )  # fmt: skip
+    line = one_error_line(proc)
+    assert "training diverged: layer dead's weight poison holds NaN after epoch 1" in line, line
+    assert not list((run_dir / "checkpoints").glob("checkpoint-*")) and not (run_dir / "saved_models").exists()
+    assert (
+        not (run_dir / "metrics.json").exists()
+        or json.loads((run_dir / "metrics.json").read_text())["complete"] is False
+    )
