@@ -95,3 +95,36 @@ def test_written_files_get_the_umask_mode_not_mkstemps_0600(tmp_path):
         os.umask(old)
     assert (tmp_path / "m.h5").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "metrics.json").stat().st_mode & 0o777 == 0o644
+
+
+class _Model:
+    """What AtomicCheckpoint reads of a model: whether a callback stopped training."""
+
+    stop_training = False
+
+
+@pytest.mark.parametrize(
+    "interval, stops_after, written",
+    [
+        (0.0, None, [1, 2, 3, 4]),  # every epoch (the default)
+        (3600.0, None, [4]),  # the run's last epoch only
+        (3600.0, 2, [2]),  # the epoch a stop signal or trainer.max_epochs_per_run stops after: resumable there
+    ],
+)
+def test_a_checkpoint_interval_writes_less_often_but_always_the_epoch_a_run_ends_with(
+    tmp_path, monkeypatch, interval, stops_after, written
+):
+    from cifar_dist.training.callbacks import AtomicCheckpoint
+
+    saved = []
+    monkeypatch.setattr(checkpoints, "atomic_save_model", lambda model, path, include_optimizer: saved.append(path))
+    callback = AtomicCheckpoint(tmp_path, keep=0, interval_s=interval)
+    model = _Model()
+    callback.set_model(model)
+    callback.set_params({"epochs": 4})
+    for epoch in range(4):
+        model.stop_training = epoch + 1 == stops_after
+        callback.on_epoch_end(epoch)
+        if model.stop_training:
+            break
+    assert [int(p.stem.split("-")[1]) for p in saved] == written
