@@ -35,7 +35,7 @@ def test_each_engine_carries_its_listed_facts_and_answers_the_jit_check_itself()
     from cifar_dist.training.engines.jax import JaxEngine
     from cifar_dist.training.engines.tensorflow import TensorflowEngine
 
-    classes = {cls.name: cls for cls in (HorovodEngine, JaxEngine, TensorflowEngine)}
+    classes = {cls.facts.name: cls for cls in (HorovodEngine, JaxEngine, TensorflowEngine)}
     assert sorted(classes) == sorted(ENGINES) and sorted(ENGINE_SCHEMAS) == sorted([*ENGINES, AUTO])
     assert all(cls.facts is ENGINES[name] for name, cls in classes.items())
     on_cpu = {}
