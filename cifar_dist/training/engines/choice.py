@@ -109,7 +109,7 @@ def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
         return None
     saved = run_dir / SAVED_CONFIG
     name = engine_of(OmegaConf.load(saved)).name if saved.is_file() else None
-    return name if name in ENGINE_SCHEMAS and name != AUTO else None
+    return name if engine_facts(name) is not None else None  # (auto, or no engine: None)
 
 
 def horovod_reason(launcher_builds_environment: bool) -> Optional[str]:
