@@ -58,6 +58,11 @@ class EngineFacts:
         return "horovod" in self.packages
 
     @property
+    def needs_tensorflow(self) -> bool:
+        """Needs TensorFlow where the job runs: its models (Keras 2, Keras 3 on TensorFlow's backend) run on it."""
+        return "tensorflow" in self.packages
+
+    @property
     def needs_jax(self) -> bool:
         """Needs JAX installed where the job runs."""
         return "jax" in self.packages

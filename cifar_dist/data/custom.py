@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError, reason
-from cifar_dist.data.checks import check_arrays
+from cifar_dist.data.checks import check_arrays, check_elements
 from cifar_dist.data.sources import DataSources, read_sources
 
 RETURNS = "cifar_dist.data.DataArrays, DataSources or (with TensorFlow) DataStreams"
@@ -100,7 +100,6 @@ def _named(data: DataArrays, source: str) -> DataArrays:
 
 
 def _checked_streams(streams, target: str):
-    from cifar_dist.data.checks import check_elements
     from cifar_dist.data.streams import DataStreams  # lazy: TensorFlow (the factory loaded it)
 
     if streams.source == DataStreams.source:  # the default: name the factory instead

@@ -13,13 +13,16 @@ decodes them all once, into memory and onto the device (``load_folder_arrays``).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import AbstractSet, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import REFUSE, bad_images
+from cifar_dist.data.sources import host_memory_budget
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif"})
 
@@ -124,8 +127,6 @@ def decode_file(path, image_size: int) -> np.ndarray:
 
 def decode_files(paths: Sequence[str], image_size: int) -> np.ndarray:
     """Many image files as one uint8 array (N, S, S, 3), decoded by a pool of threads (Pillow releases the GIL)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     out = np.empty((len(paths), image_size, image_size, 3), np.uint8)
 
     def one(i: int) -> None:
@@ -163,9 +164,6 @@ def folder_split(data_cfg):
 def load_folder_arrays(data_cfg):
     """``DataArrays`` of the tree at ``data.path``: every image decoded into memory once (engine=jax keeps them on
     the device); refused in one line when they would not fit in half of this machine's memory."""
-    from cifar_dist.data.arrays import DataArrays
-    from cifar_dist.data.sources import host_memory_budget
-
     train, test, names, root = folder_split(data_cfg)
     size = int(data_cfg.image_size)
     needed, budget = (len(train) + len(test)) * size * size * 3, host_memory_budget()

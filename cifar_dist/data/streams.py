@@ -34,6 +34,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.pipeline import (
     _EPOCH_STRIDE,
@@ -100,8 +101,6 @@ class DataStreams:
     def as_arrays(self, budget: int):
         """Both splits read into memory, in order, as ``DataArrays`` (what engine=jax trains on): refused in one line
         when their float32 images would take more than ``budget`` bytes."""
-        from cifar_dist.data.arrays import DataArrays
-
         needed = (self.train_size + self.test_size) * int(np.prod(self.image_shape)) * 4
         if needed > budget:
             raise DataError(

@@ -27,6 +27,7 @@ from cifar_dist.common.keras_flavor import version_of
 from cifar_dist.rundir import checkpoints
 from cifar_dist.rundir.stack import keep_earlier_stack
 from cifar_dist.training.artifacts import plot_learning_curves, read_metrics_to_resume, trim_csv_log
+from cifar_dist.training.callbacks import EpochCSVLogger, EpochTensorBoard, MetricsRecorder
 from cifar_dist.training.recipe import hooks as recipe
 
 if TYPE_CHECKING:
@@ -99,8 +100,6 @@ def tensorflow_version():
 def epoch_writers(run: Run, metrics: Dict[str, Any], initial_epoch: int, previous_wall: float) -> list:
     """Rank 0's Keras callbacks that write each epoch down: the CSV log, TensorBoard (trainer.tensorboard) and
     metrics.json (``metrics``, with the wall time so far); the trainer puts the checkpoint after them."""
-    from cifar_dist.training.callbacks import EpochCSVLogger, EpochTensorBoard, MetricsRecorder
-
     writers = [EpochCSVLogger(str(run.output_dir / "training_log.csv"), append=bool(initial_epoch))]
     if run.trainer.tensorboard:
         writers.append(EpochTensorBoard(run.output_dir / "tensorboard"))

@@ -48,6 +48,7 @@ from cifar_dist.config.schema import typed
 from cifar_dist.config.validation import validate
 from cifar_dist.data import load_dataset
 from cifar_dist.data.checks import check_same_on_every_rank
+from cifar_dist.data.sampling import steps_per_epoch
 from cifar_dist.models import checks as model_checks
 from cifar_dist.models.builder import check_builder
 from cifar_dist.models.keras_checks import import_failure
@@ -195,7 +196,7 @@ def start_run(cfg: DictConfig, output_dir: Path):
         raise import_failure(exc, cfg.engine.name) from None
     flavor = model_setup.probe_model_flavor(cfg)  # before any data is read: a model that cannot train here fails now
     engine.distribute_models()  # ENGINE (JAX): every model built from here on is one model over all processes
-    on_tensorflow = flavor == KERAS2 or engine.facts.keras3_backend == "tensorflow"
+    on_tensorflow = flavor == KERAS2 or engine.facts.needs_tensorflow
     policy = prepare_keras(
         flavor,
         engine.rank_seed(t.seed),
@@ -232,8 +233,6 @@ def build_model(run: Run, data):
 
     Returns the model and the compile arguments the final (TTA) test reuses.
     """
-    from cifar_dist.data.sampling import steps_per_epoch
-
     t, world = run.trainer, run.world
     # (model_kwargs: a model.num_classes that disagrees with the data is one line)
     model = model_setup.instantiate_model(
