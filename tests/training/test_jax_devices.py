@@ -95,3 +95,18 @@ def test_the_compilation_cache_goes_where_the_config_says_and_jaxs_own_setting_w
     theirs = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "theirs")}
     assert use_compilation_cache(fake_jax, str(tmp_path / "mine"), environ=theirs) == str(tmp_path / "theirs")
     assert use_compilation_cache(fake_jax, "", environ={}) is None
+
+
+def test_a_device_out_of_memory_is_one_line_saying_what_to_change():
+    from cifar_dist.training.engines.jax_fit import DeviceOutOfMemory, out_of_memory_in_one_line
+
+    xla_says = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 81604378624 bytes.\nBufferAssignment: ..."
+    with pytest.raises(DeviceOutOfMemory) as caught:
+        with out_of_memory_in_one_line("training"):
+            raise RuntimeError(xla_says)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("the device ran out of memory while training (RESOURCE_EXHAUSTED")
+    assert "lower trainer.batch_size" in line and "data.placement=stream" in line and "re-run to resume" in line
+    with pytest.raises(ValueError, match="^something else$"):  # any other error passes as it is
+        with out_of_memory_in_one_line("training"):
+            raise ValueError("something else")

@@ -230,16 +230,18 @@ class JaxEngine(Engine):
 
     def fit(self, model, train, validation, **settings):
         """Keras' JAX training loop, fed from the device (``jax_fit.fit``)."""
-        from cifar_dist.training.engines.jax_fit import fit  # lazy: JAX
+        from cifar_dist.training.engines.jax_fit import fit, out_of_memory_in_one_line  # lazy: JAX
 
         average = self.average_numbers if self.world.size > 1 else None  # each process validates its slice
-        return fit(model, train, validation=validation, average=average, timings=self.timings, **settings)
+        with out_of_memory_in_one_line("training"):
+            return fit(model, train, validation=validation, average=average, timings=self.timings, **settings)
 
     def evaluate(self, model, stream, outputs=("",)) -> dict:
         """``model.evaluate(..., return_dict=True)`` of this process's ``stream``, computed here alone."""
-        from cifar_dist.training.engines.jax_fit import evaluate  # lazy: JAX
+        from cifar_dist.training.engines.jax_fit import evaluate, out_of_memory_in_one_line  # lazy: JAX
 
-        return evaluate(model, stream, outputs)
+        with out_of_memory_in_one_line("scoring the test set"):
+            return evaluate(model, stream, outputs)
 
     def ramps_lr_in_schedule(self, flavor: int) -> bool:
         """Warmup and step decay are the Keras 3 lr schedule's (``schedules.HorovodLr``)."""

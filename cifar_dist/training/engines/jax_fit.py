@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_callback import implements_batch_hooks
 from cifar_dist.training.engines.jax_data import (
     AXIS,
@@ -49,6 +51,28 @@ from cifar_dist.training.engines.jax_data import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class DeviceOutOfMemory(CifarDistError, RuntimeError):
+    """The device ran out of memory; the checkpoints written before stay."""
+
+
+@contextmanager
+def out_of_memory_in_one_line(what: str) -> Iterator[None]:
+    """XLA's RESOURCE_EXHAUSTED (a device out of memory, its message a page of allocations) as one line that says
+    what to change; every other error as it is."""
+    try:
+        yield
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        if "RESOURCE_EXHAUSTED" not in first:
+            raise
+        raise DeviceOutOfMemory(
+            f"the device ran out of memory while {what} ({first[:160]}); lower trainer.batch_size, use a smaller "
+            "model, or data.placement=stream to keep the training images on the host (the checkpoints written "
+            "before stay: re-run to resume)"
+        ) from None
+
 
 EVAL_CHUNK_BATCHES = 64  # evaluation images go to the device this many batches at a time
 
