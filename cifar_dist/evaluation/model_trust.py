@@ -63,17 +63,18 @@ def builtin_names(keras3: bool = False) -> Set[str]:
 
 
 def own_layers() -> Set[str]:
-    """Registered names of this package's own layers (cifar_dist.models.blocks): installed code, not the file's."""
-    import tensorflow as tf  # lazy: TensorFlow
+    """Registered names of this package's own layers (``blocks.custom_layers``): installed code, not the file's.
 
-    from cifar_dist.models import blocks  # lazy: TensorFlow
+    Read from Keras 3's registry (Keras 3 is always installed; tf.keras registers the same names)."""
+    import keras  # lazy: Keras
+
+    from cifar_dist.models.blocks import custom_layers  # lazy: defines the layers
 
     names = set()
-    for value in vars(blocks).values():
-        if isinstance(value, type) and issubclass(value, tf.keras.layers.Layer):
-            registered = tf.keras.utils.get_registered_name(value)
-            if registered.startswith(PACKAGE + ">"):
-                names.add(registered)
+    for value in vars(custom_layers(keras)).values():
+        registered = keras.saving.get_registered_name(value)
+        if registered.startswith(PACKAGE + ">"):
+            names.add(registered)
     return names
 
 

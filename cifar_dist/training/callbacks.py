@@ -43,6 +43,11 @@ class EpochCSVLogger(Callback):
         self.append = append
         self.keys: Optional[List[str]] = None
 
+    def on_train_begin(self, logs: Dict[str, Any] | None = None) -> None:
+        """Create the file (empty, or kept as it is with ``append``) when training starts, as Keras' CSVLogger
+        does: a run that stops in its first epoch (a diverged loss) keeps its run dir and the reason in its log."""
+        Path(self.filename).open("a" if self.append else "w").close()
+
     def on_epoch_end(self, epoch: int, logs: Dict[str, Any] | None = None) -> None:
         logs = {key: _fetched(value) for key, value in (logs or {}).items()}
         if self.keys is None and logs:

@@ -167,7 +167,7 @@ def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, t
     proc = run_cli(
         *tiny_run,
         "trainer.epochs=1",
-        *aml_overrides(fake_aml, run_dir, snapshot_cache),
+        *aml_overrides(fake_aml, run_dir, snapshot_cache, data="cifar10"),  # tiny_run's data, not the sample's
         env=aml_env(fake_aml),
         cwd=project,
         timeout=600,
@@ -199,7 +199,9 @@ def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, 
 def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(project, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
-        *RUN, "model=k2", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}", cwd=project, timeout=300
+        *(*RUN, "model=k2", "data=cifar10", "data.path=/nonexistent/not-read.tar.gz", f"hydra.run.dir={run_dir}"),
+        cwd=project,
+        timeout=300,
     )
     line = one_error_line(proc)
     for word in ("model._target_=mymodels2.build", "Keras 2 (tf.keras)", "engine=jax", "import keras"):

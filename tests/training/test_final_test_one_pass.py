@@ -18,6 +18,7 @@ from cifar_dist.data import load_dataset
 from cifar_dist.data.streams import eval_input
 from cifar_dist.models.airbench import build as build_airbench
 from cifar_dist.models.tta import views, with_tta
+from cifar_dist.training.engines.tf_data_loop import TfDataLoop
 from cifar_dist.training.exact_test import evaluate_exact
 from cifar_dist.training.recipe import hooks as recipe
 
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.xdist_group("final_test")  # one worker trains trained_
 
 
 class OneRank:
-    """Horovod's object collectives for a world of one rank."""
+    """An engine of one rank on tf.data: Keras' evaluate (TfDataLoop's), Horovod's object collectives."""
+
+    evaluate = staticmethod(lambda model, stream, outputs=("",): TfDataLoop.evaluate(None, model, stream, outputs))
 
     @staticmethod
     def allgather_object(obj):

@@ -199,6 +199,7 @@ def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path
     proc = run_cli(
         *RUN,
         f"model={model}",
+        "data=cifar10",  # a data option that reads data.path (data=sample refuses one)
         "data.path=/nonexistent/not-read.tar.gz",
         f"hydra.run.dir={run_dir}",
         cwd=project,

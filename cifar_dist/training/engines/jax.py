@@ -61,6 +61,7 @@ from cifar_dist.training.engines.world import (
     under_open_mpi,
 )
 from cifar_dist.training.process.gloo_host import bind_gloo
+from cifar_dist.training.process.tf_console import load_tensorflow_quietly_if_installed
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class JaxEngine(Engine):
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
             join_peers(jax, gpus.local_device_ids)
         check_backend(jax, gpus, accelerator)
+        load_tensorflow_quietly_if_installed()  # after JAX's backend: Keras would load it, noisily, at the first save
         device = jax.local_devices()[0]
         world = World(
             jax.process_index(),

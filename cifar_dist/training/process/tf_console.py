@@ -79,3 +79,19 @@ def filtered_native_stderr(environ: Optional[MutableMapping[str, str]] = None) -
             ]
             if kept:
                 os.write(2, b"".join(kept))
+
+
+def load_tensorflow_quietly_if_installed() -> None:
+    """Import TensorFlow now, its start-up noise filtered, where it is installed but no engine of this process needs it.
+
+    Keras 3 imports TensorFlow on any backend whenever it is installed (its
+    serializer asks ``tf.available``: every saved model and checkpoint), at a
+    moment no filter covers; on engine=jax that printed the CUDA lines above.
+    Loading it here costs nothing that saving the first model would not."""
+    import importlib.util
+
+    if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
+        return
+    quiet_by_default()
+    with filtered_native_stderr():
+        import tensorflow  # noqa: F401  (lazy: only where installed; Keras would import it anyway)
