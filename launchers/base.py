@@ -11,6 +11,7 @@ parent's output directory, with the in-process launcher inside.
 from __future__ import annotations
 
 import abc
+import importlib.util
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -177,6 +178,12 @@ class Launcher(abc.ABC):
             return []
         if facts.needs_horovod and not (self.builds_own_environment or horovod_installed()):
             return [f"engine={engine}: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
+        missing = [p for p in facts.peer_packages if importlib.util.find_spec(p) is None]
+        if missing and self.processes() > 1 and not self.builds_own_environment:
+            return [
+                f"engine={engine} on {self.processes()} processes needs {', '.join(missing)} where the job runs, and "
+                f"it is not installed here: pip install {' '.join(missing)} (cifar_dist's mpi extra)"
+            ]
         if not facts.multi_process and self.processes() > 1:
             return [
                 f"engine={engine} trains in one process, but this launch has {self.processes()}: use engine=jax "

@@ -14,7 +14,8 @@ to the horovod stack's one process:
 Variants (``--variants``), each run on every stack it applies to:
 
 - ``one``: one process, no engine named (engine=auto: horovod on the horovod stack, tensorflow on the current);
-- ``two``: ``launcher=mpirun launcher.np=2``, no engine named (horovod; jax on the current stack);
+- ``two``: ``launcher=mpirun launcher.np=2``, no engine named (horovod; on the current stack tensorflow, its
+  gradients averaged over MPI, since issue 48: jax before);
 - ``jax_one``/``jax_two``: ``engine=jax`` on 1 and 2 processes (the JAX engine's own 2 ÷ 1 scaling);
 - ``jax_two_unbound``: ``engine=jax`` on 2 processes without core binding (``launcher.bind_to=none``);
 - ``jax_two_mpi``: ``engine=jax`` on 2 processes with JAX's MPI collectives instead of Gloo's TCP ones

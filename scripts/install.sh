@@ -20,8 +20,8 @@
 #      source against it, with MPI and Gloo; the wheel is cached in $CIFAR_DIST_WHEEL_CACHE
 #      (default ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (3-15 minutes once)
 #   3. this package, editable, with the azure, dev, optuna (hydra/sweeper=optuna), tracking
-#      (MLflow) and jax (engine=jax) extras; the horovod and current stacks add tensorflow, the
-#      horovod stack also horovod and mpi (mpi4py: concurrent sweeps)
+#      (MLflow) and jax (engine=jax) extras; the horovod and current stacks add tensorflow and mpi
+#      (mpi4py: concurrent sweeps; engine=tensorflow's processes), the horovod stack also horovod
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -185,7 +185,7 @@ PYEOF
     say "ready (horovod stack): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"
 elif [ "$STACK" = current ]; then
     # 3. This package and the newest TensorFlow, Keras and JAX its ranges allow (wheels; pure-Python sdists only)
-    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tensorflow,tracking]"
+    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,mpi,optuna,tensorflow,tracking]"
     say "ready (current stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("tensorflow", "tf-keras", "keras", "jax")))')"
 else
     # 3. This package, Keras 3 and the newest JAX, without TensorFlow (no extra asks for it)

@@ -51,6 +51,8 @@ class EngineFacts:
     # The variable through which launcher=mpirun tells the processes where they meet (``host:port``), for an engine
     # whose processes need an address that Open MPI 5 does not give them; "" for none.
     coordinator_env: str = ""
+    # The packages it needs besides ``packages`` where a job of several processes runs (one process needs none).
+    peer_packages: Tuple[str, ...] = ()
 
     @property
     def needs_horovod(self) -> bool:
@@ -97,15 +99,16 @@ JAX = EngineFacts(
 )
 TENSORFLOW = EngineFacts(
     name="tensorflow",
-    multi_process=False,
+    multi_process=True,  # one process alone; several average their gradients over MPI (training/engines/mpi_peers.py)
     keras_versions=(2, 3),
     keras3_backend="tensorflow",
-    xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (GPU builds only)
-    splits_into_mpi_groups=False,  # one process: no group of an mpirun
-    peers_from_mpi_or_slurm=False,  # no peers
+    xla_only=False,  # TensorFlow runs the steps; trainer.jit_compile asks for XLA (one process on a GPU only)
+    splits_into_mpi_groups=True,  # its MPI communicator is the group's (launcher.concurrent)
+    peers_from_mpi_or_slurm=True,  # MPI_Init under mpirun or srun --mpi=pmix; horovodrun's Gloo sets neither
     keras_fit=True,
     engine_class="cifar_dist.training.engines.tensorflow.TensorflowEngine",
     packages=("tensorflow",),
+    peer_packages=("mpi4py",),  # the MPI allreduce of several processes
 )
 
 ENGINES: Dict[str, EngineFacts] = {facts.name: facts for facts in (HOROVOD, JAX, TENSORFLOW)}

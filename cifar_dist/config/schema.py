@@ -398,8 +398,8 @@ class EngineConfig:
 class AutoEngineConfig(EngineConfig):
     """engine=auto (the default): the engine is chosen when the job is launched, and recorded (the run dir's
     .hydra/config.yaml, metrics.json, the log): horovod where Horovod is installed; else tensorflow for one
-    process and jax for several. A resume keeps the engine its checkpoints were trained on.
-    training/engines/choice.py, docs/engines.md."""
+    process and for several on CPUs, jax for several with GPUs. A resume keeps the engine its checkpoints were
+    trained on. training/engines/choice.py, docs/engines.md."""
 
     name: str = AUTO
     # null: the chosen engine's default (2 on horovod and tensorflow, 3 on jax)
@@ -428,8 +428,9 @@ class JaxEngineConfig(EngineConfig):
 @config_option("engine", TENSORFLOW.name)
 @dataclass
 class TensorflowEngineConfig(EngineConfig):
-    """engine=tensorflow: one process on TensorFlow alone, no Horovod; Keras 2 and Keras 3 (on TensorFlow)
-    models alike. What engine=auto trains one process on where Horovod is not installed. docs/engines.md."""
+    """engine=tensorflow: TensorFlow's kernels in every process, no Horovod; several processes average their
+    gradients over MPI (mpi4py); Keras 2 and Keras 3 (on TensorFlow) models alike. What engine=auto trains on
+    where Horovod is not installed: one process, or several on CPUs. docs/engines.md."""
 
     name: str = TENSORFLOW.name
 

@@ -101,6 +101,11 @@ def engine_jax_requirements() -> List[str]:
     return [_bare(r) for r in _requirements() if re.search(r"""extra\s*==\s*["']jax["']""", r)]
 
 
+def engine_tensorflow_requirements() -> List[str]:
+    """The ``mpi`` extra's pins (mpi4py), so that the environment runs ``engine=tensorflow`` on several processes."""
+    return [_bare(r) for r in _requirements() if re.search(r"""extra\s*==\s*["']mpi["']""", r)]
+
+
 def _requirements() -> List[str]:
     try:
         return importlib.metadata.requires("cifar_dist") or []
@@ -119,7 +124,7 @@ def dockerfile(settings: Settings) -> str:
     registers an environment with ``jax[cuda12]``, ``launcher.environment``),
     then Horovod built against them with MPI."""
     others, horovod = pinned_requirements()
-    others += engine_jax_requirements()
+    others += engine_jax_requirements() + engine_tensorflow_requirements()
     conf = settings.conf
     return "\n".join(
         [

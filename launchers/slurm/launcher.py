@@ -82,6 +82,10 @@ class SlurmLauncher(ClusterLauncher):
     def processes(self) -> int:
         return self.conf.world_size
 
+    def gpus_requested(self) -> bool:
+        """Whether the job asks Slurm for GPUs (engine=auto: several processes with GPUs train on JAX)."""
+        return bool(self.conf.gpus_per_node) or "gpu" in (self.conf.gres or "")
+
     def config_problems(self):
         return stall_timeout_problems(self.conf.stall_shutdown_s) + problems(self.conf)
 

@@ -360,7 +360,7 @@ def test_launchers_refuse_an_engine_by_its_facts_not_its_name(monkeypatch):
     from cifar_dist.launchers.mpirun import MpirunLauncher
 
     like_jax = dataclasses.replace(engine_facts.JAX, name="likejax")
-    one_process = dataclasses.replace(engine_facts.TENSORFLOW, name="single")
+    one_process = dataclasses.replace(engine_facts.TENSORFLOW, name="single", multi_process=False)
     monkeypatch.setitem(engine_facts.ENGINES, like_jax.name, like_jax)
     monkeypatch.setitem(engine_facts.ENGINES, one_process.name, one_process)
 

@@ -5,15 +5,14 @@ it unimportable for the command they start (``without_horovod``: a
 ``sitecustomize`` that marks the module missing, as an uninstalled one is).
 Either way: the default command trains in one process on TensorFlow alone,
 says which engine and why (log, ``.hydra/config.yaml``, ``metrics.json``) and
-a resume keeps that engine, even where Horovod is back; 2 mpirun processes
-train on JAX and stay in sync; ``engine=horovod`` and Keras 2 on several
-processes are refused in one line that says how to get Horovod, with no run
-dir left behind.
+a resume keeps that engine, even where Horovod is back; ``engine=horovod`` is
+refused in one line that says how to get Horovod, with no run dir left
+behind. (Several processes train on TensorFlow too, their gradients averaged
+over MPI: tests/training/test_engine_tensorflow.py.)
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -65,32 +64,6 @@ def test_engine_horovod_is_refused_in_one_line_saying_how_to_get_it(without_horo
     line = one_error_line(run_cli(*FAST, "engine=horovod", f"hydra.run.dir={run_dir}", env=without_horovod))
     assert "engine=horovod: Horovod is not installed" in line and "CIFAR_DIST_STACK=horovod" in line
     assert not run_dir.exists()
-
-
-def test_keras_2_on_several_processes_is_refused_before_anything_is_written(without_horovod, tmp_path):
-    run_dir = tmp_path / "run"
-    overrides = ("launcher=mpirun", "launcher.np=2", "engine.keras=2", f"hydra.run.dir={run_dir}")
-    line = one_error_line(run_cli(*FAST, *overrides, env=without_horovod))
-    assert "only Horovod trains" in line and "CIFAR_DIST_STACK=horovod" in line
-    assert not run_dir.exists()
-
-
-@pytest.mark.mpi
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
-def test_two_mpirun_processes_train_on_jax_in_sync(without_horovod, tiny_data, tmp_path):
-    run_dir = tmp_path / "run"
-    two = ("launcher=mpirun", "launcher.np=2", "trainer.epoch_policy=shard")
-    assert_ok(run_cli(*trains_fast(tiny_data), *two, f"hydra.run.dir={run_dir}", env=without_horovod))
-    metrics = read_metrics(run_dir)
-    assert metrics["run"]["engine"] == "jax" and metrics["ranks"] == 2
-    assert metrics["ranks_in_sync"] is True
-    assert "2 processes train on JAX" in metrics["run"]["engine_reason"]
-    assert saved_engine(run_dir) == {
-        "name": "jax",
-        "keras": 3,
-        "why": "engine=auto: Horovod is not installed; 2 processes train on JAX (Keras 3)",
-    }
-    assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
 
 
 def test_an_azure_ml_job_names_horovod_because_its_launcher_builds_the_jobs_environment(

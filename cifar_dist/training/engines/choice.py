@@ -8,9 +8,13 @@ The rule (docs/engines.md, "Which engine runs"):
    job's own environment with it: Azure ML, Batch AI), ``horovod``: the
    horovod stack trains as it always has;
 3. else one process trains on ``tensorflow`` (TensorFlow alone, the same
-   speed: nothing to average), several on ``jax`` (Keras 3's own data
-   parallelism; the built-in models are built in Keras 3 there); where
-   TensorFlow is not installed (the jax stack), every job trains on ``jax``.
+   speed: nothing to average), and so do several on CPUs (TensorFlow's
+   kernels in every process, the gradients averaged over MPI: XLA's CPU
+   convolutions are ~0.4x TensorFlow's); several processes with GPUs train on
+   ``jax`` (Keras 3's own data parallelism, the data on the device; the
+   built-in models are built in Keras 3 there), but Keras 2 models
+   (``engine.keras=2``) on ``tensorflow``; where TensorFlow is not installed
+   (the jax stack), every job trains on ``jax``.
 
 ``resolve_engine`` replaces ``cfg.engine`` by the chosen engine's node, so
 that Hydra's ``.hydra/config.yaml`` records the engine that ran; the reason
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +49,7 @@ from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
 from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.training.engines.jax_devices import host_gpu_count, visible_gpus
 from cifar_dist.training.engines.world import processes_from_env
 
 log = logging.getLogger(__name__)
@@ -68,9 +74,10 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None) -> tuple:
+def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None, gpus: bool = False) -> tuple:
     """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3);
-    ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not."""
+    ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not; ``gpus``: whether its
+    processes train on GPUs (``processes_have_gpus``)."""
     if horovod_where:
         return HOROVOD.name, f"engine=auto: {horovod_where}"
     if not tensorflow_installed():
@@ -82,23 +89,41 @@ def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = 
         return JAX.name, f"engine=auto: TensorFlow is not installed; {processes} process(es) train on JAX (Keras 3)"
     if processes == 1:
         return TENSORFLOW.name, "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
-    if keras == 2:
-        raise EngineChoiceError(
-            f"engine.keras=2 asks for Keras 2 models on {processes} processes, which only Horovod trains: "
-            f"{HOROVOD_HINT}, or drop engine.keras=2 (engine=jax builds the built-in models in Keras 3)"
+    if not gpus:
+        return TENSORFLOW.name, (
+            f"engine=auto: Horovod is not installed; {processes} processes on CPUs train on TensorFlow, "
+            "their gradients averaged over MPI"
         )
-    return JAX.name, f"engine=auto: Horovod is not installed; {processes} processes train on JAX (Keras 3)"
+    if keras == 2:
+        return TENSORFLOW.name, (
+            f"engine=auto: Horovod is not installed; {processes} processes with GPUs train Keras 2 models "
+            "(engine.keras=2) on TensorFlow, their gradients averaged over MPI (JAX trains Keras 3 only)"
+        )
+    return JAX.name, f"engine=auto: Horovod is not installed; {processes} processes with GPUs train on JAX (Keras 3)"
+
+
+def processes_have_gpus(launcher, accelerator: str = "auto", environ=None) -> bool:
+    """Whether the job's processes train on GPUs: not with ``trainer.accelerator=cpu``; where the launcher asks
+    its cluster for GPUs (Slurm's ``gpus_per_node``/``gres``: ``gpus_requested``), what it asks; else whether
+    this host shows any (``/dev/nvidia*``, narrowed by ``CUDA_VISIBLE_DEVICES``; read before any CUDA library
+    loads), for the processes mpirun starts here and on hosts like it."""
+    if accelerator == "cpu":
+        return False
+    asked = launcher.gpus_requested() if launcher is not None and hasattr(launcher, "gpus_requested") else None
+    if asked is not None:
+        return bool(asked)
+    return bool(visible_gpus(os.environ if environ is None else environ, host_gpu_count()))
 
 
 def runnable_engine(name: str) -> str:
     """The engine that runs a job of ``name`` in this process (an evaluation: the engine its model was trained
-    on, or the config's): ``auto`` chosen by the rule; ``horovod`` where Horovod is missing and this is the one
-    process, ``tensorflow`` (the same model, the same scores: there is nothing to average)."""
+    on, or the config's): ``auto`` chosen by the rule; ``horovod`` where Horovod is missing, ``tensorflow`` (the
+    same model, the same scores, the same slices of the test set, gathered over MPI instead of Horovod)."""
     processes = processes_from_env()
     if name == AUTO:
-        return choose(processes, horovod_reason(False))[0]
+        return choose(processes, horovod_reason(False), gpus=processes_have_gpus(None))[0]
     facts = engine_facts(name)
-    if facts is not None and facts.needs_horovod and processes == 1 and not horovod_installed():
+    if facts is not None and facts.needs_horovod and not horovod_installed():
         return TENSORFLOW.name
     return name
 
@@ -121,12 +146,14 @@ def horovod_reason(launcher_builds_environment: bool) -> Optional[str]:
 
 
 def _launcher_facts(cfg: DictConfig) -> tuple:
-    """(processes, why the job has Horovod or None) for the configured launcher (the one validation built); a
-    rank reads its environment."""
+    """(processes, why the job has Horovod or None) for the configured launcher (the one validation built), and
+    whether they have GPUs (``processes_have_gpus``); a rank reads its environment."""
     launcher = launching_launcher(cfg)
+    accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
+    gpus = processes_have_gpus(launcher, str(getattr(accelerator, "value", accelerator)))
     if launcher is None:
-        return processes_from_env(), horovod_reason(False)
-    return launcher.processes(), horovod_reason(launcher.builds_own_environment)
+        return processes_from_env(), horovod_reason(False), gpus
+    return launcher.processes(), horovod_reason(launcher.builds_own_environment), gpus
 
 
 def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[str]:
@@ -143,7 +170,8 @@ def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[
     if kept is not None:
         name, reason = kept, f"engine=auto: the run dir's checkpoints were trained on engine={kept}"
     else:
-        name, reason = choose(*_launcher_facts(cfg), keras)
+        processes, horovod_where, gpus = _launcher_facts(cfg)
+        name, reason = choose(processes, horovod_where, keras, gpus)
     chosen = OmegaConf.structured(ENGINE_SCHEMAS[name])
     chosen.why = reason
     if keras is not None:
