@@ -3,6 +3,7 @@
 # sized to fit the 15 minutes of a lent GPU machine (about 5 minutes of runs). Results: docs/benchmarks.md.
 #
 #   bash scripts/gpu_check.sh [OUT]     # OUT: where the JSON results, logs and report.md go (default /tmp/gpu_check)
+#   ONLY="cifar_dist-speedrun cifar_dist-speedrun-cached" bash scripts/gpu_check.sh   # some of the runs below only
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
@@ -24,8 +25,9 @@ fi
   KERAS_BACKEND=jax "$PY" -c 'import keras, torch; print("keras", keras.__version__, "torch", torch.__version__)' 2>&1
 } | tee "$OUT/machine.txt"
 
-bench() {  # bench NAME ARGS...: one bench_device.py run, its last line shown
+bench() {  # bench NAME ARGS...: one bench_device.py run, its last line shown (skipped where ONLY names others)
     local name=$1; shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
     timeout 300 "$PY" scripts/bench_device.py --epochs "$EPOCHS" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
         && tail -n 1 "$OUT/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/$name.log"; }
 }
