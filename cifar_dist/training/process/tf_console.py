@@ -22,6 +22,7 @@ to the ranks.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -88,8 +89,6 @@ def load_tensorflow_quietly_if_installed() -> None:
     serializer asks ``tf.available``: every saved model and checkpoint), at a
     moment no filter covers; on engine=jax that printed the CUDA lines above.
     Loading it here costs nothing that saving the first model would not."""
-    import importlib.util
-
     if "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is None:
         return
     quiet_by_default()
