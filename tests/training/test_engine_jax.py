@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import dying_model
 from helpers.cli import (
     assert_ok,
     cli_env,
@@ -330,31 +331,7 @@ def test_the_readmes_jax_line_says_what_it_costs():
     assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line
 
 
-DYING_MODEL = textwrap.dedent("""
-    import os
-    import signal
-    import threading
-    import time
-    from pathlib import Path
-
-    import keras
-
-
-    def _die_in_the_second_epoch(marker):
-        while not marker.is_file():
-            time.sleep(0.1)
-        time.sleep(1.0)
-        os.kill(os.getpid(), signal.SIGKILL)  # a peer's death, as a kill -9 or a lost node
-
-
-    def build(num_classes):
-        if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
-            marker = Path("run") / "checkpoints" / "checkpoint-001.keras"
-            threading.Thread(target=_die_in_the_second_epoch, args=(marker,), daemon=True).start()
-        inputs = keras.Input(shape=(32, 32, 3))
-        x = keras.layers.Flatten()(inputs)
-        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
-""")
+DYING_MODEL = dying_model.KERAS3
 
 
 def test_a_peers_failure_is_one_line_naming_it_and_anything_else_passes(monkeypatch):

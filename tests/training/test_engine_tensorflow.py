@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import dying_model
 from helpers.cli import assert_ok, cli_env, read_metrics, run_cli, tiny_cifar
 from helpers.keras3_project import MODEL as KERAS3_MODEL
 from helpers.no_horovod import env_without_horovod
@@ -55,31 +56,7 @@ PLAIN_KERAS2_MODEL = textwrap.dedent("""
         return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
 """)
 
-DYING_MODEL = textwrap.dedent("""
-    import os
-    import signal
-    import threading
-    import time
-    from pathlib import Path
-
-    import tensorflow as tf
-
-
-    def _die_in_the_second_epoch(marker):
-        while not marker.is_file():
-            time.sleep(0.1)
-        time.sleep(1.0)
-        os.kill(os.getpid(), signal.SIGKILL)  # a peer's death, as a kill -9 or a lost node
-
-
-    def build(num_classes):
-        if os.environ.get("OMPI_COMM_WORLD_RANK") == "1":
-            marker = Path("run") / "checkpoints" / "checkpoint-001.h5"
-            threading.Thread(target=_die_in_the_second_epoch, args=(marker,), daemon=True).start()
-        inputs = tf.keras.Input(shape=(32, 32, 3))
-        x = tf.keras.layers.Flatten()(inputs)
-        return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, activation="softmax")(x))
-""")
+DYING_MODEL = dying_model.KERAS2
 
 # The rest of engine=tensorflow's multi-process runs once, in the current stack's pass (make test-current), the
 # stack that trains on it when no engine is named; the horovod stack's pass checks the averaging alone.
