@@ -3,7 +3,10 @@ on the jax stack), made on the horovod stack."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+
+import pytest
 
 from helpers.cli import cli_env
 
@@ -28,3 +31,13 @@ NOT_ON_THE_JAX_STACK = ("tensorflow", "tf_keras", "horovod")  # (tf-keras and Ho
 def env_without_tensorflow(site: Path) -> dict:
     """No TensorFlow, tf-keras or Horovod: a jax-stack process, made on the horovod stack."""
     return env_without(site, *NOT_ON_THE_JAX_STACK)
+
+
+# A test whose engine several stacks share (engine=jax, engine=tensorflow over MPI) and that is heavy (several
+# processes, epochs) runs once, in the current stack's pass (make test-current: the stack that trains several
+# processes without Horovod), not again in the horovod stack's, whose own engine for several processes is Horovod.
+ONCE_ON_THE_CURRENT_STACK = pytest.mark.skipif(
+    importlib.util.find_spec("horovod") is not None,
+    reason="run by the current stack's pass (make test-current), where no Horovod is installed; this stack trains "
+    "several processes on Horovod",
+)

@@ -38,6 +38,7 @@ from helpers.cli import (
 )
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 from helpers.keras3_project import MODEL
+from helpers.no_horovod import ONCE_ON_THE_CURRENT_STACK
 
 pytestmark = [
     pytest.mark.mpi,
@@ -116,6 +117,7 @@ def test_two_processes_on_different_data_end_with_identical_weights(two_process_
     assert m["test"]["samples"] == 1017 and m["test"]["correct"] == round(m["test"]["accuracy"] * 1017)
 
 
+@ONCE_ON_THE_CURRENT_STACK
 def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_process_run, project, tmp_path):
     m = read_metrics(two_process_run)
     scored = tmp_path / "eval"
@@ -138,6 +140,7 @@ def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_pr
     assert "Horovod" not in (scored / "cifar_dist.log").read_text()
 
 
+@ONCE_ON_THE_CURRENT_STACK
 @pytest.mark.timeout(900)
 def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_process_run, project, tmp_path):
     # Killed in epoch 2 once checkpoint-001 is written, resumed; the straight run is the module's two_process_run.
@@ -151,6 +154,7 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_p
     assert b["test"] == a["test"]
 
 
+@ONCE_ON_THE_CURRENT_STACK
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp_path):
     run_dir = tmp_path / "run"
@@ -162,6 +166,7 @@ def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp
     assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
 
 
+@ONCE_ON_THE_CURRENT_STACK
 def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tiny_run, tmp_path):
     """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
     run_dir = tmp_path / "run"
@@ -360,6 +365,7 @@ def open_mpi_major() -> int:
     return int(found.group(1)) if found else 0
 
 
+@ONCE_ON_THE_CURRENT_STACK
 @pytest.mark.timeout(600)
 def test_a_jax_peers_death_is_one_line_on_the_survivor_not_a_traceback(tmp_path):
     """Issue 37, item 8: rank 0 printed a 25-line ``Gloo ... failed`` traceback before the launcher's summary."""

@@ -13,7 +13,7 @@ on a CPU. Checked:
 - kill -9 of one process stops the job with one line naming it; a 2-task Slurm job trains the same way;
 - the collectives themselves (``mpi_peers``) under mpirun without TensorFlow, and the one-line refusals.
 
-The horovod stack's pass runs the same-global-batch test and the collectives' only (``current_stack_pass``):
+The horovod stack's pass runs the same-global-batch test and the collectives' only (``ONCE_ON_THE_CURRENT_STACK``):
 there, Horovod trains several processes when no engine is named; the current stack's pass runs them all.
 """
 
@@ -34,7 +34,7 @@ import yaml
 from helpers import dying_model
 from helpers.cli import assert_ok, cli_env, read_metrics, run_cli, tiny_cifar
 from helpers.keras3_project import MODEL as KERAS3_MODEL
-from helpers.no_horovod import env_without_horovod
+from helpers.no_horovod import ONCE_ON_THE_CURRENT_STACK, env_without_horovod
 from helpers.paths import REPO
 
 pytestmark = [
@@ -58,13 +58,6 @@ PLAIN_KERAS2_MODEL = textwrap.dedent("""
 
 DYING_MODEL = dying_model.KERAS2
 
-# The rest of engine=tensorflow's multi-process runs once, in the current stack's pass (make test-current), the
-# stack that trains on it when no engine is named; the horovod stack's pass checks the averaging alone.
-current_stack_pass = pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is not None,
-    reason="run by the current stack's pass (make test-current), where no Horovod is installed; this stack trains "
-    "several processes on Horovod",
-)
 QUIET = ("trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false")
 TWO = ("launcher=mpirun", "launcher.np=2", "trainer.epoch_policy=shard")
 TWO_ON_CPUS = "engine=auto: Horovod is not installed; 2 processes on CPUs train on TensorFlow"
@@ -124,7 +117,7 @@ def keras3_run(project, tiny_data, without_horovod, tmp_path_factory) -> Path:
     return first, read_metrics(run_dir), run_dir
 
 
-@current_stack_pass
+@ONCE_ON_THE_CURRENT_STACK
 def test_a_keras3_model_with_batchnorm_stays_in_sync_and_resumes(keras3_run):
     first, resumed, run_dir = keras3_run
     for m in (first, resumed):
@@ -139,7 +132,7 @@ def test_a_keras3_model_with_batchnorm_stays_in_sync_and_resumes(keras3_run):
     ]
 
 
-@current_stack_pass
+@ONCE_ON_THE_CURRENT_STACK
 def test_the_speedrun_recipe_stays_in_sync_on_two_processes(project, tiny_data, without_horovod, tmp_path):
     """airbench in Keras 2: BatchNorm (its moving statistics averaged, as on Horovod), SGDW, lookahead, TTA."""
     run_dir = tmp_path / "run"
@@ -150,7 +143,7 @@ def test_the_speedrun_recipe_stays_in_sync_on_two_processes(project, tiny_data, 
     assert m["complete"] and m["test"]["samples"] == 64
 
 
-@current_stack_pass
+@ONCE_ON_THE_CURRENT_STACK
 @pytest.mark.timeout(600)
 def test_kill_9_of_one_process_stops_the_job_in_one_line(project, tiny_data, without_horovod):
     """Rank 1 dies 1 s into epoch 2; rank 0 waits in the step's allreduce, where Open MPI's runner ends it; the
@@ -165,7 +158,7 @@ def test_kill_9_of_one_process_stops_the_job_in_one_line(project, tiny_data, wit
     assert len(said) == 1 and "rank 1 on " in said[0] and "was killed by signal 9 (SIGKILL)" in said[0], out[-3000:]
 
 
-@current_stack_pass
+@ONCE_ON_THE_CURRENT_STACK
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_two_slurm_tasks_train_on_tensorflow_in_sync(slurm, project, tiny_data, without_horovod, tmp_path):
@@ -242,7 +235,7 @@ def test_the_collectives_over_mpi_give_every_process_the_same_values(tmp_path):
         assert r["bcast_arrays"] == [[0, 0], [0.5]]
 
 
-@current_stack_pass
+@ONCE_ON_THE_CURRENT_STACK
 def test_a_concurrent_sweep_trains_each_point_in_its_own_mpi_group(project, tiny_data, without_horovod, tmp_path):
     """``launcher.concurrent=2``: one mpirun of 4 processes, 2 points of 2 processes each; each point's gradients
     averaged over its own group's communicator (a Horovod world each on the horovod stack)."""
@@ -250,6 +243,7 @@ def test_a_concurrent_sweep_trains_each_point_in_its_own_mpi_group(project, tiny
     proc = run_cli(
         *("-m", "--config-dir", "myconf", *tiny_cifar(tiny_data), "model=plain2", *QUIET, "trainer.epochs=1"),
         *("optimizer.lr=1e-3,2e-3", "launcher=mpirun", "launcher.np=2", "launcher.concurrent=2"),
+        "launcher.oversubscribe=true",  # 4 processes on 2 cores
         *("trainer.epoch_policy=shard", f"hydra.sweep.dir={sweep}"),
         cwd=project,
         env=without_horovod,
