@@ -169,6 +169,11 @@ class Launcher(abc.ABC):
         launcher outside, such as a user's own mpirun, says so in its environment)."""
         return processes_from_env()
 
+    def gpus_requested(self) -> Optional[bool]:
+        """Whether the job asks its cluster for GPUs (``engine=auto``: several processes with GPUs train on JAX);
+        None where the launcher asks for none itself (the processes take what the host shows)."""
+        return None
+
     def engine_problems(self, engine: str) -> List[str]:
         """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
         checked with ``config_problems``. Every launcher: an engine that needs Horovod (horovod) needs it where

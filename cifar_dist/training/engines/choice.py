@@ -109,7 +109,7 @@ def processes_have_gpus(launcher, accelerator: str = "auto", environ=None) -> bo
     loads), for the processes mpirun starts here and on hosts like it."""
     if accelerator == "cpu":
         return False
-    asked = launcher.gpus_requested() if launcher is not None and hasattr(launcher, "gpus_requested") else None
+    asked = launcher.gpus_requested() if launcher is not None else None
     if asked is not None:
         return bool(asked)
     return bool(visible_gpus(os.environ if environ is None else environ, host_gpu_count()))
