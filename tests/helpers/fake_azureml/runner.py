@@ -2,7 +2,9 @@
 asset (from the fake's blob store) as the working directory, the run_dir
 output as a local folder that persists across requeues (a read-write mount),
 ``${{outputs.*}}`` and ``${{inputs.*}}`` replaced by local paths, the job's
-environment variables set, the output captured as the rank-0 user log.
+environment variables set, the output captured as the rank-0 user log. One
+node: a job of several processes per instance starts them under this
+machine's mpirun, as Azure ML's MPI distribution does on a node.
 
 Preemption (``fake_azure.node_process``): the process group is killed (SIGKILL)
 as soon as the run dir holds a finished checkpoint; the job then goes back to
@@ -16,6 +18,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import List
 
 from helpers.fake_azure.node_process import NodeProcess
 
@@ -28,12 +31,8 @@ class NodeRun(NodeProcess):
 
     def __init__(self, state, job, preempt: bool):
         props = job.props
-        processes = props["resources"]["instanceCount"] * (props.get("distribution") or {}).get(
-            "processCountPerInstance", 1
-        )
-        assert processes == 1, (
-            "the fake runs one process per job: launcher.instance_count=1, process_count_per_instance=1"
-        )
+        per_instance = (props.get("distribution") or {}).get("processCountPerInstance", 1)
+        assert props["resources"]["instanceCount"] == 1, "the fake has one node: launcher.instance_count=1"
         self.attempt = job.attempt
         folder = state.node_root / job.name
         self.code = _materialize_code(state, props["codeId"], folder / "code")
@@ -60,7 +59,7 @@ class NodeRun(NodeProcess):
         env["TF_CPP_MIN_LOG_LEVEL"] = "2"
         with open(log_file, "wb") as out:
             super().__init__(
-                ["bash", "-c", command],
+                [*_mpi_distribution(per_instance), "bash", "-c", command],
                 env=env,
                 cwd=self.code,
                 stdout=out,
@@ -68,6 +67,15 @@ class NodeRun(NodeProcess):
                 run_dir=self.outputs,
                 preempt=preempt,
             )
+
+
+def _mpi_distribution(processes: int) -> List[str]:
+    """How an MPI job's node starts its ranks: one process as it is, several under the node's mpirun
+    (Azure ML's ``distribution: {type: mpi}`` runs ``mpirun -np <process_count_per_instance>``)."""
+    if processes == 1:
+        return []
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return ["mpirun", *root, "-np", str(processes), "--bind-to", "none", "--oversubscribe"]
 
 
 def _materialize_code(state, code_id: str, folder: Path) -> Path:
