@@ -10,7 +10,9 @@
 #   versions                                       what got installed (python3, pip, TF, Keras, JAX, Slurm)
 #   slurm-cluster                                  the tests' single-node Slurm starts and runs a job
 #   python -m cifar_dist debug=fast                the README's first run
-#   python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast   (and its metrics count 2 ranks)
+#   python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast   (its metrics: 2 ranks in sync)
+#   python -m cifar_dist launcher=mpirun launcher.np=2 debug=fast   (no engine named: engine=tensorflow,
+#                                                  TensorFlow's kernels on both ranks averaged over mpi4py)
 #   make test                                      only with --make-test (~30 min on 2 cores)
 #
 # then prints a table of step, exit status and seconds, and exits non-zero if a step failed.
@@ -278,18 +280,27 @@ EOF
 dpkg-query -W -f "\${Package}: \${Version}\n" slurm-client slurmctld munge openmpi-bin
 echo "debian: $(cat /etc/debian_version)"'
 
-# The README's 2-rank JAX run, checked for what it claims: an exit 0 is not enough, since ranks that each
-# think they are alone (a launcher environment the engine does not recognise) also exit 0, each having
-# trained its own model into the same run dir. metrics.json's `ranks` must be 2.
-JAX_RUN='set -o pipefail
-.venv/bin/python -m cifar_dist engine=jax launcher=mpirun launcher.np=2 debug=fast 2>&1 | tee /tmp/jax-run.log
-run_dir=$(sed -n "s/^cifar_dist: wrote \(.*\): .*/\1/p" /tmp/jax-run.log | tail -n 1)
-.venv/bin/python - "$run_dir" <<"EOF"
+# A 2-rank run, checked for what it claims: an exit 0 is not enough, since ranks that each think they are
+# alone (a launcher environment the engine does not recognise) also exit 0, each having trained its own
+# model into the same run dir. metrics.json's `ranks` must be 2, its ranks in sync (equal weights), its
+# engine the one expected. two_ranks OVERRIDES ENGINE fills in the template.
+TWO_RANKS='set -o pipefail
+.venv/bin/python -m cifar_dist @OVERRIDES@ launcher=mpirun launcher.np=2 debug=fast 2>&1 | tee /tmp/two-ranks.log
+run_dir=$(sed -n "s/^cifar_dist: wrote \(.*\): .*/\1/p" /tmp/two-ranks.log | tail -n 1)
+.venv/bin/python - "$run_dir" @ENGINE@ <<"EOF"
 import json, pathlib, sys
-ranks = json.loads((pathlib.Path(sys.argv[1]) / "metrics.json").read_text())["ranks"]
-print(f"metrics.json: ranks={ranks}")
-sys.exit(0 if ranks == 2 else f"2 ranks launched, but the run counted {ranks}: the ranks did not form one job")
+m = json.loads((pathlib.Path(sys.argv[1]) / "metrics.json").read_text())
+ranks, engine, in_sync = m["ranks"], m["run"]["engine"], m.get("ranks_in_sync")
+print(f"metrics.json: ranks={ranks} engine={engine} ranks_in_sync={in_sync}")
+if ranks != 2:
+    sys.exit(f"2 ranks launched, but the run counted {ranks}: the ranks did not form one job")
+if engine != sys.argv[2] or in_sync is not True:
+    sys.exit(f"expected engine={sys.argv[2]} with its 2 ranks in sync")
 EOF'
+two_ranks() {
+    local script=${TWO_RANKS//@OVERRIDES@/$1}
+    printf '%s' "${script//@ENGINE@/$2}"
+}
 
 print_table() {
     local i failed=0
@@ -319,12 +330,13 @@ main() {
         run_step versions "$VERSIONS" || true
         run_step slurm-cluster "$SLURM_PROBE" || true
         run_step debug-fast ".venv/bin/python -m cifar_dist debug=fast" || true
-        run_step jax-mpirun-2 "$JAX_RUN" || true
+        run_step jax-mpirun-2 "$(two_ranks engine=jax jax)" || true
+        run_step tf-mpirun-2 "$(two_ranks "" tensorflow)" || true
         if [ "$MAKE_TEST" = 1 ]; then
             run_step make-test "make test" || true
         fi
     else
-        for s in versions slurm-cluster debug-fast jax-mpirun-2; do skip_step "$s"; done
+        for s in versions slurm-cluster debug-fast jax-mpirun-2 tf-mpirun-2; do skip_step "$s"; done
         [ "$MAKE_TEST" = 1 ] && skip_step make-test
     fi
     print_table
