@@ -41,3 +41,12 @@ ONCE_ON_THE_CURRENT_STACK = pytest.mark.skipif(
     reason="run by the current stack's pass (make test-current), where no Horovod is installed; this stack trains "
     "several processes on Horovod",
 )
+
+# engine=jax's own loop on one process: the current stack's pass runs it on the same JAX as the horovod stack's
+# (0.10.2 on CI's Python 3.11, with TensorFlow installed) and the jax stack's pass on the newest JAX without
+# TensorFlow; a third run in the horovod stack's pass adds nothing but minutes.
+ON_THE_STACKS_WITHOUT_HOROVOD = pytest.mark.skipif(
+    importlib.util.find_spec("horovod") is not None,
+    reason="run by the current and jax stacks' passes (make test-current, make test-jax), on the same JAX as this "
+    "stack's and on the newest",
+)

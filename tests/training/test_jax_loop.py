@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from helpers.cli import QUIET_RUN, assert_ok, read_metrics, run_cli, tiny_cifar
-from helpers.no_horovod import env_without_tensorflow
+from helpers.no_horovod import ON_THE_STACKS_WITHOUT_HOROVOD, env_without_tensorflow
 
 pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack, pytest.mark.xdist_group("jax_loop")]
 
@@ -31,6 +31,7 @@ def trained(tiny_data, tmp_path, name: str, *overrides: str, env=None):
     return read_metrics(run_dir), proc
 
 
+@ON_THE_STACKS_WITHOUT_HOROVOD
 def test_any_steps_per_execution_trains_the_same_wherever_the_images_are(tiny_data, tmp_path):
     base, proc = trained(tiny_data, tmp_path, "one", "trainer.steps_per_execution=1", "trainer.execution=steps")
     four, four_proc = trained(tiny_data, tmp_path, "four", "trainer.steps_per_execution=4", "trainer.execution=loop")
@@ -43,6 +44,7 @@ def test_any_steps_per_execution_trains_the_same_wherever_the_images_are(tiny_da
         assert abs(other["test"]["correct"] - base["test"]["correct"]) <= 1 and other["test"]["samples"] == 64
 
 
+@ON_THE_STACKS_WITHOUT_HOROVOD
 def test_a_second_run_loads_its_step_from_the_compilation_cache(tiny_data, tmp_path):
     cache = tmp_path / "cache"
     first, _ = trained(tiny_data, tmp_path, "first", f"trainer.compilation_cache={cache}")
