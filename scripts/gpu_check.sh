@@ -4,6 +4,8 @@
 #
 #   bash scripts/gpu_check.sh [OUT]     # OUT: where the JSON results, logs and report.md go (default /tmp/gpu_check)
 #   ONLY="cifar_dist-speedrun cifar_dist-speedrun-cached" bash scripts/gpu_check.sh   # some of the runs below only
+#   ONLY="model-build-default model-build-default-cached model-build-host model-build-host-cached" \
+#       bash scripts/gpu_check.sh   # the first model build on the device or on the host (the speedrun's 5.2 s)
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
@@ -44,4 +46,17 @@ bench cifar_dist-seed-32-steps --variant cifar_dist --batch-size 32 trainer.exec
 bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
 bench cifar_dist-speedrun --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
-"$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
+build() {  # build NAME WHERE: where the first model build's time goes (bench_model_build.py), one JSON line
+    local name=$1 where=$2
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    mkdir -p "$OUT/build"
+    timeout 120 "$PY" scripts/bench_model_build.py --where "$where" --out "$OUT/build/$name.json" 2>"$OUT/build/$name.log" \
+        || { echo "$name failed:"; tail -n 5 "$OUT/build/$name.log"; }
+}
+build model-build-default default  # the speedrun's model as the trainer builds it (cold unless run after the speedrun)
+build model-build-default-cached default
+build model-build-host host  # the initializers on the host: their ops compiled now
+build model-build-host-cached host
+if compgen -G "$OUT/*.json" >/dev/null; then
+    "$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
+fi

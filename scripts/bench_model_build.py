@@ -1,0 +1,93 @@
+"""Where engine=jax's first model build goes, on the device or on the host: one fresh process per measurement.
+
+The speedrun's phase probe on the H200 (docs/benchmarks.md) found its first model build at 5.2 s of an 18.6 s
+run with a warm compilation cache: Keras' import, then every initializer of every variable run eagerly, each its
+own small XLA program on the device. This script times those parts apart, as the trainer does them (the probe
+build, then the real one under Keras' ``DataParallel`` distribution), with the initializers run where
+``--where`` says:
+
+* ``default``: JAX's default device (the GPU where there is one): what the trainer does today;
+* ``host``: under ``jax.default_device(<the CPU>)``, so that the initializers run on the host and the
+  distribution's ``device_put`` carries each variable to the devices once.
+
+It checks that the real model's variables end on the distribution's devices either way, and prints one JSON line
+(also written to ``--out``). On a machine without a GPU both are the same device: only the checks mean anything.
+
+    python scripts/bench_model_build.py --where default --out build-default.json
+    python scripts/bench_model_build.py --where host --out build-host.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--where", choices=("default", "host"), default="default")
+    parser.add_argument("--widths", default="32,64,64", help="airbench's widths (experiment=speedrun's)")
+    parser.add_argument("--cache", default=os.environ.get("JAX_COMPILATION_CACHE_DIR", ""), help="JAX's cache")
+    parser.add_argument("--out", type=Path)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    os.environ["KERAS_BACKEND"] = "jax"
+    times = {}
+    start = time.perf_counter()
+    import jax
+
+    if args.cache:  # as the engine does (jax_devices.use_compilation_cache): every compile cached
+        jax.config.update("jax_compilation_cache_dir", args.cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    platform = jax.devices()[0].platform
+    times["jax_start_s"] = time.perf_counter() - start
+    import keras
+
+    times["keras_import_s"] = time.perf_counter() - start - times["jax_start_s"]
+    from cifar_dist.models.airbench import build
+
+    widths = [int(w) for w in args.widths.split(",")]
+
+    def where():
+        return jax.default_device(jax.devices("cpu")[0]) if args.where == "host" else contextlib.nullcontext()
+
+    mark = time.perf_counter()
+    with where():
+        probe = build(num_classes=10, widths=widths, keras=keras)
+    times["probe_build_s"] = time.perf_counter() - mark
+    del probe
+    keras.backend.clear_session()
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=keras.distribution.list_devices(), auto_shard_dataset=False)
+    )
+    mark = time.perf_counter()
+    with where():
+        model = build(num_classes=10, widths=widths, keras=keras)
+    values = [v.value for v in model.variables]
+    jax.block_until_ready(values)
+    times["real_build_s"] = time.perf_counter() - mark
+    devices = sorted({str(d) for v in values for d in v.devices()})
+    expected = sorted(str(d) for d in jax.devices())
+    result = {
+        "where": args.where,
+        "platform": platform,
+        "variables": len(values),
+        "variable_devices": devices,
+        "on_the_distribution_s_devices": devices == expected,
+        **{k: round(v, 3) for k, v in times.items()},
+    }
+    print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""scripts/bench_model_build.py: a model built with its initializers on the host ends on the distribution's devices
+(two CPU devices here, as XLA makes them on request), so that its GPU timing compares two builds of one model."""
+
+import json
+import subprocess
+import sys
+
+from helpers.cli import cli_env
+from helpers.paths import REPO
+
+
+def test_a_model_built_on_the_host_ends_on_every_device_of_the_distribution(tmp_path):
+    env = cli_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = tmp_path / "build.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_model_build.py"),
+            "--where=host",
+            f"--cache={tmp_path / 'cache'}",
+            f"--out={out}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["where"] == "host" and result["variables"] > 20
+    assert len(result["variable_devices"]) == 2  # replicated on both devices, wherever the initializers ran
+    assert result["on_the_distribution_s_devices"] is True
+    assert all(result[k] >= 0 for k in ("keras_import_s", "probe_build_s", "real_build_s"))
