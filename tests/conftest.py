@@ -16,11 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.absl_stream import absl_writes_to_the_current_stderr
 from helpers.cli import QUIET_RUN, assert_ok, run_cli, tiny_cifar
 from helpers.once_per_session import build_once
 from helpers.paths import NO_HOROVOD
 
 pytest_plugins = ("helpers.fake_azure.fixtures", "helpers.fake_azureml.fixtures")
+
+absl_writes_to_the_current_stderr()  # else a capsys test that configures logging closes pytest's capture
 
 
 def pytest_itemcollected(item):
