@@ -27,6 +27,10 @@ class OpenLineTracker:
             self.line_open = not text.endswith("\n")
         return self._stream.write(text)
 
+    def close(self) -> None:
+        """Nothing: the wrapped stream (the process's stdout) is not this wrapper's to close (``RedactingWriter``'s
+        reason)."""
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 

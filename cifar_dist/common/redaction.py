@@ -275,6 +275,11 @@ class RedactingWriter:
             return self._stream.write(redact_text(text))
         return self._stream.write(redact_yaml(text, self._config_at))
 
+    def close(self) -> None:
+        """Nothing: the wrapped stream (the process's stderr) is not this wrapper's to close. A logging handler
+        that kept this wrapper as its stream (absl's, imported by the engine inside ``app.main``) closes it at
+        ``logging.shutdown``; forwarded, that closed the process's stderr for everything after."""
+
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
 
