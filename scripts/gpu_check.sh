@@ -27,9 +27,12 @@ fi
   KERAS_BACKEND=jax "$PY" -c 'import keras, torch; print("keras", keras.__version__, "torch", torch.__version__)' 2>&1
 } | tee "$OUT/machine.txt"
 
+selected() {  # selected NAME: whether this run is wanted (ONLY unset, or ONLY names it)
+    [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
+}
 bench() {  # bench NAME ARGS...: one bench_device.py run, its last line shown (skipped where ONLY names others)
     local name=$1; shift
-    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    selected "$name" || return 0
     timeout 300 "$PY" scripts/bench_device.py --epochs "$EPOCHS" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
         && tail -n 1 "$OUT/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/$name.log"; }
 }
@@ -48,7 +51,7 @@ bench cifar_dist-speedrun --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
 build() {  # build NAME WHERE: where the first model build's time goes (bench_model_build.py), one JSON line
     local name=$1 where=$2
-    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+    selected "$name" || return 0
     mkdir -p "$OUT/build"
     timeout 120 "$PY" scripts/bench_model_build.py --where "$where" --out "$OUT/build/$name.json" 2>"$OUT/build/$name.log" \
         || { echo "$name failed:"; tail -n 5 "$OUT/build/$name.log"; }

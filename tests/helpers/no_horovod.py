@@ -33,20 +33,24 @@ def env_without_tensorflow(site: Path) -> dict:
     return env_without(site, *NOT_ON_THE_JAX_STACK)
 
 
+def skipped_where_horovod_is(reason: str):
+    """A test that the passes without Horovod run (make test-current, make test-jax): skipped in the horovod
+    stack's pass, saying ``reason``."""
+    return pytest.mark.skipif(importlib.util.find_spec("horovod") is not None, reason=reason)
+
+
 # A test whose engine several stacks share (engine=jax, engine=tensorflow over MPI) and that is heavy (several
 # processes, epochs) runs once, in the current stack's pass (make test-current: the stack that trains several
 # processes without Horovod), not again in the horovod stack's, whose own engine for several processes is Horovod.
-ONCE_ON_THE_CURRENT_STACK = pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is not None,
-    reason="run by the current stack's pass (make test-current), where no Horovod is installed; this stack trains "
+ONCE_ON_THE_CURRENT_STACK = skipped_where_horovod_is(
+    "run by the current stack's pass (make test-current), where no Horovod is installed; this stack trains "
     "several processes on Horovod",
 )
 
 # engine=jax's own loop on one process: the current stack's pass runs it on the same JAX as the horovod stack's
 # (0.10.2 on CI's Python 3.11, with TensorFlow installed) and the jax stack's pass on the newest JAX without
 # TensorFlow; a third run in the horovod stack's pass adds nothing but minutes.
-ON_THE_STACKS_WITHOUT_HOROVOD = pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is not None,
-    reason="run by the current and jax stacks' passes (make test-current, make test-jax), on the same JAX as this "
+ON_THE_STACKS_WITHOUT_HOROVOD = skipped_where_horovod_is(
+    "run by the current and jax stacks' passes (make test-current, make test-jax), on the same JAX as this "
     "stack's and on the newest",
 )
