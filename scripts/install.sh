@@ -10,7 +10,8 @@
 #            no Horovod, no compiler: one process trains on TensorFlow, several on JAX (engine=auto).
 #   jax      Keras 3 on JAX alone, no TensorFlow (setup.cfg's jax extra): every run trains on JAX
 #            (engine=auto), what a JAX GPU image holds; Python 3.12 or newer (JAX 0.12).
-#   auto     (the default) horovod where the Python admits it, else current.
+#   auto     (the default) horovod where the Python admits it, else current where TensorFlow has
+#            wheels for it, else jax (Python 3.14).
 # The horovod stack installs the lower end of each of setup.cfg's ranges, the current stack the
 # newest: the two ends the suite was run at.
 #
@@ -36,41 +37,11 @@ say() { printf '[install] %s\n' "$*"; }
 die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
 
 # 0. The stack, said first ------------------------------------------------------
-# The horovod extra's Python marker (setup.cfg) is the one home of "where Horovod's stack installs".
-horovod_marker_admits() {
-    "$PYTHON" - <<'PYEOF'
-import configparser, re, sys
-cfg = configparser.ConfigParser()
-cfg.read("setup.cfg")
-lines = [l for l in cfg["options.extras_require"]["horovod"].splitlines() if l.strip().startswith("horovod")]
-marker = lines[0].split(";", 1)[1] if lines and ";" in lines[0] else ""
-m = re.search(r'python_version\s*<\s*"(\d+)\.(\d+)"', marker)
-sys.exit(0 if m is None or sys.version_info[:2] < (int(m[1]), int(m[2])) else 1)
-PYEOF
-}
-PYVER=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-case "$STACK" in
-    auto)
-        if horovod_marker_admits; then
-            STACK=horovod
-            WHY="Python $PYVER has TensorFlow 2.18.1 wheels, the newest TensorFlow Horovod $HOROVOD_VERSION builds against"
-        else
-            STACK=current
-            WHY="Python $PYVER has no TensorFlow 2.18.1 wheel, so no Horovod; engine=auto trains on TensorFlow (1 process) or JAX"
-        fi
-        say "stack: $STACK ($WHY; CIFAR_DIST_STACK=horovod|current picks one)" ;;
-    horovod)
-        horovod_marker_admits || die "CIFAR_DIST_STACK=horovod needs Python 3.10 or 3.11 (TensorFlow 2.18.1, Horovod $HOROVOD_VERSION); this is $PYVER: use CIFAR_DIST_STACK=current, or PYTHON=python3.11"
-        say "stack: horovod (CIFAR_DIST_STACK=horovod)" ;;
-    current)
-        say "stack: current (CIFAR_DIST_STACK=current: the newest TensorFlow, Keras and JAX for Python $PYVER, no Horovod)" ;;
-    jax)
-        "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 12))' \
-            || die "CIFAR_DIST_STACK=jax needs Python 3.12 or newer (JAX 0.12); this is $PYVER: use PYTHON=python3.12"
-        say "stack: jax (CIFAR_DIST_STACK=jax: Keras 3 on JAX for Python $PYVER, no TensorFlow, no Horovod)" ;;
-    *)
-        die "CIFAR_DIST_STACK=$STACK: use auto, horovod, current or jax" ;;
-esac
+# scripts/install_stack.py reads setup.cfg's extras' Python markers (the one home of "where a stack installs")
+# and says which stack this Python gets, and why; or, for a stack it cannot hold, one line naming the way out.
+choice=$("$PYTHON" scripts/install_stack.py "$STACK") || exit 1
+STACK=${choice%%$'\t'*}
+say "stack: $STACK (${choice#*$'\t'})"
 if [ -f "$STACK_FILE" ] && [ "$(cat "$STACK_FILE")" != "$STACK" ]; then
     die "$VENV holds the $(cat "$STACK_FILE") stack, not $STACK: remove $VENV, or install into another one (CIFAR_DIST_VENV=.venv-$STACK)"
 fi
