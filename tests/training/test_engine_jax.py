@@ -7,12 +7,14 @@ step, its variables one array for the job; the exact test equals scoring
 the saved model; evaluate (on the engine the run trained with) gives the
 test numbers training reported; a kill -9 resumes from the last complete
 epoch with the same batches (every process loads the checkpoint rank 0
-read); the same run is a 2-task job on the tests' real Slurm; and what does
+read); the same run is a 2-task job on the tests' real Slurm (naming no
+engine where TensorFlow is not installed); and what does
 not apply to JAX is refused in one line before anything starts.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -38,7 +40,7 @@ from helpers.cli import (
 )
 from helpers.fake_azureml.fixtures import aml_env, aml_overrides
 from helpers.keras3_project import MODEL
-from helpers.no_horovod import ONCE_ON_THE_CURRENT_STACK
+from helpers.no_horovod import ON_THE_STACKS_WITHOUT_HOROVOD, ONCE_ON_THE_CURRENT_STACK
 
 pytestmark = [
     pytest.mark.mpi,
@@ -154,12 +156,16 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_p
     assert b["test"] == a["test"]
 
 
-@ONCE_ON_THE_CURRENT_STACK
+@ON_THE_STACKS_WITHOUT_HOROVOD
+@pytest.mark.jax_stack
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp_path):
+    """On the jax stack (no TensorFlow: Python 3.14, a JAX GPU image) the run names no engine: engine=auto is
+    jax there. The current stack's 2 processes would default to engine=tensorflow, so it names jax."""
     run_dir = tmp_path / "run"
+    named = tiny_run if importlib.util.find_spec("tensorflow") else [o for o in tiny_run if o != "engine=jax"]
     run_as_two_task_slurm_job(
-        slurm, *tiny_run, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+        slurm, *named, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
     )
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
