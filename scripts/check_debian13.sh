@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Check the README's set-up on a fresh Debian 13 (trixie), as a new user would do it.
+# Check the README's set-up on a fresh Debian 13 (trixie), or another Debian suite (--suite forky: Debian 14, whose
+# Python 3.14 TensorFlow has no wheel for), as a new user would do it.
 #
-# Builds a Debian 13 root with debootstrap (once; its pristine result is kept beside the root and copied for
+# Builds a Debian root with debootstrap (once; its pristine result is kept beside the root and copied for
 # each run), puts a clean clone of this checkout (HEAD, not the working tree's edits) into it as
 # /root/cifar_dist, with the shared reference data beside it as /root/shared when there is one, and runs
 # inside it with chroot, timing each step:
@@ -15,11 +16,17 @@
 #                                                  TensorFlow's kernels on both ranks averaged over mpi4py)
 #   make test                                      only with --make-test (~30 min on 2 cores)
 #
+# Where `make install` chose the jax stack (a Python TensorFlow has no wheel for: forky's 3.14), the two
+# mpirun runs are one, naming no engine (engine=auto is jax there), and the jax stack's own tests run:
+#   make test-jax JAX_VENV=.venv                   the tests marked jax_stack (engine=jax's loop, the data, the
+#                                                  GPU choice, 2 mpirun processes and a 2-task Slurm job in sync)
+#
 # then prints a table of step, exit status and seconds, and exits non-zero if a step failed.
 #
-# Usage: sudo bash scripts/check_debian13.sh [--root DIR] [--keep] [--make-test]
-#   --root DIR    where the root lives (default /var/tmp/cifar_dist-debian13; the pristine copy is DIR.base,
-#                 the steps' logs DIR.logs/)
+# Usage: sudo bash scripts/check_debian13.sh [--suite SUITE] [--root DIR] [--keep] [--make-test]
+#   --suite SUITE the Debian suite (default trixie; forky is Debian 14, testing)
+#   --root DIR    where the root lives (default /var/tmp/cifar_dist-debian13 for trixie, else
+#                 /var/tmp/cifar_dist-SUITE; the pristine copy is DIR.base, the steps' logs DIR.logs/)
 #   --keep        reuse DIR as the last run left it (its apt packages, .venv, pip cache): a quick re-run
 #                 after a change; the clone is moved to the new HEAD. Without it, DIR starts anew from
 #                 DIR.base, as a fresh machine would.
@@ -30,7 +37,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-ROOT=/var/tmp/cifar_dist-debian13
+ROOT=""
 KEEP=0
 MAKE_TEST=0
 SUITE=trixie
@@ -48,12 +55,21 @@ parse_args() {
         case $1 in
             --root) [ $# -ge 2 ] || die "--root needs a directory"; ROOT=$2; shift 2 ;;
             --root=*) ROOT=${1#--root=}; shift ;;
+            --suite) [ $# -ge 2 ] || die "--suite needs a Debian suite"; SUITE=$2; shift 2 ;;
+            --suite=*) SUITE=${1#--suite=}; shift ;;
             --keep) KEEP=1; shift ;;
             --make-test) MAKE_TEST=1; shift ;;
             -h|--help) usage; exit 0 ;;
             *) die "unknown argument: $1 (see --help)" ;;
         esac
     done
+    case $SUITE in
+        *[!a-z]*|"") die "--suite $SUITE: a Debian suite's name, such as trixie or forky" ;;
+    esac
+    if [ -z "$ROOT" ]; then
+        ROOT=/var/tmp/cifar_dist-$SUITE
+        [ "$SUITE" = trixie ] && ROOT=/var/tmp/cifar_dist-debian13
+    fi
     ROOT=$(realpath -m "$ROOT")
     case $ROOT/ in
         "$REPO"/*) die "the root must not be inside the repository ($ROOT)" ;;
@@ -93,7 +109,11 @@ build_base() {
     mirror=$(debian_mirror)
     say "debootstrap $SUITE into $BASE from $mirror"
     rm -rf "$BASE"
-    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$BASE" "$mirror"
+    # Every Debian suite bootstraps with sid's script; a host's debootstrap older than the suite has none of
+    # its own (Debian 12's knows no forky).
+    local script=/usr/share/debootstrap/scripts/$SUITE
+    [ -e "$script" ] || script=/usr/share/debootstrap/scripts/sid
+    debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$BASE" "$mirror" "$script"
     touch "$BASE/.bootstrapped"
 }
 
@@ -327,16 +347,24 @@ main() {
     mount_filesystems
 
     if run_step make-install "make install"; then
+        local stack
+        stack=$(cat "$ROOT$IN_ROOT_REPO/.venv/cifar_dist_stack")
+        say "make install chose the $stack stack"
         run_step versions "$VERSIONS" || true
         run_step slurm-cluster "$SLURM_PROBE" || true
         run_step debug-fast ".venv/bin/python -m cifar_dist debug=fast" || true
-        run_step jax-mpirun-2 "$(two_ranks engine=jax jax)" || true
-        run_step tf-mpirun-2 "$(two_ranks "" tensorflow)" || true
+        if [ "$stack" = jax ]; then
+            run_step jax-mpirun-2 "$(two_ranks "" jax)" || true
+            run_step test-jax "make test-jax JAX_VENV=.venv" || true
+        else
+            run_step jax-mpirun-2 "$(two_ranks engine=jax jax)" || true
+            run_step tf-mpirun-2 "$(two_ranks "" tensorflow)" || true
+        fi
         if [ "$MAKE_TEST" = 1 ]; then
             run_step make-test "make test" || true
         fi
     else
-        for s in versions slurm-cluster debug-fast jax-mpirun-2 tf-mpirun-2; do skip_step "$s"; done
+        for s in versions slurm-cluster debug-fast jax-mpirun-2; do skip_step "$s"; done
         [ "$MAKE_TEST" = 1 ] && skip_step make-test
     fi
     print_table
