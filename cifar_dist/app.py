@@ -21,6 +21,7 @@ from cifar_dist.common.redaction import RedactingWriter, redact_logs, redact_tex
 from cifar_dist.common.results import final_accuracy
 from cifar_dist.common.sweep_errors import PointFailed
 from cifar_dist.config.files import holds_options, local_dir
+from cifar_dist.config.hydra_compat import let_hydra_parse_on_python_314
 from cifar_dist.config.launcher_object import configured_launcher
 from cifar_dist.config.override_check import (
     command_line_problem,
@@ -171,6 +172,7 @@ def main() -> None:
     overrides (saved_run.py), ``conf/local``'s options join the search path, a misspelt option or key is
     refused in one line before Hydra composes or writes anything (override_check.py), then Hydra runs the
     job. A launched rank skips these: its launcher did them, and its overrides say so."""
+    let_hydra_parse_on_python_314()  # before Hydra builds its argument parser (here, or in @hydra.main)
     if not in_child_process():
         try:
             sys.argv[1:] = from_saved_run(sys.argv[1:])

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.errors import did_you_mean
+from cifar_dist.config.hydra_compat import let_hydra_parse_on_python_314
 from cifar_dist.models.builder import builder_problem
 
 SEE_KEYS = "python -m cifar_dist --cfg job [group=option] lists every key"
@@ -164,6 +165,7 @@ def model_arguments_problem(cfg: DictConfig, parsed) -> Optional[str]:
 def parsed_command_line(argv: Sequence[str]):
     """``argv`` read by Hydra's own argument parser (its flags, then ``.overrides``); None when Hydra's
     parser refuses it (it says why when Hydra parses it again, so nothing is printed here)."""
+    let_hydra_parse_on_python_314()
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             return get_args_parser().parse_args(list(argv))
