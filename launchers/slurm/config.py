@@ -27,7 +27,7 @@ class RankStarter(str, Enum):
 @dataclass
 class SlurmLauncherConf:
     """``launcher=slurm``: run the job as a Slurm batch job: sbatch, ranks started with
-    srun --mpi=pmix (docs/slurm.md)::
+    srun --mpi=pmix, or --mpi=none for engine=jax (docs/slurm.md)::
 
         python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu \\
             launcher.time_min=120
@@ -60,7 +60,10 @@ class SlurmLauncherConf:
     # sbatch --export: ALL (Slurm's default: this shell's environment), NONE, or variable names.
     forward_env: List[str] = field(default_factory=lambda: ["ALL"])
     ranks: RankStarter = RankStarter.srun
-    mpi: str = "pmix"  # srun --mpi (Debian's OpenMPI is built with PMIx only: pmi2 fails)
+    # srun --mpi. auto: none for engine=jax (JAX meets its peers through Slurm's own variables; no MPI in the ranks,
+    # so a Slurm without the PMIx plugin, such as Debian 14's 26.05, runs it), pmix for the engines over MPI
+    # (Debian's OpenMPI is built with PMIx only: pmi2 fails).
+    mpi: str = "auto"
     srun_args: List[str] = field(default_factory=list)
     mpirun_args: List[str] = field(default_factory=list)
     python: Optional[str] = None  # interpreter on the nodes (default: this one; same path everywhere)

@@ -43,6 +43,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from omegaconf import OmegaConf
+
 from cifar_dist.common.redaction import is_secret_env
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks import rank_env
@@ -153,10 +155,19 @@ def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str
     return [*wrapper, "--", *job.child_command(python=python)]
 
 
-def starter_command(conf: SlurmLauncherConf, names: List[str]) -> List[str]:
+def srun_mpi(conf: SlurmLauncherConf, engine: Optional[str]) -> str:
+    """``srun --mpi``: ``launcher.mpi``, where ``auto`` is ``none`` for the (resolved) engine jax, whose ranks use
+    no MPI, and ``pmix`` for every other (Horovod's and engine=tensorflow's ranks talk over Open MPI)."""
+    if conf.mpi != "auto":
+        return conf.mpi
+    return "none" if engine == "jax" else "pmix"
+
+
+def starter_command(conf: SlurmLauncherConf, names: List[str], engine: Optional[str] = None) -> List[str]:
     """srun (one task per rank, the whole step killed when one fails) or mpirun inside the allocation."""
     if conf.ranks == RankStarter.srun:
-        return ["srun", f"--mpi={conf.mpi}", "--kill-on-bad-exit=1", "--export=ALL", *conf.srun_args]
+        mpi = srun_mpi(conf, engine)
+        return ["srun", f"--mpi={mpi}", "--kill-on-bad-exit=1", "--export=ALL", *conf.srun_args]
     argv = ["mpirun"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
@@ -203,7 +214,8 @@ def batch_script(conf: SlurmLauncherConf, job: JobSpec, python: Optional[str] = 
     python = python or conf.python or sys.executable
     env = rank_environment(conf, job)
     secrets = secret_env(conf)
-    ranks = starter_command(conf, list(env)) + rank_command(conf, job, python)
+    engine = OmegaConf.select(job.cfg, "engine.name", default=None)  # engine=auto is resolved by now
+    ranks = starter_command(conf, list(env), engine) + rank_command(conf, job, python)
     q = shlex.quote
     lines = [
         "#!/bin/bash",

@@ -86,6 +86,26 @@ def test_a_secret_in_launcher_env_is_exported_by_name_and_never_written(tmp_path
     assert SlurmLauncher(env=conf.env, forward_env=forward_env).client.job_env == {"DB_PASS": "Pa55-value"}
 
 
+@pytest.mark.parametrize(
+    "engine, asked, expected",
+    [
+        ("jax", "auto", "none"),  # JAX's ranks meet through Slurm's variables: no PMIx plugin needed
+        ("horovod", "auto", "pmix"),
+        ("tensorflow", "auto", "pmix"),
+        (None, "auto", "pmix"),  # an evaluation: the engine its run trained on, maybe over MPI
+        ("jax", "pmix", "pmix"),  # launcher.mpi named: taken as it is
+        ("horovod", "pmi2", "pmi2"),
+    ],
+)
+def test_srun_gets_no_mpi_plugin_for_engine_jax_unless_one_is_named(tmp_path, engine, asked, expected):
+    spec = job(tmp_path)
+    if engine is not None:
+        spec.cfg.engine = {"name": engine}
+    text = batch_script(conf_from_kwargs(dict(mpi=asked)), spec, python="/opt/py/bin/python")
+    ranks = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert shlex.split(ranks.rstrip("&"))[1] == f"--mpi={expected}"
+
+
 def test_the_batch_script_starts_the_jobs_own_overrides_on_every_rank(tmp_path):
     conf = conf_from_kwargs(
         dict(setup=["module load cuda", "source /opt/venv/bin/activate"], env={"NCCL_DEBUG": "INFO"}, max_resubmits=2)
