@@ -6,6 +6,8 @@
 #   ONLY="cifar_dist-speedrun cifar_dist-speedrun-cached" bash scripts/gpu_check.sh   # some of the runs below only
 #   ONLY="model-build-default model-build-default-cached model-build-host model-build-host-cached" \
 #       bash scripts/gpu_check.sh   # the first model build on the device or on the host (the speedrun's 5.2 s)
+#   ONLY="first-epoch-seed-32 first-epoch-seed-32-cached first-epoch-tiny first-epoch-tiny-cached" \
+#       bash scripts/gpu_check.sh   # where a (cached) run's first epoch goes against a later one
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
@@ -60,6 +62,18 @@ build model-build-default default  # the speedrun's model as the trainer builds 
 build model-build-default-cached default
 build model-build-host host  # the initializers on the host: their ops compiled now
 build model-build-host-cached host
+first() {  # first NAME ARGS...: where the first epoch goes against a later one (bench_first_epoch.py), one JSON line
+    local name=$1; shift
+    selected "$name" || return 0
+    mkdir -p "$OUT/first"
+    timeout 180 "$PY" scripts/bench_first_epoch.py --out "$OUT/first/$name.json" "$@" >"$OUT/first/$name.log" 2>&1 \
+        && tail -n 1 "$OUT/first/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/first/$name.log"; }
+}
+# cold when run alone (ONLY=...), from the cache when cifar_dist-seed-32 ran before; the -cached one always cached
+first first-epoch-seed-32 --model seed --batch-size 32 --epochs 6
+first first-epoch-seed-32-cached --model seed --batch-size 32 --epochs 6
+first first-epoch-tiny --model tiny --no-augment --epochs 6
+first first-epoch-tiny-cached --model tiny --no-augment --epochs 6
 if compgen -G "$OUT/*.json" >/dev/null; then
     "$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
 fi
