@@ -75,6 +75,7 @@ def out_of_memory_in_one_line(what: str) -> Iterator[None]:
 
 
 EVAL_CHUNK_BATCHES = 64  # evaluation images go to the device this many batches at a time
+KERAS_LOGS = ("train_step", "compute_metrics")  # Keras' methods whose step logs are the model's metric results
 
 
 def _state(model, replicated) -> tuple:
@@ -233,8 +234,8 @@ def fit(
         for epoch in range(initial_epoch, epochs):
             model.reset_metrics()
             callbacks.on_epoch_begin(epoch)
-            _train_epoch(model, run, epoch, steps, steps_per_execution, callbacks if batch_hooks else None)
-            logs = {k: float(v) for k, v in model.get_metrics_result().items()}
+            step_logs = _train_epoch(model, run, epoch, steps, steps_per_execution, callbacks if batch_hooks else None)
+            logs = _epoch_logs(model, step_logs)
             if validation is not None and _validates(epoch, validation_freq):
                 scores = evaluate(model, validation, callbacks=callbacks)
                 if average is not None:
@@ -260,10 +261,12 @@ def _loop_on_device(execution: str, train: DeviceTrainSet) -> bool:
     return execution == "loop"
 
 
-def _train_epoch(model, run: TrainSteps, epoch: int, steps: int, per_call: int, batch_callbacks) -> None:
-    """One epoch's executions; the state back on the model's variables (and every step done) when it returns."""
+def _train_epoch(model, run: TrainSteps, epoch: int, steps: int, per_call: int, batch_callbacks):
+    """One epoch's executions; the state back on the model's variables (and every step done) when it returns.
+    Returns the last step's logs (None when no step ran)."""
     order = epoch_order(run.train, epoch)
     model._jax_state_synced = True
+    step_logs = None
     for first in range(0, steps, per_call):
         count = min(per_call, steps - first)
         if batch_callbacks is not None:
@@ -279,6 +282,26 @@ def _train_epoch(model, run: TrainSteps, epoch: int, steps: int, per_call: int, 
             break
     model.jax_state_sync()
     jax.block_until_ready([v.value for v in model.metrics_variables])  # the epoch's steps are done: timers are true
+    return step_logs
+
+
+def _epoch_logs(model, step_logs) -> Dict[str, float]:
+    """The epoch's metrics: the model's metric results. Keras' own ``train_step`` computes them inside the compiled
+    step (``compute_metrics``: ``get_metrics_result`` on the updated metric variables), so the last step's logs
+    are them, read in one transfer; asking the model again computes them op by op on the host, each op compiled
+    on its first use: 0.16 s of a 0.34 s first epoch on a CPU, cold (docs/benchmarks.md). A model with its own
+    ``train_step`` or ``compute_metrics`` is asked, as Keras' fit asks it."""
+    if step_logs is None or not _keras_computes_the_logs(model):
+        results = model.get_metrics_result()
+    else:  # scalars, the same on every device: this process's copy
+        results = jax.device_get(jax.tree.map(lambda a: a.addressable_data(0), step_logs))
+    return {name: float(value) for name, value in results.items()}
+
+
+def _keras_computes_the_logs(model) -> bool:
+    """Whether the model's ``train_step`` and ``compute_metrics`` are Keras' own (not a user's override)."""
+    cls = type(model)
+    return all(getattr(getattr(cls, name), "__module__", "").startswith("keras.") for name in KERAS_LOGS)
 
 
 def _validates(epoch: int, freq) -> bool:
