@@ -53,6 +53,9 @@ class EngineFacts:
     coordinator_env: str = ""
     # The packages it needs besides ``packages`` where a job of several processes runs (one process needs none).
     peer_packages: Tuple[str, ...] = ()
+    # Its processes talk over MPI (Horovod's collectives, mpi4py's): under Slurm, srun starts them with an MPI
+    # plugin (``srun --mpi=pmix``); JAX's processes talk over its own channels and need none.
+    talks_over_mpi: bool = True
 
     @property
     def needs_horovod(self) -> bool:
@@ -96,6 +99,7 @@ JAX = EngineFacts(
     # Open MPI 5 no longer sets OMPI_MCA_orte_hnp_uri, which JAX's own Open MPI detection reads (its other way
     # needs mpi4py): training/engines/jax.py reads this instead.
     coordinator_env="CIFAR_DIST_JAX_COORDINATOR",
+    talks_over_mpi=False,  # jax.distributed's coordinator and XLA's collectives (Gloo on CPUs, NCCL on GPUs)
 )
 TENSORFLOW = EngineFacts(
     name="tensorflow",

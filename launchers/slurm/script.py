@@ -45,6 +45,7 @@ from typing import Dict, List, Optional
 
 from omegaconf import OmegaConf
 
+from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.redaction import is_secret_env
 from cifar_dist.launchers.base import JobSpec, LaunchError
 from cifar_dist.launchers.ranks import rank_env
@@ -156,11 +157,13 @@ def rank_command(conf: SlurmLauncherConf, job: JobSpec, python: str) -> List[str
 
 
 def srun_mpi(conf: SlurmLauncherConf, engine: Optional[str]) -> str:
-    """``srun --mpi``: ``launcher.mpi``, where ``auto`` is ``none`` for the (resolved) engine jax, whose ranks use
-    no MPI, and ``pmix`` for every other (Horovod's and engine=tensorflow's ranks talk over Open MPI)."""
+    """``srun --mpi``: ``launcher.mpi``, where ``auto`` is ``none`` for an engine whose ranks use no MPI (jax), and
+    ``pmix`` for the others (Horovod's and engine=tensorflow's ranks talk over Open MPI) and where the engine is
+    not known yet (an evaluation's: the engine its run trained on)."""
     if conf.mpi != "auto":
         return conf.mpi
-    return "none" if engine == "jax" else "pmix"
+    facts = engine_facts(engine) if engine else None
+    return "none" if facts is not None and not facts.talks_over_mpi else "pmix"
 
 
 def starter_command(conf: SlurmLauncherConf, names: List[str], engine: Optional[str] = None) -> List[str]:
