@@ -18,6 +18,10 @@ under ``model.fit``:
   reads ``self.model`` mid-epoch gets the state written back first
   (``jax_state_sync``, Keras' own mechanism), and what it assigns is read again
   before the next step;
+- an epoch's logs are the model's metric results, as Keras' fit reports them
+  (the last step's logs, which Keras' own ``train_step`` computes inside the
+  compiled step; a model with its own ``train_step`` or ``compute_metrics``
+  is asked for them);
 - validation and the final test are ``test_step``, with metrics over the
   whole set (a last short batch included).
 
