@@ -15,6 +15,7 @@ than the one running (the tests' way to ask about 3.14 on a machine without it).
 
 import argparse
 import configparser
+import functools
 import re
 import sys
 from pathlib import Path
@@ -22,22 +23,35 @@ from pathlib import Path
 SETUP_CFG = Path(__file__).resolve().parent.parent / "setup.cfg"
 JAX_OLDEST_PYTHON = (3, 12)  # JAX 0.12, the jax extra's newest
 WHAT = {
-    "horovod": "TensorFlow 2.18.1 and Horovod 0.28.1 for Python {ver}",
+    "horovod": "TensorFlow {tf} and Horovod {horovod} for Python {ver}",
     "current": "the newest TensorFlow, Keras and JAX for Python {ver}, no Horovod",
     "jax": "Keras 3 on JAX for Python {ver}, no TensorFlow, no Horovod",
 }
 
 
-def python_upper_bound(extra: str, package: str, setup_cfg: Path = SETUP_CFG):
-    """The (major, minor) that EXTRA's line for PACKAGE must stay below (``python_version < "X.Y"``), or None."""
+@functools.cache
+def extra_line(extra: str, package: str) -> str:
+    """setup.cfg's line for PACKAGE in EXTRA (read once)."""
     cfg = configparser.ConfigParser()
-    cfg.read(setup_cfg)
+    cfg.read(SETUP_CFG)
     lines = cfg["options.extras_require"][extra].splitlines()
     line = next((x for x in lines if re.match(rf"\s*{re.escape(package)}(?![-\w])", x)), None)
     if line is None:
         raise SystemExit(f"install_stack.py: setup.cfg's {extra} extra names no {package}")
-    match = re.search(r'python_version\s*<\s*"(\d+)\.(\d+)"', line.partition(";")[2])
+    return line
+
+
+def python_upper_bound(extra: str, package: str):
+    """The (major, minor) that EXTRA's line for PACKAGE must stay below (``python_version < "X.Y"``), or None."""
+    match = re.search(r'python_version\s*<\s*"(\d+)\.(\d+)"', extra_line(extra, package).partition(";")[2])
     return (int(match[1]), int(match[2])) if match else None
+
+
+def horovod_pins() -> dict:
+    """The versions the horovod extra pins (``==``): Horovod's, and the TensorFlow it builds against."""
+    pin = r"==\s*([^;\s]+)"
+    return {name: re.search(pin, extra_line("horovod", package))[1] for name, package in
+            (("tf", "tensorflow"), ("horovod", "horovod"))}  # fmt: skip
 
 
 def admits(extra: str, package: str, python: tuple) -> bool:
@@ -47,13 +61,16 @@ def admits(extra: str, package: str, python: tuple) -> bool:
 
 def auto_choice(python: tuple) -> tuple:
     """The first stack PYTHON can hold, and why."""
-    ver = f"{python[0]}.{python[1]}"
+    ver, pins = f"{python[0]}.{python[1]}", horovod_pins()
     if admits("horovod", "horovod", python):
-        why = f"Python {ver} has TensorFlow 2.18.1 wheels, the newest TensorFlow Horovod 0.28.1 builds against"
+        why = (
+            f"Python {ver} has TensorFlow {pins['tf']} wheels, "
+            f"the newest TensorFlow Horovod {pins['horovod']} builds against"
+        )
         stack = "horovod"
     elif admits("tensorflow", "tensorflow", python):
         why = (
-            f"Python {ver} has no TensorFlow 2.18.1 wheel, so no Horovod; "
+            f"Python {ver} has no TensorFlow {pins['tf']} wheel, so no Horovod; "
             "engine=auto trains on TensorFlow (1 process) or JAX"
         )
         stack = "current"
@@ -65,12 +82,12 @@ def auto_choice(python: tuple) -> tuple:
 
 def check_asked(asked: str, python: tuple) -> tuple:
     """ASKED and why, or SystemExit with one line naming the way out when PYTHON cannot hold it."""
-    ver = f"{python[0]}.{python[1]}"
+    ver, pins = f"{python[0]}.{python[1]}", horovod_pins()
     if asked not in WHAT:
         raise SystemExit(f"CIFAR_DIST_STACK={asked}: use auto, horovod, current or jax")
     if asked == "horovod" and not admits("horovod", "horovod", python):
         raise SystemExit(
-            f"CIFAR_DIST_STACK=horovod needs Python 3.10 or 3.11 (TensorFlow 2.18.1, Horovod 0.28.1); "
+            f"CIFAR_DIST_STACK=horovod needs Python 3.10 or 3.11 (TensorFlow {pins['tf']}, Horovod {pins['horovod']}); "
             f"this is {ver}: use CIFAR_DIST_STACK=current, or PYTHON=python3.11"
         )
     if asked == "current" and not admits("tensorflow", "tensorflow", python):
@@ -82,7 +99,7 @@ def check_asked(asked: str, python: tuple) -> tuple:
         raise SystemExit(
             f"CIFAR_DIST_STACK=jax needs Python 3.12 or newer (JAX 0.12); this is {ver}: use PYTHON=python3.12"
         )
-    return asked, f"CIFAR_DIST_STACK={asked}: " + WHAT[asked].format(ver=ver)
+    return asked, f"CIFAR_DIST_STACK={asked}: " + WHAT[asked].format(ver=ver, **pins)
 
 
 def choose(asked: str, python: tuple) -> tuple:
