@@ -166,11 +166,10 @@ def srun_mpi(conf: SlurmLauncherConf, engine: Optional[str]) -> str:
     return "none" if facts is not None and not facts.talks_over_mpi else "pmix"
 
 
-def starter_command(conf: SlurmLauncherConf, names: List[str], engine: Optional[str] = None) -> List[str]:
+def starter_command(conf: SlurmLauncherConf, names: List[str], engine: Optional[str]) -> List[str]:
     """srun (one task per rank, the whole step killed when one fails) or mpirun inside the allocation."""
     if conf.ranks == RankStarter.srun:
-        mpi = srun_mpi(conf, engine)
-        return ["srun", f"--mpi={mpi}", "--kill-on-bad-exit=1", "--export=ALL", *conf.srun_args]
+        return ["srun", f"--mpi={srun_mpi(conf, engine)}", "--kill-on-bad-exit=1", "--export=ALL", *conf.srun_args]
     argv = ["mpirun"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
