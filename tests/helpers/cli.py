@@ -1,6 +1,7 @@
 """The CLI as a user runs it, in a subprocess (to the end, or started in the background with the SIGINT a terminal
 gives), its one-line errors, waiting for a condition, the config composed as the CLI composes it, a run's
-metrics.json, the same run straight and killed then resumed, and a run as a 2-task job on the tests' real Slurm."""
+metrics.json, the same run straight and killed then resumed, a run as a 2-task job on the tests' real Slurm, and one
+of the project's scripts run as a user runs it."""
 
 from __future__ import annotations
 
@@ -121,6 +122,12 @@ def compose_cfg(*overrides: str, **kwargs):
     register_configs()
     with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
         return compose("config", overrides=list(overrides), **kwargs)
+
+
+def run_script(name: str, *args: str, env=None, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python scripts/<name> <args>`` with this interpreter, its output captured as text."""
+    command = [sys.executable, str(REPO / "scripts" / name), *args]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def output_of(proc) -> str:

@@ -3,11 +3,10 @@ for the next GPU call. Its timers wrap engine=jax's loop by name: a rename there
 nothing; and on a real run every epoch's pieces are inside the time the run itself counted."""
 
 import json
-import subprocess
 import sys
 import types
 
-from helpers.cli import cli_env
+from helpers.cli import cli_env, run_script
 from helpers.paths import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -25,13 +24,13 @@ def test_every_function_the_timers_wrap_exists_and_a_renamed_one_is_named():
 
 def test_a_run_s_epochs_are_cut_into_their_pieces(tmp_path):
     out = tmp_path / "first.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "bench_first_epoch.py"), "--model=tiny", "--epochs=2", f"--out={out}"],
+    proc = run_script(
+        "bench_first_epoch.py",
+        "--model=tiny",
+        "--epochs=2",
+        f"--out={out}",
         env=cli_env(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache")),
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())

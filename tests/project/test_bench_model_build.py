@@ -2,29 +2,14 @@
 (two CPU devices here, as XLA makes them on request), so that its GPU timing compares two builds of one model."""
 
 import json
-import subprocess
-import sys
 
-from helpers.cli import cli_env
-from helpers.paths import REPO
+from helpers.cli import cli_env, run_script
 
 
 def test_a_model_built_on_the_host_ends_on_every_device_of_the_distribution(tmp_path):
     env = cli_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     out = tmp_path / "build.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "bench_model_build.py"),
-            "--where=host",
-            f"--cache={tmp_path / 'cache'}",
-            f"--out={out}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_script("bench_model_build.py", "--where=host", f"--cache={tmp_path / 'cache'}", f"--out={out}", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["where"] == "host" and result["variables"] > 20

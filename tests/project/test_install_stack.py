@@ -8,18 +8,14 @@ import sys
 
 import pytest
 
+from helpers.cli import run_script
 from helpers.paths import REPO
 
 pytestmark = pytest.mark.jax_stack
 
 
 def install_stack(*args):
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "install_stack.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_script("install_stack.py", *args, timeout=60)
 
 
 @pytest.mark.parametrize(
