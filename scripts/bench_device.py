@@ -16,7 +16,9 @@ Models: ``seed`` (the tutorial's CNN, 1,250,858 parameters) and ``tiny``
 Data: the packaged sample (4,068 training images), as in issue 46. Printed and
 written (``--out``): the median images/s of the epochs after the first, the
 first epoch's seconds (compiling) against a later one's, the process's peak
-RSS and the device's peak memory. No network is needed.
+RSS and the device's peak memory. No network is needed. ``--phases`` (cifar_dist
+only) also cuts the run's wall time into phases (``scripts/phase_probe/``, the
+cut of ``bench_phases.py``): ``phases`` and ``categories`` in the JSON.
 
     python scripts/bench_device.py --variant keras --model seed --batch-size 32 --epochs 8 --out k.json
     python scripts/bench_device.py --variant cifar_dist --model seed --batch-size 32 --epochs 8 --out c.json
@@ -163,15 +165,19 @@ def run_cifar_dist(args) -> dict:
     ]  # fmt: skip
     if args.no_augment:
         command.append("data.augment.enabled=false")
-    path = os.pathsep.join(filter(None, [str(SCRIPTS), os.environ.get("PYTHONPATH")]))
-    started = time.perf_counter()  # from another folder than the checkout: the installed cifar_dist runs
-    subprocess.run(command, check=True, cwd=str(run_dir), env={**os.environ, "PYTHONPATH": path})
-    wall = time.perf_counter() - started
+    probe = [str(SCRIPTS / "phase_probe")] if args.phases else []  # a sitecustomize: timestamps, nothing changed
+    path = os.pathsep.join(filter(None, [*probe, str(SCRIPTS), os.environ.get("PYTHONPATH")]))
+    events = run_dir / "phase-events.jsonl"
+    env = {**os.environ, "PYTHONPATH": path, **({"CIFAR_DIST_PHASE_LOG": str(events)} if args.phases else {})}
+    started, started_at = time.perf_counter(), time.time()  # from another folder: the installed cifar_dist runs
+    subprocess.run(command, check=True, cwd=str(run_dir), env=env)
+    wall, ended_at = time.perf_counter() - started, time.time()
     metrics = json.loads((run_dir / "run" / "metrics.json").read_text())
     rates = [e["images_per_sec"] for e in metrics["epochs"]]
     images = metrics["run"]["steps_per_epoch"] * metrics["run"]["global_batch_size"]  # an epoch's (per process)
     later = statistics.median(rates[1:] or rates)
     return {
+        "batch_size": metrics["run"]["global_batch_size"],  # the recipe's own with --speedrun
         "images_per_sec": later,
         "first_epoch_s": images / rates[0],
         "later_epoch_s": images / later,
@@ -182,6 +188,19 @@ def run_cifar_dist(args) -> dict:
         "peak_rss_mb": max(metrics["peak_rss_mb_per_rank"]),
         "device_peak_mb": max(metrics.get("peak_device_mb_per_rank") or [None], key=lambda v: v or 0),
         "run_dir": str(run_dir / "run"),
+        **(phases(events, started_at, ended_at) if args.phases else {}),
+    }
+
+
+def phases(events: Path, started_at: float, ended_at: float) -> dict:
+    """The run's wall time cut into consecutive phases (bench_phases.breakdown), seconds rounded to the ms."""
+    from bench_phases import breakdown
+
+    lines = events.read_text().splitlines()
+    cut = breakdown([json.loads(line) for line in lines if line.strip()], started_at, ended_at)
+    return {
+        "phases": [{**p, "seconds": round(p["seconds"], 3)} for p in cut["phases"]],
+        "categories": {name: round(seconds, 3) for name, seconds in cut["categories"].items()},
     }
 
 
@@ -196,6 +215,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--no-augment", action="store_true", help="cifar_dist: data.augment.enabled=false")
     parser.add_argument("--speedrun", action="store_true", help="cifar_dist: experiment=speedrun (its own epochs)")
+    parser.add_argument("--phases", action="store_true", help="cifar_dist: the wall time cut into phases too")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("overrides", nargs="*", help="cifar_dist: more overrides (trainer.execution=steps ...)")
     args = parser.parse_args()
@@ -208,7 +228,7 @@ def main() -> None:
         **VARIANTS[args.variant](args),
     }
     Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k != "epoch_seconds"}))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("epoch_seconds", "phases")}))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ PIECES = ("epoch_order", "_state", "_train_epoch")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("tiny", "seed"), default="tiny")
+    parser.add_argument("--model", choices=("tiny", "seed", "speedrun"), default="tiny")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--no-augment", action="store_true", help="data.augment.enabled=false")
@@ -101,10 +101,14 @@ def install(timers: Timers) -> None:
 
 
 def command(args, run_dir: Path) -> list:
-    model = "model=seed_cnn" if args.model == "seed" else "model=tiny_dense"
+    if args.model == "speedrun":  # the recipe's own model and batch
+        model = ["experiment=speedrun"]
+    else:
+        name = "model=seed_cnn" if args.model == "seed" else "model=tiny_dense"
+        model = [name, f"trainer.batch_size={args.batch_size}"]
     argv = ["--config-dir", str(SCRIPTS / "bench_conf")] if args.model == "tiny" else []
     argv += [
-        "engine=jax", "data=sample", model, f"trainer.epochs={args.epochs}", f"trainer.batch_size={args.batch_size}",
+        "engine=jax", "data=sample", *model, f"trainer.epochs={args.epochs}",
         "trainer.verbose=0", "trainer.plot=false", "trainer.tensorboard=false", "trainer.save_model=false",
         "trainer.keep_checkpoints=1", f"hydra.run.dir={run_dir}", *args.overrides,
     ]  # fmt: skip
@@ -145,7 +149,8 @@ def main(argv=None) -> int:
     except SystemExit as end:
         if end.code not in (0, None):
             raise
-    result = {"model": args.model, "batch_size": args.batch_size, **summary(timers, run_dir)}
+    batch = json.loads((run_dir / "metrics.json").read_text())["run"]["global_batch_size"]
+    result = {"model": args.model, "batch_size": batch, **summary(timers, run_dir)}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     brief = {k: v for k, v in result.items() if k != "epochs"}
     print(json.dumps(brief))

@@ -4,10 +4,11 @@
 #
 #   bash scripts/gpu_check.sh [OUT]     # OUT: where the JSON results, logs and report.md go (default /tmp/gpu_check)
 #   ONLY="cifar_dist-speedrun cifar_dist-speedrun-cached" bash scripts/gpu_check.sh   # some of the runs below only
+#   ONLY="cifar_dist-speedrun cifar_dist-speedrun-phases" bash scripts/gpu_check.sh  # the speedrun cut into phases
 #   ONLY="model-build-default model-build-default-cached model-build-host model-build-host-cached" \
 #       bash scripts/gpu_check.sh   # the first model build on the device or on the host (the speedrun's 5.2 s)
 #   ONLY="first-epoch-seed-32 first-epoch-seed-32-cached first-epoch-tiny first-epoch-tiny-cached" \
-#       bash scripts/gpu_check.sh   # where a (cached) run's first epoch goes against a later one
+#       bash scripts/gpu_check.sh   # where a (cached) run's first epoch goes against a later one (also: -speedrun)
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
@@ -51,6 +52,7 @@ bench cifar_dist-seed-32-steps --variant cifar_dist --batch-size 32 trainer.exec
 bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
 bench cifar_dist-speedrun --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
+bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases  # where its wall time goes (cached)
 build() {  # build NAME WHERE: where the first model build's time goes (bench_model_build.py), one JSON line
     local name=$1 where=$2
     selected "$name" || return 0
@@ -74,6 +76,8 @@ first first-epoch-seed-32 --model seed --batch-size 32 --epochs 6
 first first-epoch-seed-32-cached --model seed --batch-size 32 --epochs 6
 first first-epoch-tiny --model tiny --no-augment --epochs 6
 first first-epoch-tiny-cached --model tiny --no-augment --epochs 6
+first first-epoch-speedrun --model speedrun --epochs 6  # the recipe (lookahead, lr schedule): its own batch
+first first-epoch-speedrun-cached --model speedrun --epochs 6
 if compgen -G "$OUT/*.json" >/dev/null; then
     "$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
 fi
