@@ -106,6 +106,15 @@ def _keep(model, state) -> None:
     }
 
 
+def _place(model, replicated) -> None:
+    """The model's state on its variables, placed as every execution returns it: a callback that copies the
+    weights at ``on_train_begin`` (the lookahead's slow copy) and compiles a program over them then gets the
+    program it runs at every batch, instead of a second one compiled inside the first epoch."""
+    _keep(model, _state(model, replicated))
+    model._jax_state_synced = False
+    model.jax_state_sync()
+
+
 class TrainSteps:
     """The compiled executions of ``train``: ``(state, order, epoch, first, count) -> (state, logs)``, at most
     ``per_call`` steps each.
@@ -233,6 +242,7 @@ def fit(
     )
     model.stop_training = False
     logs: Dict = {}
+    _place(model, run.replicated)  # before any callback copies a weight: copied as every later batch meets it
     callbacks.on_train_begin()
     try:
         for epoch in range(initial_epoch, epochs):

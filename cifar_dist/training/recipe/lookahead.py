@@ -58,6 +58,10 @@ class Lookahead(Callback):
         self._slow = [_copy(w) for w in self._weights]
         self._last_step = int(np.asarray(model.optimizer.iterations))
         self._compiled = _compiled_update() if self._weights and _on_jax(self._weights[0]) else None
+        if self._compiled is not None:
+            # Compiled now, before the first epoch, as the training step is: the loop placed the weights (and so
+            # their copies) as every update sees them, so this is the program every update runs. Outputs dropped.
+            self._compiled(*self._values(), 0.0)
 
     def on_train_batch_end(self, batch, logs=None):
         model = self.model  # (Keras 3 on JAX: the weights written back first, read again before the next step)
@@ -67,7 +71,7 @@ class Lookahead(Callback):
         decay = decay_at(step, self.total_steps, self.final_decay, step - self._last_step)
         self._last_step = step
         if self._compiled is not None:  # Keras 3 on JAX: every weight in one compiled update, one dispatch
-            slows, weights = self._compiled([v.value for v in self._slow], [v.value for v in self._weights], decay)
+            slows, weights = self._compiled(*self._values(), decay)
             for variable, value in zip(self._slow + self._weights, slows + weights):
                 variable.assign(value)
             return
@@ -79,6 +83,10 @@ class Lookahead(Callback):
             averaged = decay * _value(slow) + (1.0 - decay) * value
             slow.assign(averaged)
             weight.assign(_copied(averaged))
+
+    def _values(self):
+        """(slow copies, weights): their JAX arrays, as the compiled update takes them."""
+        return [v.value for v in self._slow], [v.value for v in self._weights]
 
 
 def _copy(weight):
