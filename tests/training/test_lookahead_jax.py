@@ -33,16 +33,20 @@ SCRIPT = textwrap.dedent(
     compiled = []
     class Programs(logging.Handler):
         def emit(self, record):
-            if record.getMessage().startswith("Compiling jit(update)"):
-                compiled.append(record.getMessage()[:40])
+            if record.getMessage().startswith("Compiling "):
+                compiled.append(record.getMessage().split()[1])  # jit(name)
     logging.getLogger("jax").addHandler(Programs())
     jax.config.update("jax_log_compiles", True)
     callback = Lookahead(total_steps=40, final_decay=0.5)
     callback.set_model(model)
     before = [np.asarray(w.value) for w in model.weights]
     callback.on_train_begin()
-    at_train_begin = len(compiled)
+    at_train_begin = list(compiled)
     unchanged = all(np.array_equal(b, np.asarray(w.value)) for b, w in zip(before, model.weights))
+    copies_equal = all(np.array_equal(np.asarray(s.value), np.asarray(w.value))
+                       for s, w in zip(callback._slow, callback._weights))
+    own_buffers = all(s.value.unsafe_buffer_pointer() != w.value.unsafe_buffer_pointer()
+                      for s, w in zip(callback._slow, callback._weights))
     for step in (10, 20, 30, 40):  # as the loop hands the weights back: trained, placed as before
         for w in model.weights:
             w.assign(jax.device_put(w.value + 0.25, replicated))
@@ -51,7 +55,7 @@ SCRIPT = textwrap.dedent(
     jax.config.update("jax_log_compiles", False)
     same = all(np.allclose(np.asarray(s.value), np.asarray(w.value)) for s, w in zip(callback._slow, callback._weights))
     print(json.dumps({"programs": compiled, "at_train_begin": at_train_begin, "unchanged": unchanged,
-                      "weights_are_the_slow_copies": same}))
+                      "copies_equal": copies_equal, "own_buffers": own_buffers, "weights_are_the_slow_copies": same}))
     """
 )
 
@@ -68,7 +72,11 @@ def test_every_update_runs_the_one_program_compiled_at_train_begin():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["unchanged"] and out["weights_are_the_slow_copies"]
-    assert out["at_train_begin"] == 1 and len(out["programs"]) == 1, out
+    # the slow copies start as the weights' values, in buffers of their own (the loop donates the weights' buffers)
+    assert out["copies_equal"] and out["own_buffers"], out
+    # one program in all, the update's, compiled at train begin (no copy program per weight shape either)
+    assert out["at_train_begin"] == ["jit(update)"], out
+    assert out["programs"].count("jit(update)") == 1, out
 
 
 def test_a_run_with_lookahead_compiles_its_update_before_the_first_epoch(tmp_path):

@@ -55,13 +55,17 @@ class Lookahead(Callback):
         # After restore and broadcast: the slow copy starts as the weights every rank holds now.
         model = self.model
         self._weights = [w for w in model.weights if _is_float(w)]
-        self._slow = [_copy(w) for w in self._weights]
         self._last_step = int(np.asarray(model.optimizer.iterations))
         self._compiled = _compiled_update() if self._weights and _on_jax(self._weights[0]) else None
-        if self._compiled is not None:
-            # Compiled now, before the first epoch, as the training step is: the loop placed the weights (and so
-            # their copies) as every update sees them, so this is the program every update runs. Outputs dropped.
-            self._compiled(*self._values(), 0.0)
+        if self._compiled is None:
+            self._slow = [_copy(w) for w in self._weights]
+            return
+        # Keras 3 on JAX: the copies are the update's own output at decay 0 (0 * w + 1 * w: each weight's value, in
+        # a buffer of its own), so the one program every update runs is compiled now, before the first epoch, as
+        # the training step is (the loop placed the weights as every update sees them), and no copy program runs.
+        weights = [w.value for w in self._weights]
+        copies, _ = self._compiled(weights, weights, 0.0)
+        self._slow = [_slow_variable(w, c) for w, c in zip(self._weights, copies)]
 
     def on_train_batch_end(self, batch, logs=None):
         model = self.model  # (Keras 3 on JAX: the weights written back first, read again before the next step)
@@ -92,12 +96,17 @@ class Lookahead(Callback):
 def _copy(weight):
     """A non-trainable variable of ``weight``'s Keras holding its current value."""
     if flavor_of(weight) == KERAS3:
-        import keras  # lazy: Keras 3 (the model's)
-
-        return keras.Variable(_copied(weight.value), trainable=False, name=f"lookahead_{weight.name}")
+        return _slow_variable(weight, _copied(weight.value))
     import tensorflow as tf  # lazy: TensorFlow (a Keras 2 model's)
 
     return tf.Variable(as_tf_variable(weight), trainable=False)
+
+
+def _slow_variable(weight, value):
+    """The slow copy of a Keras 3 ``weight``: a non-trainable variable holding ``value`` (a buffer of its own)."""
+    import keras  # lazy: Keras 3 (the model's)
+
+    return keras.Variable(value, trainable=False, name=f"lookahead_{weight.name}")
 
 
 def _on_jax(variable) -> bool:
