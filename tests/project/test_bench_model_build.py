@@ -16,3 +16,17 @@ def test_a_model_built_on_the_host_ends_on_every_device_of_the_distribution(tmp_
     assert len(result["variable_devices"]) == 2  # replicated on both devices, wherever the initializers ran
     assert result["on_the_distribution_s_devices"] is True
     assert all(result[k] >= 0 for k in ("keras_import_s", "probe_build_s", "real_build_s"))
+
+
+def test_the_overlapped_start_builds_the_same_model_on_the_same_devices(tmp_path):
+    """``--start overlap`` (JAX's backend started in a thread while Keras imports): the same build, both ready."""
+    env = cli_env(XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = tmp_path / "build.json"
+    proc = run_script(
+        "bench_model_build.py", "--start=overlap", f"--cache={tmp_path / 'cache'}", f"--out={out}", env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["start"] == "overlap" and result["platform"] == "cpu" and result["variables"] > 20
+    assert len(result["variable_devices"]) == 2 and result["on_the_distribution_s_devices"] is True
+    assert result["jax_and_keras_s"] >= result["jax_start_s"] + result["keras_import_s"] - 0.01
