@@ -345,7 +345,10 @@ def _eval_state(model, eval_set, outputs) -> tuple:
 
 
 class EvalSteps:
-    """``test_step`` over batches of ``batch_size`` on this process's first device, compiled once per shape."""
+    """``test_step`` over ``count`` batches of ``batch_size`` and then, when given one, over a set's last, short
+    batch, on this process's first device: one compiled program per shape, so that a set of up to
+    ``EVAL_CHUNK_BATCHES`` batches is scored by one program, its short batch included (one trace of the loop and
+    one of the last step, one program to load)."""
 
     def __init__(self, model, batch_size: int, num_classes: int, outputs: Sequence[str]):
         self.batch_size = batch_size
@@ -354,27 +357,34 @@ class EvalSteps:
             one_hot = jax.nn.one_hot(y, num_classes)
             return one_hot if len(outputs) == 1 else {o.rstrip("_"): one_hot for o in outputs}
 
-        def batches(state, images, targets, count):
-            def step(i, carry):
-                state, _ = carry
-                x = jax.lax.dynamic_slice_in_dim(images, i * batch_size, batch_size)
-                y = jax.lax.dynamic_slice_in_dim(targets, i * batch_size, batch_size)
-                logs, state = model.test_step(state, (float_images(x), labels(y)))
-                return state, logs
+        def scored(state, x, y):
+            return model.test_step(state, (float_images(x), labels(y)))  # (logs, state)
 
-            shape = (batch_size, *images.shape[1:])
-            example = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.eval_shape(labels, targets[:batch_size]))
-            zero = jax.tree.map(
-                lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(model.test_step, state, example)[0]
-            )
-            return jax.lax.fori_loop(0, count, step, (state, zero))
+        def batches(state, images, targets, count, rest):
+            def batch(i):
+                return tuple(jax.lax.dynamic_slice_in_dim(a, i * batch_size, batch_size) for a in (images, targets))
+
+            def step(i, state):
+                return scored(state, *batch(i))[1]
+
+            # The loop carries the state alone; the last step's logs are the scores (the metrics over every batch
+            # so far, as Keras' evaluate reports them): the short batch after the full ones, or the last full one.
+            if rest is None:
+                count, rest = count - 1, batch(count - 1)
+            state = jax.lax.fori_loop(0, count, step, state)
+            logs, state = scored(state, *rest)
+            return state, logs
 
         self._run = jax.jit(batches)
 
-    def __call__(self, state, images: np.ndarray, labels: np.ndarray, count: int):
+    def __call__(self, state, images: np.ndarray, labels: np.ndarray, count: int, rest=None):
+        """``rest``: (images, labels) of the short batch scored after the ``count`` full ones, or None."""
         device = jax.local_devices()[0]
-        x, y = jax.device_put(images, device), jax.device_put(labels.astype(np.int32), device)
-        return self._run(state, x, y, jnp.int32(count))
+
+        def put(x, y):
+            return jax.device_put(x, device), jax.device_put(y.astype(np.int32), device)
+
+        return self._run(state, *put(images, labels), jnp.int32(count), None if rest is None else put(*rest))
 
 
 def evaluate(model, eval_set, outputs: Sequence[str] = ("",), callbacks=None) -> Dict[str, float]:
@@ -392,21 +402,23 @@ def _scores(model, eval_set, outputs) -> Dict[str, float]:
     images, labels, batch = eval_set.images, eval_set.labels, int(eval_set.batch_size)
     full, tail = divmod(len(labels), batch)
     state, logs = _eval_state(model, eval_set, outputs), None
-    chunk = EVAL_CHUNK_BATCHES * batch
-    for start in range(0, full * batch, chunk):
+    chunk = EVAL_CHUNK_BATCHES * batch if full else batch  # (a set shorter than a batch: its tail alone)
+    starts = range(0, full * batch, chunk) if full else range(1)
+    for start in starts:
         end = min(start + chunk, full * batch)
         x, y = _padded(images[start:end], chunk), _padded(labels[start:end], chunk)
-        state, logs = _steps(model, eval_set, batch, outputs)(state, x, y, (end - start) // batch)
-    if tail:
-        state, logs = _steps(model, eval_set, tail, outputs)(state, images[full * batch :], labels[full * batch :], 1)
+        last = bool(tail) and start == starts[-1]  # the short batch in the last chunk's program
+        rest = (images[full * batch :], labels[full * batch :]) if last else None
+        steps = _steps(model, eval_set, batch, tail if last else 0, outputs)
+        state, logs = steps(state, x, y, (end - start) // batch, rest)
     return {name: float(value) for name, value in jax.device_get(logs).items()}
 
 
-def _steps(model, eval_set, batch: int, outputs) -> EvalSteps:
-    """The compiled evaluation of ``batch``-image batches, kept with the set it evaluates (every epoch's
-    validation runs the same program)."""
+def _steps(model, eval_set, batch: int, tail: int, outputs) -> EvalSteps:
+    """The compiled evaluation of ``batch``-image batches (then a ``tail``-image one), kept with the set it
+    evaluates (every epoch's validation runs the same program)."""
     compiled = eval_set.__dict__.setdefault("_compiled", {})
-    key = (id(model), batch, tuple(outputs))
+    key = (id(model), batch, tail, tuple(outputs))
     if key not in compiled:
         compiled[key] = EvalSteps(model, batch, eval_set.num_classes, outputs)
     return compiled[key]
