@@ -403,22 +403,21 @@ def _scores(model, eval_set, outputs) -> Dict[str, float]:
     full, tail = divmod(len(labels), batch)
     state, logs = _eval_state(model, eval_set, outputs), None
     chunk = EVAL_CHUNK_BATCHES * batch if full else batch  # (a set shorter than a batch: its tail alone)
-    starts = range(0, full * batch, chunk) if full else range(1)
+    starts = range(0, max(full, 1) * batch, chunk)
     for start in starts:
         end = min(start + chunk, full * batch)
         x, y = _padded(images[start:end], chunk), _padded(labels[start:end], chunk)
         last = bool(tail) and start == starts[-1]  # the short batch in the last chunk's program
         rest = (images[full * batch :], labels[full * batch :]) if last else None
-        steps = _steps(model, eval_set, batch, tail if last else 0, outputs)
-        state, logs = steps(state, x, y, (end - start) // batch, rest)
+        state, logs = _steps(model, eval_set, batch, outputs)(state, x, y, (end - start) // batch, rest)
     return {name: float(value) for name, value in jax.device_get(logs).items()}
 
 
-def _steps(model, eval_set, batch: int, tail: int, outputs) -> EvalSteps:
-    """The compiled evaluation of ``batch``-image batches (then a ``tail``-image one), kept with the set it
-    evaluates (every epoch's validation runs the same program)."""
+def _steps(model, eval_set, batch: int, outputs) -> EvalSteps:
+    """The compiled evaluation of ``batch``-image batches, kept with the set it evaluates (every epoch's
+    validation runs the same programs: jit keeps one per shape of the short batch, or none)."""
     compiled = eval_set.__dict__.setdefault("_compiled", {})
-    key = (id(model), batch, tail, tuple(outputs))
+    key = (id(model), batch, tuple(outputs))
     if key not in compiled:
         compiled[key] = EvalSteps(model, batch, eval_set.num_classes, outputs)
     return compiled[key]
