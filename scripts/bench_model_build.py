@@ -56,12 +56,12 @@ def main(argv=None) -> dict:
     use_compilation_cache(jax, args.cache)  # as the engine does: every compile cached
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         backend = pool.submit(jax.devices) if args.start == "overlap" else None  # in a thread, while Keras imports
-        devices = jax.devices() if backend is None else None
+        started = jax.devices() if backend is None else None
         times["jax_start_s"] = time.perf_counter() - start  # overlap: the import only
         import keras
 
         times["keras_import_s"] = time.perf_counter() - start - times["jax_start_s"]
-        platform = (devices or backend.result())[0].platform
+        platform = (started or backend.result())[0].platform
     times["jax_and_keras_s"] = time.perf_counter() - start
     from cifar_dist.models.airbench import build
 

@@ -7,8 +7,8 @@
 #   ONLY="cifar_dist-speedrun cifar_dist-speedrun-phases" bash scripts/gpu_check.sh  # the speedrun cut into phases
 #   ONLY="model-build-default model-build-default-cached model-build-host model-build-host-cached" \
 #       bash scripts/gpu_check.sh   # the first model build on the device or on the host (the speedrun's 5.2 s)
-#   ONLY="model-build-default model-build-serial-cached model-build-overlap-cached model-build-serial-cached \
-#       model-build-overlap-cached" bash scripts/gpu_check.sh   # JAX's GPU start overlapping Keras' import: pays?
+#   ONLY="model-build-default model-build-default-cached model-build-overlap-cached" \
+#       bash scripts/gpu_check.sh   # JAX's GPU start overlapping Keras' import (-overlap) or not (-default): pays?
 #   ONLY="first-epoch-seed-32 first-epoch-seed-32-cached first-epoch-tiny first-epoch-tiny-cached" \
 #       bash scripts/gpu_check.sh   # where a (cached) run's first epoch goes against a later one (also: -speedrun)
 #
@@ -68,7 +68,6 @@ build model-build-default-cached default
 build model-build-host host  # the initializers on the host: their ops compiled now
 build model-build-host-cached host
 build model-build-overlap-cached default --start overlap  # JAX's GPU backend starting while Keras imports: pays?
-build model-build-serial-cached default  # the same, one after the other (as the trainer does), for comparison
 first() {  # first NAME ARGS...: where the first epoch goes against a later one (bench_first_epoch.py), one JSON line
     local name=$1; shift
     selected "$name" || return 0
