@@ -17,7 +17,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
@@ -79,11 +79,13 @@ def training_complete(run_dir: Path) -> bool:
     return bool((read_metrics(run_dir) or {}).get("complete", False))
 
 
-def finished_run(run_dir: Path, epochs: int, ranks: int) -> Optional[Dict[str, Any]]:
-    """metrics.json when it records this run finished: complete, ``epochs`` planned on ``ranks`` ranks; else None."""
+def finished_run(run_dir: Path, processes: int, planned: Callable[[int], int]) -> Optional[Dict[str, Any]]:
+    """metrics.json when it records this run finished on ``processes`` processes, with the epochs ``planned`` for
+    the ranks it had (a rank is a device: the launcher knows its processes, the run its ranks); else None."""
     metrics = read_metrics(run_dir) or {}
-    run = metrics.get("run") or {}
-    done = metrics.get("complete") and run.get("epochs") == epochs and metrics.get("ranks") == ranks
+    run, ranks = metrics.get("run") or {}, metrics.get("ranks")
+    same_processes = metrics.get("processes", ranks) == processes  # (metrics.json before devices were ranks)
+    done = metrics.get("complete") and ranks and same_processes and run.get("epochs") == planned(int(ranks))
     return metrics if done else None
 
 

@@ -126,10 +126,14 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     if world.is_chief:
         log.info("data: %s", data_used)
         log.info(
-            "scoring %s on %d images from %s with %d rank(s)", model_path, len(images.x), images.source, world.size
+            "scoring %s on %d images from %s with %d process(es)",
+            model_path,
+            len(images.x),
+            images.source,
+            world.processes,
         )
 
-    mine = np.arange(world.rank, len(images.x), world.size)
+    mine = np.arange(world.process, len(images.x), world.processes)
     tta = ev.tta.value if hasattr(ev.tta, "value") else str(ev.tta)
     probs = score(with_tta(model, tta), images.x[mine], int(ev.batch_size))
     # ENGINE: one gather of this rank's per-image results; rank 0 puts them back in order.
@@ -148,7 +152,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
         "model": str(model_path),
         "input": images.source,
         "data": data_used,
-        "ranks": world.size,
+        "ranks": world.processes,
         "tta": tta,
         **report.summarize(images.labels, predicted, losses, images.class_names),
         "wall_time_s": time.time() - start,

@@ -48,7 +48,9 @@ def start_record(run: Run, initial_epoch: int, policy: str, data, train_data):
     earlier_run = metrics.get("run")
     metrics.update(
         {
-            "ranks": run.world.size,
+            "ranks": run.world.ranks,
+            "processes": run.world.processes,
+            "devices_per_process": run.world.devices,
             "run": describe_run(run, policy, data, train_data),
             "resumed_from_epoch": initial_epoch,
             "complete": False,
@@ -66,7 +68,8 @@ def describe_run(run: Run, policy: str, data, train_data) -> Dict[str, Any]:
         "epochs": run.epochs,
         "epoch_policy": t.epoch_policy.value,
         "batch_size_per_rank": t.batch_size,
-        "global_batch_size": t.batch_size * world.size,
+        "global_batch_size": t.batch_size * world.ranks,
+        "layout": world.layout(),
         "lr_config": cfg.optimizer.lr,
         "lr_scaled": run.lr,
         "lr_scaling": t.lr_scaling.value,
@@ -182,6 +185,6 @@ def write_record(run: Run, model, metrics: Dict[str, Any], finished: bool, done:
         plot_learning_curves(
             metrics["epochs"],
             run.output_dir / "learning_curves.png",
-            title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, {run.world.size} rank(s)",
+            title=f"{metrics['run']['model'].rsplit('.', 2)[-2]} on {run.cfg.data.name}, {run.world.ranks} rank(s)",
         )
     write_json(run.metrics_path, metrics)

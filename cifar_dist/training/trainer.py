@@ -209,8 +209,8 @@ def start_run(cfg: DictConfig, output_dir: Path):
         cfg=cfg,
         engine=engine,
         output_dir=output_dir,
-        epochs=planned_epochs(t, engine.world.size),
-        lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.size),
+        epochs=planned_epochs(t, engine.world.ranks),  # ENGINE: a rank is a device (world.py)
+        lr=scaled_lr(cfg.optimizer.lr, t.lr_scaling.value, engine.world.ranks),
         flavor=flavor,
         wall_start=wall_start,
     )
@@ -242,10 +242,10 @@ def build_model(run: Run, data):
     model_checks.check_model(model, data, run.cfg.model._target_, predict=run.engine.predict_here)
     # --- recipe (experiment=speedrun): data-fitted layers, per-step lr schedule, label smoothing ---
     recipe.fit_to_data(model, data)
-    steps = steps_per_epoch(data.train_size, t.batch_size, world.size, t.epoch_policy.value == "shard")
+    steps = steps_per_epoch(data.train_size, t.batch_size, world.ranks, t.epoch_policy.value == "shard")
     # ENGINE: warmup and step decay in the schedule, or (Horovod, Keras 2) in Horovod's lr callbacks
     ramps = run.engine.ramps_lr_in_schedule(run.flavor)
-    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.size, ramps)
+    lr_or_schedule = recipe.learning_rate(run.lr, t, steps, run.epochs, run.keras, world.ranks, ramps)
     compile_kwargs = dict(loss=recipe.loss(t.label_smoothing, run.keras), metrics=["accuracy"])
     model_setup.compile_distributed(
         run,
@@ -282,15 +282,15 @@ def restore_or_start(run: Run, model) -> int:
 
 
 def make_streams(run: Run, data, initial_epoch: int):
-    """This rank's training stream (from ``initial_epoch`` on) and its validation slice.
+    """This process's training stream (from ``initial_epoch`` on: its ranks' batches) and its validation slice.
 
-    ENGINE: tf.data pipelines (Horovod, TensorFlow) or the images on the device (JAX)."""
+    ENGINE: tf.data pipelines (Horovod, TensorFlow: one rank a process) or each rank's images on its device (JAX)."""
     cfg, t, world = run.cfg, run.trainer, run.world
     train_data = run.engine.train_input(
         data,
-        batch_size=t.batch_size,
-        rank=world.rank,
-        size=world.size,
+        batch_size=t.batch_size,  # per rank
+        rank=world.first_rank,
+        size=world.ranks,
         shard=t.epoch_policy.value == "shard",
         seed=t.seed,
         initial_epoch=initial_epoch,
@@ -300,7 +300,10 @@ def make_streams(run: Run, data, initial_epoch: int):
         prefetch=cfg.data.prefetch,
         placement=str(getattr(cfg.data.placement, "value", cfg.data.placement)),
     )
-    val_data = run.engine.eval_input(data, batch_size=t.batch_size, rank=world.rank, size=world.size, equal_shards=True)
+    # every process validates its own equal slice (on its first device); the engine averages them
+    val_data = run.engine.eval_input(
+        data, batch_size=t.batch_size, rank=world.process, size=world.processes, equal_shards=True
+    )
     return train_data, val_data
 
 
@@ -310,7 +313,7 @@ def open_tracker(run: Run):
         return None
     from cifar_dist.tracking.job_hooks import open_for_training  # tracking is an optional extra: only when configured
 
-    return open_for_training(run.cfg, run.output_dir, run.world.size, run_records.engine_versions(run))
+    return open_for_training(run.cfg, run.output_dir, run.world.ranks, run_records.engine_versions(run))
 
 
 def make_callbacks(
@@ -330,7 +333,7 @@ def make_callbacks(
     t, world, lr, steps = run.trainer, run.world, run.lr, train_data.steps_per_epoch
     averaging = run.engine.metric_averaging(model)  # None where the metrics are the whole job's already (JAX)
     callbacks = [
-        EpochTimer(train_data.images_per_rank_epoch * world.size),
+        EpochTimer(train_data.images_per_rank_epoch * world.ranks),
         # ENGINE: average the epoch's metrics over ranks, before anything logs them.
         *([averaging] if averaging is not None else []),
         StopOnNonFinite(lr),  # NaN/inf: one-line error on every rank, nothing of that epoch written

@@ -168,15 +168,15 @@ class SlurmLauncher(ClusterLauncher):
 
         if str(job.cfg.task.get("name", "train")) != "train":
             return None
-        ranks = self.conf.world_size
-        metrics = finished_run(job.output_dir, planned_epochs(job.cfg.trainer, ranks), ranks)
+        processes = self.conf.world_size
+        metrics = finished_run(job.output_dir, processes, lambda ranks: planned_epochs(job.cfg.trainer, ranks))
         if metrics is None:
             return None
         log.info(
             "%s already finished its %d epoch(s) on %d rank(s): nothing to submit",
             job.output_dir,
             metrics["run"]["epochs"],
-            ranks,
+            metrics["ranks"],
         )
         return LaunchResult(exit_code=0, metrics=metrics, message=f"{job.output_dir} had finished")
 

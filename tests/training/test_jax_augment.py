@@ -3,9 +3,9 @@
 The ops themselves against references (numpy, and TensorFlow's own transform
 where TensorFlow is installed); the draws on fixed seeds: shapes, the range
 of the shifts, the share of flips, alternating flips by epoch parity, cutout's
-square; and the batches: the same (seed, epoch, process, step) draws the same
-batch, two processes draw different ones, every image of a process's shard
-once per epoch.
+square; and the batches: the same (seed, epoch, rank, step) draws the same
+batch, two ranks draw different ones, every image of a rank's shard once per
+epoch.
 """
 
 from __future__ import annotations
@@ -119,27 +119,26 @@ def test_cutout_zeroes_one_square_per_image_at_most_size_squared_pixels():
     assert rows.max() - rows.min() + 1 <= 8 and cols.max() - cols.min() + 1 <= 8
 
 
-def draw(process: int, step: int, epoch: int = 0, seed: int = 42, plan=AIRBENCH):
-    """One device's batch of 16 as the compiled step draws it, for a process holding 64 images."""
+def draw(rank: int, step: int, epoch: int = 0, seed: int = 42, plan=AIRBENCH):
+    """One rank's batch of 16 as the compiled step draws it on its device, the rank holding 64 images."""
     rng = np.random.default_rng(0)
     block = jnp.asarray(rng.integers(0, 256, (64, 32, 32, 3), dtype=np.uint8))
     labels, bits = jnp.asarray(rng.integers(0, 10, 64)), jnp.asarray(rng.random(64) < 0.5)
     order = jnp.asarray(np.random.default_rng(epoch).permutation(64).astype(np.int32))
     step_plan = StepPlan(16, 1, 10, plan, streamed=False)
-    place = jnp.array([[process, 0]], jnp.int32)
-    x, y = device_batch(step_plan, block, labels, bits, order, place, seed, epoch, step, 0)
+    x, y = device_batch(step_plan, block, labels, bits, order, jnp.array([rank], jnp.int32), seed, epoch, step, 0)
     return np.asarray(x), np.asarray(y)
 
 
-def test_a_batch_is_a_pure_function_of_seed_epoch_process_and_step_and_processes_draw_differently():
-    x, y = draw(process=0, step=1)
-    again, _ = draw(process=0, step=1)
-    other_process, _ = draw(process=1, step=1)
-    other_step, _ = draw(process=0, step=2)
-    other_seed, _ = draw(process=0, step=1, seed=43)
+def test_a_batch_is_a_pure_function_of_seed_epoch_rank_and_step_and_ranks_draw_differently():
+    x, y = draw(rank=0, step=1)
+    again, _ = draw(rank=0, step=1)
+    other_rank, _ = draw(rank=1, step=1)
+    other_step, _ = draw(rank=0, step=2)
+    other_seed, _ = draw(rank=0, step=1, seed=43)
     assert x.shape == (16, 32, 32, 3) and y.shape == (16, 10) and np.allclose(y.sum(axis=1), 1)
     np.testing.assert_array_equal(x, again)
-    assert not np.array_equal(x, other_process)  # same images (the same order here), other augmentation
+    assert not np.array_equal(x, other_rank)  # same images (the same order here), other augmentation
     assert not np.array_equal(x, other_step) and not np.array_equal(x, other_seed)
     assert 0.0 <= x.min() and x.max() <= 1.0  # uint8 pixels scaled as the seed did
 
@@ -153,7 +152,7 @@ def test_an_epoch_walks_every_image_of_the_shard_once():
         order = jnp.asarray(np.random.default_rng(5).permutation(64).astype(np.int32))
         x, _ = device_batch(
             StepPlan(16, 1, 10, plain, False), jnp.asarray(block), jnp.zeros(64, jnp.int32), jnp.zeros(64, bool),
-            order, jnp.array([[0, 0]], jnp.int32), 42, 0, step, 0,
+            order, jnp.array([0], jnp.int32), 42, 0, step, 0,
         )  # fmt: skip
         seen += [int(np.flatnonzero((block == np.round(np.asarray(img) * 255)).all(axis=(1, 2, 3)))[0]) for img in x]
     assert sorted(seen) == list(range(64))

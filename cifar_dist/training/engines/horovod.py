@@ -92,10 +92,10 @@ class HorovodEngine(TfDataLoop):
         world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu, onednn_enabled())
         log.info(
             "rank %d/%d (local %d/%d): %s, TF threads intra=%d inter=%d (%s), CPU kernels %s",
-            world.rank,
-            world.size,
-            world.local_rank,
-            world.local_size,
+            world.process,
+            world.processes,
+            world.local_process,
+            world.local_processes,
             world.gpu or "CPU",
             plan.intra_op,
             plan.inter_op,
@@ -114,11 +114,11 @@ class HorovodEngine(TfDataLoop):
     def rank_seed(self, seed: int) -> int:
         """Each rank its own seed: its dropout differs, as one rank's would over more data (the initial weights are
         rank 0's anyway: ``broadcast_model``)."""
-        return int(seed) + self.world.rank
+        return int(seed) + self.world.process
 
     def exact_test_slice(self) -> tuple:
         """(rank, size): every rank scores its own slice of the test set; the trainer adds up the slices' sums."""
-        return self.world.rank, self.world.size
+        return self.world.process, self.world.processes
 
     def peer_failure(self, exc: BaseException):
         """The one-line error for ``exc`` when it says another process of the job died (the JAX engine's);
@@ -199,7 +199,7 @@ class HorovodEngine(TfDataLoop):
 
     def average_variables(self, variables, name: str) -> None:
         """Replace each of ``variables`` by its mean over the ranks, in place (a collective)."""
-        if not variables or self.world.size == 1:
+        if not variables or self.world.processes == 1:
             return
         # HOROVOD: one grouped allreduce for all of them; every rank receives the same bytes.
         averaged = self.hvd.grouped_allreduce(

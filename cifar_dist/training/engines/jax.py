@@ -1,16 +1,17 @@
 """The JAX engine: Keras 3 models on JAX, made one data-parallel job by Keras' own distribution API.
 
-No Horovod on this path. The processes a launcher starts (mpirun ranks, Slurm
+No Horovod on this path. A rank is a device (``world.py``): a process trains
+every device it was given (``jax_devices.py``: all of its host's GPUs when it
+is alone there, its share when several share the host, the CPU devices
+``XLA_FLAGS`` makes), and the processes a launcher starts (mpirun ranks, Slurm
 tasks, Azure ML's MPI processes) join as one JAX job with
 ``jax.distributed.initialize()``, which reads its peers from Open MPI's or
-Slurm's environment; on CPU their collectives run over Gloo, on GPUs over
-NCCL with one GPU per process (JAX's default under Open MPI and Slurm).
-``distribute_models`` then sets Keras' ``DataParallel`` over every device of
-every process: each variable is one array replicated on all devices, and each
-training step is one XLA program over the global batch, of which every
-process feeds its own shard (``auto_shard_dataset=False``: the project's
-tf.data streams shard already). What Horovod does in pieces happens inside
-that program:
+Slurm's environment, each with its own ``local_device_ids``; on CPU their
+collectives run over Gloo, on GPUs over NCCL. ``distribute_models`` then sets
+Keras' ``DataParallel`` over every device of every process: each variable is
+one array replicated on all devices, and each training step is one XLA
+program over the global batch, of which every device draws its rank's part
+(``jax_data.py``). What Horovod does in pieces happens inside that program:
 
 * gradients are reduced over the global batch: nothing wraps the optimizer;
 * metrics are computed over the global batch: nothing averages the epoch's logs;
@@ -24,9 +25,9 @@ Two rules follow, and the trainer keeps them through this engine:
   the same on every process (``rank_seed``), and a checkpoint is read by
   rank 0 and broadcast as bytes so that every process loads it
   (``restore_latest``);
-* every process feeds batches of the same shape: the exact test feeds the
-  whole test set on every process (``exact_test_slice``); the mean over
-  identical copies is the mean over the set.
+* evaluation runs in each process alone, on its first device with its copy of
+  the weights: each process scores its own slice of the test set
+  (``exact_test_slice``) and the trainer adds up the slices' sums.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from cifar_dist.training.engines.world import (
     under_open_mpi,
 )
 from cifar_dist.training.process.gloo_host import bind_gloo
-from cifar_dist.training.process.tf_console import load_tensorflow_quietly_if_installed
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,46 @@ def join_peers(jax, local_device_ids=None) -> None:
     """Join the other processes of this mpirun / Slurm step (``peers_from_env``): first, where JAX's Gloo will
     listen (this host's name, or loopback where that does not resolve and every process is here: gloo_host.py),
     then ``jax.distributed.initialize``; on GPUs with the ones this process was given."""
-    bind_gloo(processes_from_env(), local_processes_from_env())
+    processes = processes_from_env()
+    bind_gloo(processes, local_processes_from_env())
     devices = {"local_device_ids": local_device_ids} if local_device_ids else {}
+    log.info("joining the job's %d processes (JAX's coordination service)", processes)
     jax.distributed.initialize(**{**peers_from_env(), **devices})
+
+
+def planned_devices(gpus) -> str:
+    """What this process will train on, said before JAX starts its backend: ``gpu:<count>`` or ``cpu``."""
+    return f"gpu:{gpus.count}" if gpus.count else "cpu"
+
+
+def check_same_devices(jax, planned: str) -> None:
+    """Every process brings the same kind and number of GPUs (``planned_devices``), checked through JAX's
+    coordination service before any backend starts (a GPU backend and a CPU one would wait for each other's
+    topology until JAX's timeout): else one line on every process, saying which has what."""
+    every = exchange_before_backend(jax, "cifar_dist/devices", planned)
+    if len(set(every)) > 1:
+        said = ", ".join(f"process {i}: {what}" for i, what in enumerate(every))
+        raise JaxEngineError(
+            f"the job's processes would train on different devices ({said}): give every process the same number "
+            "of GPUs (launcher.np / launcher.ntasks_per_node, launcher.gpus_per_node) or none "
+            "(trainer.accelerator=cpu)"
+        )
+
+
+def check_job_devices(jax) -> int:
+    """The devices each process trains, one rank each (``World.devices``), once JAX's backend runs: the same kind
+    and number on every process, else one line."""
+    devices = jax.devices()
+    kinds = sorted({d.platform for d in devices})
+    counts = [sum(1 for d in devices if d.process_index == p) for p in range(jax.process_count())]
+    if len(kinds) > 1 or len(set(counts)) > 1:
+        said = ", ".join(f"process {p}: {n}" for p, n in enumerate(counts))
+        raise JaxEngineError(
+            f"the job's processes train on different devices ({'/'.join(kinds)}; {said}): every process trains "
+            "one rank per device, so give each the same number of the same kind (CUDA_VISIBLE_DEVICES, "
+            "XLA_FLAGS=--xla_force_host_platform_device_count, launcher.gpus_per_node)"
+        )
+    return counts[jax.process_index()]
 
 
 class JaxEngine(Engine):
@@ -126,9 +163,9 @@ class JaxEngine(Engine):
     def start(cls, trainer_cfg) -> JaxEngine:
         t = trainer_cfg
         select_keras_backend()
-        peers, local_peers, local_rank = processes_from_env(), local_processes_from_env(), local_rank_from_env()
+        peers, local_peers, local_process = processes_from_env(), local_processes_from_env(), local_rank_from_env()
         accelerator = str(getattr(t.accelerator, "value", t.accelerator))
-        gpus = choose_gpus(os.environ, local_rank, local_peers, host_gpu_count(), accelerator)
+        gpus = choose_gpus(os.environ, local_process, local_peers, host_gpu_count(), accelerator)
         apply_gpu_choice(gpus)  # read when JAX starts its GPU backend, below
         plan = plan_threads(local_peers, t.intra_op_threads, t.inter_op_threads)
         limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
@@ -137,30 +174,31 @@ class JaxEngine(Engine):
         logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
         cache = use_compilation_cache(jax, str(t.compilation_cache))
         if peers > 1 and not jax.distributed.is_initialized():
-            # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment).
+            # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment),
+            # each with its own devices: every process of the job must bring the same kind and number.
             join_peers(jax, gpus.local_device_ids)
-        check_backend(jax, gpus, accelerator)
-        load_tensorflow_quietly_if_installed()  # after JAX's backend: Keras would load it, noisily, at the first save
-        device = jax.local_devices()[0]
+            check_same_devices(jax, planned_devices(gpus))
+        backend = check_backend(jax, gpus, accelerator)
+        keep_tensorflow_out_of_keras()  # Keras asks for TensorFlow only where something loaded it (a tf.data factory)
         world = World(
             jax.process_index(),
             jax.process_count(),
-            local_rank,
+            local_process,
             local_peers,
             plan,
-            str(device) if device.platform == "gpu" else "",
+            ",".join(str(d) for d in jax.local_devices()) if backend == "gpu" else "",
             False,  # no TensorFlow here: no oneDNN
+            devices=check_job_devices(jax),
         )
         log.info(
-            "process %d/%d (local %d/%d): JAX %s on %s, %d device(s) in the job, XLA threads %d (%s); %s; "
-            "compilation cache %s",
-            world.rank,
-            world.size,
-            world.local_rank,
-            world.local_size,
+            "%s: process %d (local %d of %d), JAX %s on %d %s device(s), XLA threads %d (%s); %s; compilation cache %s",
+            world.layout(),
+            world.process,
+            world.local_process,
+            world.local_processes,
             jax.__version__,
-            device.platform,
-            jax.device_count(),
+            world.devices,
+            backend,
             plan.intra_op,
             plan.reason,
             gpus.reason,
@@ -186,11 +224,11 @@ class JaxEngine(Engine):
         the launcher names which process died and why. None for any other error."""
         first = (str(exc).strip().splitlines() or [""])[0]
         found = _PEER_GONE.search(first)
-        if self.world.size < 2 or found is None:
+        if self.world.processes < 2 or found is None:
             return None
         what = re.sub(r"\s*\[[^\]]*\.cc:\d+\]", "", first)[:200]  # without the C++ source location
         return JaxEngineError(
-            f"process {self.world.rank}: another process of this {self.world.size}-process JAX job stopped "
+            f"process {self.world.process}: another process of this {self.world.processes}-process JAX job stopped "
             f"({what}); the launcher names which one, and its log is in logs/"
         )
 
@@ -204,9 +242,9 @@ class JaxEngine(Engine):
         return int(seed)
 
     def exact_test_slice(self) -> tuple:
-        """(rank, size): every process scores its own slice of the test set, alone (``jax_fit.evaluate``); the
+        """(slice, slices): every process scores its own slice of the test set, alone (``jax_fit.evaluate``); the
         trainer adds up the slices' sums."""
-        return self.world.rank, self.world.size
+        return self.world.process, self.world.processes
 
     # --- the input and the loop (jax_data.py, jax_fit.py) ---
     def train_input(self, data, *, batch_size, rank, size, shard, seed, augment, placement="auto", **_tf_data):
@@ -234,7 +272,7 @@ class JaxEngine(Engine):
         """Keras' JAX training loop, fed from the device (``jax_fit.fit``)."""
         from cifar_dist.training.engines.jax_fit import fit, out_of_memory_in_one_line  # lazy: JAX
 
-        average = self.average_numbers if self.world.size > 1 else None  # each process validates its slice
+        average = self.average_numbers if self.world.processes > 1 else None  # each process validates its slice
         with out_of_memory_in_one_line("training"):
             return fit(model, train, validation=validation, average=average, timings=self.timings, **settings)
 
@@ -255,7 +293,7 @@ class JaxEngine(Engine):
 
     # --- small Python objects between processes ---
     def broadcast_object(self, obj):
-        if self.world.size == 1:
+        if self.world.processes == 1:
             return obj
         payload = _as_bytes(obj) if self.world.is_chief else np.zeros(0, np.uint8)
         length = int(self.multihost.broadcast_one_to_all(np.int32(len(payload))))
@@ -265,7 +303,7 @@ class JaxEngine(Engine):
         return obj if self.world.is_chief else pickle.loads(np.asarray(received).tobytes())
 
     def allgather_object(self, obj) -> list:
-        if self.world.size == 1:
+        if self.world.processes == 1:
             return [obj]
         payload = _as_bytes(obj)
         lengths = np.asarray(self.multihost.process_allgather(np.array([len(payload)], np.int32))).reshape(-1)
@@ -305,7 +343,7 @@ class JaxEngine(Engine):
 
     def broadcast_model(self, model, variables) -> None:
         """Copy rank 0's ``variables`` to every process (they agree already: same seed, same checkpoint)."""
-        if self.world.size == 1:
+        if self.world.processes == 1:
             return
         values = self.multihost.broadcast_one_to_all([_local_value(v) for v in variables])
         for variable, value in zip(variables, values):
@@ -365,3 +403,36 @@ def limit_xla_threads(threads: int) -> None:
         f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} "
         f"intra_op_parallelism_threads={threads}".strip()
     )
+
+
+def exchange_before_backend(jax, key: str, value: str) -> list:
+    """Every process's ``value`` under ``key``, in process order, through the coordination service that
+    ``jax.distributed.initialize`` started: usable before any backend (and its collectives) exists. JAX has no
+    public key-value API: its client is ``jax._src.distributed.global_state.client`` (JAX 0.10-0.12)."""
+    from jax._src import distributed  # lazy: JAX (private: the coordination service's client)
+
+    client, me = distributed.global_state.client, jax.process_index()
+    client.key_value_set(f"{key}/{me}", value)
+    timeout_ms = 10 * 60 * 1000  # every process gets here once it has joined: they joined together
+    return [client.blocking_key_value_get(f"{key}/{p}", timeout_ms) for p in range(jax.process_count())]
+
+
+def keep_tensorflow_out_of_keras() -> None:
+    """Keras 3 asks ``tensorflow.available`` (importing TensorFlow where it is installed) on any backend: to seed
+    it (``keras.utils.set_random_seed``) and to tell TensorFlow objects apart when it saves a model. In a JAX
+    process that has not loaded TensorFlow, no object is TensorFlow's and no TensorFlow needs seeding, so Keras'
+    lazy module answers from what is loaded: TensorFlow stays out (its GPU build breaks JAX's NCCL collectives on
+    several GPUs, jax-ml/jax#34918; its import costs seconds). A tf.data factory, which imports TensorFlow
+    itself, finds it as before. (``keras.src.utils.module_utils.tensorflow``: Keras' private lazy module.)"""
+    from keras.src.utils import module_utils  # lazy: Keras 3 (private)
+
+    class LoadedOnly(module_utils.LazyModule):
+        """Keras' lazy module of TensorFlow, available only once something else imported TensorFlow."""
+
+        @property
+        def available(self):
+            return "tensorflow" in sys.modules and super().available
+
+    lazy = module_utils.tensorflow
+    if type(lazy) is module_utils.LazyModule:
+        lazy.__class__ = LoadedOnly

@@ -1,4 +1,4 @@
-"""engine=jax's input: each process's training images kept on its devices, batches drawn inside the compiled step.
+"""engine=jax's input: each rank's training images kept on its device, batches drawn inside the compiled step.
 
 airbench's recipe, for any data set that fits: the images stay on the device
 as uint8 (CIFAR-10's 50,000 are 150 MB), and the epoch's permutation, each
@@ -6,15 +6,19 @@ batch's gather and its augmentation (``jax_augment.py``) are device ops of the
 compiled training step. A step then costs the host nothing but its dispatch,
 and ``trainer.steps_per_execution`` steps are one dispatch (``jax_fit.py``).
 
-Which images a process trains on follows ``trainer.epoch_policy``, as on
-tf.data (``data/pipeline.py``): ``divide`` (the seed's), every process walks
-the whole set in its own order each epoch; ``shard``, process r owns the
-images r, r + size, ... (one fixed 1/size of the set, as a sharded tf.data
-stream does) and walks them in a new order each epoch. A process's block is
-copied to each of its devices (one per process on GPUs: ``jax_devices.py``),
-each device taking its slice of the process's batch. Every random choice is
-drawn from (trainer.seed, epoch, process[, device], step): a stream is a pure
-function of the config, and a resumed run sees what an uninterrupted one saw.
+A rank is a device (``world.py``): a device's rank is its place in the job's
+mesh (``jax.devices()``'s order: process by process, each process's devices in
+order), so rank r draws the same batches whether it is the second device of
+process 0 or the only device of process 1. Which images a rank trains on
+follows ``trainer.epoch_policy``, as on tf.data (``data/pipeline.py``):
+``divide`` (the seed's), every rank walks the whole set in its own order each
+epoch; ``shard``, rank r owns the images r, r + ranks, ... (one fixed 1/ranks
+of the set, as a sharded tf.data stream does) and walks them in a new order
+each epoch. Each device holds its rank's images and takes
+``trainer.batch_size`` of them a step. Every random choice is drawn from
+(trainer.seed, epoch, rank, step): a stream is a pure function of the config
+and the number of ranks, and a resumed run sees what an uninterrupted one saw,
+in whichever layout of processes and devices it resumes.
 
 Data that does not fit in the device's memory streams instead (``placement``):
 the host gathers each execution's batches and copies them to the devices one
@@ -26,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -75,34 +79,51 @@ class AugmentPlan:
 class StepPlan:
     """What one training step draws, fixed for the run: the static arguments of the compiled step."""
 
-    batch_size: int  # per process
-    local_devices: int  # of this process; each takes batch_size / local_devices of every batch
+    batch_size: int  # per rank: what each device takes of every step
+    local_devices: int  # of this process: its ranks
     num_classes: int
     augment: AugmentPlan
     streamed: bool  # batches come from the host, one execution at a time
 
     @property
-    def device_batch(self) -> int:
-        return self.batch_size // self.local_devices
+    def process_batch(self) -> int:
+        """The images this process's devices take together each step."""
+        return self.batch_size * self.local_devices
 
 
 @dataclass
 class DeviceTrainSet:
-    """This process's training images as the compiled step reads them (``jax_fit.fit``'s ``train``)."""
+    """This process's ranks' training images as the compiled step reads them (``jax_fit.fit``'s ``train``)."""
 
     mesh: Mesh
     plan: StepPlan
     seed: int
     steps_per_epoch: int
     images_per_rank_epoch: int
-    block: Optional[tuple]  # (images, labels, flip bits) on the devices; None when streamed
-    host: tuple  # the same on the host (numpy): what a streamed run gathers from
-    places: jax.Array  # (devices, 2): each device's process index and its index among the process's devices
+    block: Optional[tuple]  # (images, labels, flip bits), each device its rank's images; None when streamed
+    host: tuple  # (images, labels, flip bits) on the host (numpy): what the devices' blocks are taken from
+    rows: List[Optional[np.ndarray]]  # per local device, the rows of ``host`` its rank owns (None: all of them)
+    ranks: jax.Array  # (devices,): each device's rank
 
     def __post_init__(self):
         # Compiled once, now (not in the first epoch), called each epoch.
         scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        self._order = _order_fn(self.mesh, self.host[0].shape[0]).lower(self.places, scalar, scalar).compile()
+        self._order = _order_fn(self.mesh, self.owned_images).lower(self.ranks, scalar, scalar).compile()
+
+    @property
+    def owned_images(self) -> int:
+        """The images each rank walks in an epoch (all of them, or its shard)."""
+        rows = self.rows[0]
+        return int(self.host[0].shape[0]) if rows is None else len(rows)
+
+    def rank_part(self, local: int) -> tuple:
+        """(images, labels, flip bits) of local device ``local``'s rank, on the host."""
+        return rank_part(self.host, self.rows[local])
+
+
+def rank_part(host: tuple, rows: Optional[np.ndarray]) -> tuple:
+    """The part of ``host`` (images, labels, flip bits) a rank owns: all of it (``rows`` None), or its rows."""
+    return host if rows is None else tuple(part[rows] for part in host)
 
 
 def job_mesh() -> Mesh:
@@ -110,23 +131,21 @@ def job_mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), (AXIS,))
 
 
-def device_places(mesh: Mesh) -> np.ndarray:
-    """(process index, index among that process's devices) of each device of ``mesh``, in mesh order."""
-    seen: dict = {}
-    places = []
-    for device in mesh.devices.flat:
-        local = seen.get(device.process_index, 0)
-        seen[device.process_index] = local + 1
-        places.append((device.process_index, local))
-    return np.asarray(places, np.int32)
+def local_ranks(mesh: Mesh) -> List[int]:
+    """The ranks of this process's devices: their places in ``mesh``."""
+    return [i for i, device in enumerate(mesh.devices.flat) if device.process_index == jax.process_index()]
 
 
-def on_each_device(block: np.ndarray, mesh: Mesh) -> jax.Array:
-    """``block`` copied to each of this process's devices: one global array whose shard on a device is its
-    process's block (every process passes its own)."""
-    here = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
-    shards = [jax.device_put(block, d) for d in here]
-    shape = (mesh.devices.size * block.shape[0], *block.shape[1:])
+def local_devices(mesh: Mesh) -> list:
+    """This process's devices, in mesh order."""
+    return [device for device in mesh.devices.flat if device.process_index == jax.process_index()]
+
+
+def per_device(parts: Sequence[np.ndarray], mesh: Mesh) -> jax.Array:
+    """One global array split along its first axis over ``mesh``: this process's devices get ``parts`` (one
+    each, in mesh order, all of one shape); every process passes its own."""
+    shards = [jax.device_put(part, device) for part, device in zip(parts, local_devices(mesh))]
+    shape = (mesh.devices.size * parts[0].shape[0], *parts[0].shape[1:])
     return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P(AXIS)), shards)
 
 
@@ -136,29 +155,26 @@ def shared(array: np.ndarray, mesh: Mesh) -> jax.Array:
 
 
 def train_set(data, *, batch_size, rank, size, shard, seed, augment_cfg, placement: str) -> DeviceTrainSet:
-    """This process's training set for engine=jax, on its devices (or on the host when ``placement`` says to
-    stream); ``data``: arrays of uint8 (or float) images and integer labels (``data.x_train``, ``data.y_train``)."""
+    """This process's ranks' training set for engine=jax, on their devices (or on the host when ``placement``
+    says to stream); ``data``: arrays of uint8 (or float) images and integer labels (``data.x_train``,
+    ``data.y_train``). ``rank``, ``size``: this process's first rank and the job's ranks (``World``)."""
     mesh = job_mesh()
-    local = sum(1 for d in mesh.devices.flat if d.process_index == jax.process_index())
-    if batch_size % local:
-        raise ConfigError(
-            f"trainer.batch_size={batch_size} does not split over this process's {local} devices; "
-            f"use a multiple of {local}"
+    mine = local_ranks(mesh)
+    if mesh.devices.size != size or mine[0] != rank:
+        raise RuntimeError(
+            f"the job's mesh ({mesh.devices.size} devices, this process's from {mine[0]}) is not its "
+            f"world ({size} ranks, this process's from {rank})"
         )
     n = int(data.x_train.shape[0])
     steps = checked_steps(n, batch_size, size, shard)
-    rows = rank_images(n, rank, size, shard)
-    host = (
-        np.ascontiguousarray(data.x_train[rows]),
-        np.asarray(data.y_train[rows], np.int32),
-        flip_bits(n, seed)[rows],
-    )
-    streamed = stream_instead(host[0].nbytes, placement, mesh)
-    plan = StepPlan(batch_size, local, int(data.num_classes), AugmentPlan.of(augment_cfg), streamed)
-    block = None if streamed else tuple(on_each_device(part, mesh) for part in host)
-    return DeviceTrainSet(
-        mesh, plan, int(seed), steps, steps * batch_size, block, host, shared(device_places(mesh), mesh)
-    )
+    host = (np.asarray(data.x_train), np.asarray(data.y_train, np.int32), flip_bits(n, seed))
+    rows = [rank_images(n, r, size, shard) if shard else None for r in mine]
+    parts = [rank_part(host, r) for r in rows]
+    streamed = stream_instead(parts[0][0].nbytes, placement, mesh)
+    plan = StepPlan(batch_size, len(mine), int(data.num_classes), AugmentPlan.of(augment_cfg), streamed)
+    block = None if streamed else tuple(per_device([part[i] for part in parts], mesh) for i in range(3))
+    ranks = shared(np.arange(size, dtype=np.int32), mesh)
+    return DeviceTrainSet(mesh, plan, int(seed), steps, steps * batch_size, block, host, rows, ranks)
 
 
 def device_memory(device) -> Optional[int]:
@@ -204,77 +220,64 @@ def float_images(images: jax.Array) -> jax.Array:
 
 
 def epoch_order(train: DeviceTrainSet, epoch: int) -> jax.Array:
-    """Each process's order of its images for ``epoch``, on its devices (the same on all of them)."""
-    return train._order(train.places, jnp.int32(train.seed), jnp.int32(epoch))
+    """Each rank's order of its images for ``epoch``, on its device."""
+    return train._order(train.ranks, jnp.int32(train.seed), jnp.int32(epoch))
 
 
-def _order_fn(mesh: Mesh, n_block: int):
-    def order(place, seed, epoch):
-        key = jax.random.fold_in(jax.random.key(seed ^ _ORDER_SALT), epoch * EPOCH_STRIDE + place[0, 0])
-        return jax.random.permutation(key, n_block).astype(jnp.int32)
+def _order_fn(mesh: Mesh, owned_images: int):
+    def order(rank, seed, epoch):
+        key = jax.random.fold_in(jax.random.key(seed ^ _ORDER_SALT), epoch * EPOCH_STRIDE + rank[0])
+        return jax.random.permutation(key, owned_images).astype(jnp.int32)
 
     return jax.jit(jax.shard_map(order, mesh=mesh, in_specs=(P(AXIS), P(), P()), out_specs=P(AXIS)))
 
 
-def device_batch(plan: StepPlan, images, labels, bits, order, place, seed, epoch, step, first):
-    """One device's part of step ``step``'s batch (inside ``shard_map``): images as float32, one-hot labels.
+def device_batch(plan: StepPlan, images, labels, bits, order, rank, seed, epoch, step, first):
+    """One rank's part of step ``step``'s batch, on its device (inside ``shard_map``): images as float32, one-hot
+    labels.
 
-    Resident data: ``order`` is the process's permutation of its images; the device takes its slice of the
-    process's batch. Streamed data: the block holds this device's rows of the steps from ``first`` on."""
-    process, local = place[0, 0], place[0, 1]
-    width = plan.device_batch
-    start = (step - first) * width if plan.streamed else step * plan.batch_size + local * width
+    Resident data: ``order`` is the rank's permutation of its images; the step takes the next ``batch_size``.
+    Streamed data: the block holds the rank's rows of the steps from ``first`` on."""
+    width = plan.batch_size
+    start = (step - first if plan.streamed else step) * width
     rows = jax.lax.dynamic_slice_in_dim(order, start, width)
     x = float_images(images[rows])
     if plan.augment.enabled:
-        key = jax.random.fold_in(jax.random.key(seed ^ _AUGMENT_SALT), epoch * EPOCH_STRIDE + process)
-        key = jax.random.fold_in(jax.random.fold_in(key, local), step)
-        x = augment(x, key, plan.augment, bits[rows], epoch)
+        key = jax.random.fold_in(jax.random.key(seed ^ _AUGMENT_SALT), epoch * EPOCH_STRIDE + rank[0])
+        x = augment(x, jax.random.fold_in(key, step), plan.augment, bits[rows], epoch)
     return x, jax.nn.one_hot(labels[rows], plan.num_classes)
 
 
 def batch_fn(train: DeviceTrainSet):
-    """``(images, labels, bits, order, places, seed, epoch, step, first) -> (x, y)``: the global batch of a step,
-    each device's part drawn by ``device_batch`` on that device, split along the batch as Keras' DataParallel
+    """``(images, labels, bits, order, ranks, seed, epoch, step, first) -> (x, y)``: the global batch of a step,
+    each rank's part drawn by ``device_batch`` on its device, split along the batch as Keras' DataParallel
     splits it."""
 
-    def per_device(images, labels, bits, order, place, seed, epoch, step, first):
-        return device_batch(train.plan, images, labels, bits, order, place, seed, epoch, step, first)
+    def on_the_device(images, labels, bits, order, rank, seed, epoch, step, first):
+        return device_batch(train.plan, images, labels, bits, order, rank, seed, epoch, step, first)
 
     spec = P(AXIS)
     return jax.shard_map(
-        per_device,
+        on_the_device,
         mesh=train.mesh,
         in_specs=(spec, spec, spec, spec, spec, P(), P(), P(), P()),
         out_specs=(spec, spec),
     )
 
 
-def streamed_block(train: DeviceTrainSet, order: np.ndarray, first_step: int, steps: int):
-    """(images, labels, bits, order) of ``steps`` steps from ``first_step``, gathered on the host from this
-    process's images in the epoch's ``order`` and copied to its devices: each device's rows of those steps."""
-    plan, images, labels, bits = train.plan, *train.host
-    last = train.steps_per_epoch - 1  # an execution past the epoch's end repeats its last step (never trained)
-    parts = [[], [], []]
-    for local in range(plan.local_devices):
-        rows = np.concatenate(
-            [
-                order[min(s, last) * plan.batch_size + local * plan.device_batch :][: plan.device_batch]
-                for s in range(first_step, first_step + steps)
-            ]
-        )
-        for part, source in zip(parts, (images, labels, bits)):
-            part.append(source[rows])
-    here = [d for d in train.mesh.devices.flat if d.process_index == jax.process_index()]
-    width = steps * plan.device_batch
-    shape = lambda a: (train.mesh.devices.size * width, *a.shape[1:])  # noqa: E731
-    sharding = NamedSharding(train.mesh, P(AXIS))
-    block = tuple(
-        jax.make_array_from_single_device_arrays(shape(p[0]), sharding, [jax.device_put(a, d) for a, d in zip(p, here)])
-        for p in parts
-    )
-    identity = np.arange(width, dtype=np.int32)
-    return (*block, on_each_device(identity, train.mesh))
+def streamed_block(train: DeviceTrainSet, orders: Sequence[np.ndarray], first_step: int, steps: int):
+    """(images, labels, bits, order) of ``steps`` steps from ``first_step``, gathered on the host and copied to
+    this process's devices: each device its rank's rows of those steps, in the epoch's order (``orders``: each
+    local device's)."""
+    batch, last = train.plan.batch_size, train.steps_per_epoch - 1  # past the epoch's end: its last step (unused)
+    parts = []
+    for local, order in enumerate(orders):
+        picked = np.concatenate([order[min(s, last) * batch :][:batch] for s in range(first_step, first_step + steps)])
+        owned = train.rows[local]
+        parts.append(rank_part(train.host, picked if owned is None else owned[picked]))
+    block = tuple(per_device([part[i] for part in parts], train.mesh) for i in range(3))
+    identity = np.arange(steps * batch, dtype=np.int32)
+    return (*block, per_device([identity] * len(orders), train.mesh))
 
 
 @dataclass(frozen=True)

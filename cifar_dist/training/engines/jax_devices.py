@@ -1,10 +1,10 @@
 """Which devices an engine=jax process trains on, and JAX's persistent compilation cache.
 
 GPUs: each process of a job takes its own, decided before JAX starts, from
-the environment alone (``choose_gpus``), and logged with the reason:
+the environment alone (``choose_gpus``), and logged with the reason; each GPU
+a process takes is one rank of the job (``world.py``):
 
-- one process on a host: every GPU it sees (one model over all of them:
-  Keras' DataParallel splits the batch);
+- one process on a host: every GPU it sees;
 - several on a host, started by mpirun (Open MPI's local rank) or by Slurm
   without per-task GPUs: the host's visible GPUs split by local rank, G / n
   each (``CUDA_VISIBLE_DEVICES`` narrowed to them); fewer GPUs than processes
@@ -24,6 +24,7 @@ model and shapes loads its compiled programs instead of compiling them again.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import List, Mapping, Optional
 
 from cifar_dist.common.errors import CifarDistError
+
+log = logging.getLogger(__name__)
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 
@@ -53,11 +56,22 @@ class GpuChoice:
 
 
 def visible_gpus(environ: Mapping[str, str], host_gpus: int) -> List[str]:
-    """The GPU ids this process may see: CUDA_VISIBLE_DEVICES's list where it is set, else the host's."""
-    if VISIBLE in environ:
-        listed = [g.strip() for g in environ[VISIBLE].split(",") if g.strip()]
-        return [g for g in listed if g not in ("-1", "NoDevFiles")]
-    return [str(i) for i in range(host_gpus)]
+    """The GPU ids this process may see: CUDA_VISIBLE_DEVICES's list where it is set, else the host's; none on a
+    host without NVIDIA GPUs, whatever CUDA_VISIBLE_DEVICES says. An index the host does not have is refused in
+    one line (CUDA numbers the GPUs a process may open 0 ... n-1; UUIDs and MIG names are taken as they are)."""
+    if not host_gpus:
+        return []
+    if VISIBLE not in environ:
+        return [str(i) for i in range(host_gpus)]
+    listed = [g.strip() for g in environ[VISIBLE].split(",") if g.strip()]
+    listed = [g for g in listed if g not in ("-1", "NoDevFiles")]
+    missing = [g for g in listed if g.isdigit() and int(g) >= host_gpus]
+    if missing:
+        raise GpuChoiceError(
+            f"{VISIBLE}={environ[VISIBLE]!r} names GPU {','.join(missing)}, but this host has {host_gpus} "
+            f"(/dev/nvidia0 ... /dev/nvidia{host_gpus - 1}); list GPUs 0 to {host_gpus - 1}, or unset {VISIBLE}"
+        )
+    return listed
 
 
 def host_gpu_count(dev: Path = Path("/dev")) -> int:
@@ -88,10 +102,12 @@ def choose_gpus(environ: Mapping[str, str], local_rank: int, local_size: int, ho
         )
     share = len(gpus) // local_size
     mine = gpus[local_rank * share : (local_rank + 1) * share]
+    idle = len(gpus) - share * local_size
     return GpuChoice(
         ",".join(mine),
         share,
-        f"local process {local_rank} of {local_size} takes GPU {','.join(mine)} of {len(gpus)} ({share} each)",
+        f"local process {local_rank} of {local_size} takes GPU {','.join(mine)} of {len(gpus)} ({share} each"
+        + (f"; {idle} idle: start a number of processes per host that divides {len(gpus)})" if idle else ")"),
     )
 
 
@@ -108,13 +124,25 @@ def apply_gpu_choice(choice: GpuChoice, environ=None) -> None:
         environ["JAX_PLATFORMS"] = "cpu"  # no CUDA plugin start-up (and its warnings) where no GPU is used
 
 
-def check_backend(jax, choice: GpuChoice, accelerator: str) -> None:
-    """After JAX started: a GPU asked for but not found by JAX (a CPU-only jaxlib) is refused in one line."""
-    if choice.count and jax.default_backend() != "gpu" and accelerator == "gpu":
-        raise GpuChoiceError(
-            f"trainer.accelerator=gpu and this host has {choice.count} GPU(s), but JAX {jax.__version__} runs on "
-            f"{jax.default_backend()}: install JAX's CUDA plugin (pip install 'jax[cuda13]=={jax.__version__}')"
+def check_backend(jax, choice: GpuChoice, accelerator: str) -> str:
+    """After JAX started: its backend ("gpu", "cpu"). A GPU asked for but not found by JAX (a CPU-only jaxlib) is
+    refused in one line; with ``trainer.accelerator=auto`` it is said in one line, and the CPU trains."""
+    backend = jax.default_backend()
+    if choice.count and backend != "gpu":
+        install = f"pip install 'jax[cuda13]=={jax.__version__}'"
+        if accelerator == "gpu":
+            raise GpuChoiceError(
+                f"trainer.accelerator=gpu and this host has {choice.count} GPU(s), but JAX {jax.__version__} runs on "
+                f"{backend}: install JAX's CUDA plugin ({install})"
+            )
+        log.warning(
+            "this host has %d GPU(s), but JAX %s found none (no CUDA plugin): training on the %s; %s to use them",
+            choice.count,
+            jax.__version__,
+            backend,
+            install,
         )
+    return backend
 
 
 def use_compilation_cache(jax, folder: str, environ=None) -> Optional[str]:

@@ -133,14 +133,14 @@ class TrainSteps:
         logs_shape = jax.eval_shape(model.train_step, _state_shapes(model), _example(train))[0]
         zero_logs = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), logs_shape)
 
-        def one_step(state, block, order, places, seed, epoch, step, first):
-            x, y = batch(*block, order, places, seed, epoch, step, first)
+        def one_step(state, block, order, ranks, seed, epoch, step, first):
+            x, y = batch(*block, order, ranks, seed, epoch, step, first)
             logs, state = model.train_step(state, (x, y))
             return state, logs
 
-        def execution(state, block, order, places, seed, epoch, first, count):
+        def execution(state, block, order, ranks, seed, epoch, first, count):
             def step(i, carry):
-                return one_step(carry[0], block, order, places, seed, epoch, first + i, first)
+                return one_step(carry[0], block, order, ranks, seed, epoch, first + i, first)
 
             return jax.lax.fori_loop(0, count, step, (state, zero_logs))
 
@@ -159,23 +159,23 @@ class TrainSteps:
         )
         spread, devices = NamedSharding(train.mesh, P(AXIS)), train.mesh.devices.size
         if train.plan.streamed:
-            width = devices * self.per_call * train.plan.device_batch
+            width = devices * self.per_call * train.plan.batch_size
             block = tuple(jax.ShapeDtypeStruct((width, *a.shape[1:]), a.dtype, sharding=spread) for a in train.host)
             order = jax.ShapeDtypeStruct((width,), jnp.int32, sharding=spread)
         else:
             block = train.block
-            order = jax.ShapeDtypeStruct(
-                (train.mesh.devices.size * train.host[0].shape[0],), jnp.int32, sharding=spread
-            )
-        return state, block, order, train.places, scalar, scalar, scalar, scalar
+            order = jax.ShapeDtypeStruct((devices * train.owned_images,), jnp.int32, sharding=spread)
+        return state, block, order, train.ranks, scalar, scalar, scalar, scalar
 
     def __call__(self, state, order, epoch: int, first: int, count: int):
         train = self.train
         if train.plan.streamed:
-            *block, order = streamed_block(train, np.asarray(order.addressable_data(0)), first, self.per_call)
+            shards = sorted(order.addressable_shards, key=lambda shard: shard.index[0].start)  # in mesh order
+            orders = [np.asarray(shard.data) for shard in shards]  # each local device's
+            *block, order = streamed_block(train, orders, first, self.per_call)
         else:
             block = train.block
-        fixed = (tuple(block), order, train.places, jnp.int32(train.seed), jnp.int32(epoch))
+        fixed = (tuple(block), order, train.ranks, jnp.int32(train.seed), jnp.int32(epoch))
         if self.in_loop:
             return self._run(state, *fixed, jnp.int32(first), jnp.int32(count))
         for step in range(first, first + count):
@@ -187,8 +187,8 @@ def _example(train: DeviceTrainSet):
     """Abstract (x, y) of one global batch: what the step's logs are traced with."""
     images = train.host[0]
     devices = train.mesh.devices.size
-    x = jax.ShapeDtypeStruct((devices * train.plan.device_batch, *images.shape[1:]), jnp.float32)
-    y = jax.ShapeDtypeStruct((devices * train.plan.device_batch, train.plan.num_classes), jnp.float32)
+    x = jax.ShapeDtypeStruct((devices * train.plan.batch_size, *images.shape[1:]), jnp.float32)
+    y = jax.ShapeDtypeStruct((devices * train.plan.batch_size, train.plan.num_classes), jnp.float32)
     return x, y
 
 

@@ -75,8 +75,9 @@ class TensorflowEngine(TfDataLoop):
         log.info(
             "%s, TensorFlow %s: %s, threads intra=%d inter=%d (%s), CPU kernels %s",
             "one process"
-            if world.size == 1
-            else f"rank {world.rank}/{world.size} (local {world.local_rank}/{world.local_size}), gradients over MPI",
+            if world.processes == 1
+            else f"rank {world.process}/{world.processes} (local {world.local_process}/{world.local_processes}), "
+            "gradients over MPI",
             tf.__version__,
             world.gpu or "CPU",
             plan.intra_op,
@@ -91,7 +92,7 @@ class TensorflowEngine(TfDataLoop):
         oneDNN for these models). Several: refused, XLA cannot compile the step's MPI allreduce (a Python call)."""
         if not jit_compile:
             return
-        if self.world.size > 1:
+        if self.world.processes > 1:
             raise TensorflowEngineError(
                 "trainer.jit_compile=true cannot run on several engine=tensorflow processes: XLA cannot compile the "
                 "step's MPI allreduce; use trainer.jit_compile=false, or engine=jax (every step compiled by XLA)"
@@ -106,22 +107,22 @@ class TensorflowEngine(TfDataLoop):
     def rank_seed(self, seed: int) -> int:
         """Each process its own seed (its dropout differs, as on Horovod); the initial weights are rank 0's
         (``broadcast_model``)."""
-        return int(seed) + self.world.rank
+        return int(seed) + self.world.process
 
     def exact_test_slice(self) -> tuple:
         """(rank, size): every process scores its own slice of the test set; the trainer adds up the slices' sums."""
-        return self.world.rank, self.world.size
+        return self.world.process, self.world.processes
 
     def peer_failure(self, exc: BaseException):
         """One line for ``exc`` when an MPI call failed (a peer gone: killed, crashed, its host lost), instead of
         TensorFlow's traceback; the launcher names which process died. None for any other error, and for one
         process. (On one host Open MPI's launcher ends the survivors itself: docs/engines.md.)"""
         what = mpi_error_line(exc)
-        if self.world.size < 2 or what is None:
+        if self.world.processes < 2 or what is None:
             return None
         return TensorflowEngineError(
-            f"process {self.world.rank}: another process of this {self.world.size}-process TensorFlow job stopped "
-            f"({what}); the launcher names which one, and its log is in logs/"
+            f"process {self.world.process}: another process of this {self.world.processes}-process TensorFlow job "
+            f"stopped ({what}); the launcher names which one, and its log is in logs/"
         )
 
     # --- small Python objects between processes ---
@@ -149,7 +150,7 @@ class TensorflowEngine(TfDataLoop):
     def distributed_optimizer(self, optimizer, compression: str = "none"):
         """``optimizer``, its gradients averaged over the processes before every update (``mpi_gradients``); as it
         is in one process."""
-        if self.world.size == 1:
+        if self.world.processes == 1:
             return optimizer
         from cifar_dist.training.engines.mpi_gradients import averaging_optimizer  # lazy: TensorFlow's side
 
@@ -161,7 +162,7 @@ class TensorflowEngine(TfDataLoop):
     def broadcast_model(self, model, variables) -> None:
         """Copy rank 0's ``variables`` (the model's and its optimizer's, in the same order on every process) to
         every process."""
-        if self.world.size == 1 or not variables:
+        if self.world.processes == 1 or not variables:
             return
         variables = [as_tf_variable(v) for v in variables]
         for var, value in zip(variables, self.peers.broadcast_arrays([v.numpy() for v in variables])):
@@ -169,7 +170,7 @@ class TensorflowEngine(TfDataLoop):
 
     def average_variables(self, variables, name: str) -> None:
         """Replace each of ``variables`` by its mean over the processes, in place (one allreduce per dtype)."""
-        if self.world.size == 1 or not variables:
+        if self.world.processes == 1 or not variables:
             return
         variables = [as_tf_variable(v) for v in variables]
         for var, value in zip(variables, self.peers.mean_arrays([v.numpy() for v in variables])):
@@ -185,4 +186,4 @@ class TensorflowEngine(TfDataLoop):
     def metric_averaging(self, model):
         """The callback that averages each epoch's metrics over the processes before anything logs them (what
         Horovod's MetricAverageCallback does); None for one process, whose metrics are the job's."""
-        return AverageEpochMetrics(self) if self.world.size > 1 else None
+        return AverageEpochMetrics(self) if self.world.processes > 1 else None
