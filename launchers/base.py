@@ -178,20 +178,24 @@ class Launcher(abc.ABC):
         """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
         checked with ``config_problems``. Every launcher: an engine that needs Horovod (horovod) needs it where
         the job runs, and a one-process engine (tensorflow) is one process. engine=auto: nothing yet."""
+        try:
+            processes = self.processes()
+        except CifarDistError as error:  # an environment that says what this launch cannot be (world.py)
+            return [str(error)]
         facts = engine_facts(engine)
         if facts is None:
             return []
         if facts.needs_horovod and not (self.builds_own_environment or horovod_installed()):
             return [f"engine={engine}: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
         missing = [p for p in facts.peer_packages if importlib.util.find_spec(p) is None]
-        if missing and self.processes() > 1 and not self.builds_own_environment:
+        if missing and processes > 1 and not self.builds_own_environment:
             return [
-                f"engine={engine} on {self.processes()} processes needs {', '.join(missing)} where the job runs, and "
+                f"engine={engine} on {processes} processes needs {', '.join(missing)} where the job runs, and "
                 f"it is not installed here: pip install {' '.join(missing)} (cifar_dist's mpi extra)"
             ]
-        if not facts.multi_process and self.processes() > 1:
+        if not facts.multi_process and processes > 1:
             return [
-                f"engine={engine} trains in one process, but this launch has {self.processes()}: use engine=jax "
+                f"engine={engine} trains in one process, but this launch has {processes}: use engine=jax "
                 "(Keras 3) or engine=horovod, or leave engine unset (engine=auto chooses)"
             ]
         return []

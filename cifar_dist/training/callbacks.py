@@ -14,7 +14,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -203,6 +205,9 @@ class MetricsRecorder(Callback):
         write_json(self.path, self.metrics)
 
 
+NO_TENSORFLOW = "tensorboard.compat.notf"  # present: TensorBoard's compat layer takes its stub, not TensorFlow
+
+
 class EpochTensorBoard(Callback):
     """Rank 0: each epoch's metrics as TensorBoard scalars, under the tags and folders Keras' TensorBoard callback
     uses (``train/`` and ``validation/``, ``epoch_loss``, ``epoch_accuracy``..., ``epoch_learning_rate``), written
@@ -215,6 +220,10 @@ class EpochTensorBoard(Callback):
 
     def _writer(self, split: str):
         if split not in self._writers:
+            if "tensorflow" not in sys.modules:
+                # TensorBoard's own switch to its TensorFlow-free stub (tensorboard.compat.tf): a process that has not
+                # loaded TensorFlow (engine=jax) writes its events without importing an installed one.
+                sys.modules.setdefault(NO_TENSORFLOW, types.ModuleType(NO_TENSORFLOW))
             from tensorboard.summary import Writer  # lazy: TensorBoard (no TensorFlow needed)
 
             self._writers[split] = Writer(str(self.log_dir / split))

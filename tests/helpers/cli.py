@@ -167,21 +167,27 @@ def read_metrics(run_dir: Path) -> dict:
 
 
 def straight_and_killed_runs(
-    *overrides: str, cwd: Path, tmp_path: Path, first_checkpoint: str, straight: Path | None = None
+    *overrides: str,
+    cwd: Path,
+    tmp_path: Path,
+    first_checkpoint: str,
+    straight: Path | None = None,
+    env: dict | None = None,
 ):
     """The same run twice: straight through, and killed (kill -9 of the whole command: launcher, runner, ranks) once
     ``checkpoints/<first_checkpoint>`` is written, then re-run in its run dir to resume. Both runs' metrics.json.
 
     ``straight``: the run dir of a finished run of the same ``overrides`` (a shared fixture's), read instead of
-    starting the straight run here."""
+    starting the straight run here; ``env``: the commands' environment (``cli_env()`` by default)."""
     killed = tmp_path / "killed"
     if straight is None:
         straight = tmp_path / "straight"
-        assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, timeout=600))
+        assert_ok(run_cli(*overrides, f"hydra.run.dir={straight}", cwd=cwd, env=env, timeout=600))
     run = start_cli(
         *overrides,
         f"hydra.run.dir={killed}",
         cwd=cwd,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         new_session=True,
@@ -191,13 +197,14 @@ def straight_and_killed_runs(
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # in the epoch after it
         run.wait()
-    assert_ok(run_cli(*overrides, f"hydra.run.dir={killed}", cwd=cwd, timeout=600))
+    assert_ok(run_cli(*overrides, f"hydra.run.dir={killed}", cwd=cwd, env=env, timeout=600))
     return read_metrics(straight), read_metrics(killed)
 
 
-def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float = 900):
+def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float = 900, **env: str):
     """``python -m cifar_dist <overrides>`` as a job of 2 tasks on the tests' real Slurm (``slurm``); skipped where
-    Slurm is not installed; the finished CLI run, checked to have exited 0."""
+    Slurm is not installed; the finished CLI run, checked to have exited 0. ``env``: more environment for the
+    command, which the job's tasks get (sbatch --export=ALL)."""
     from helpers.slurm_cluster import missing_packages
 
     if missing_packages():
@@ -209,7 +216,7 @@ def run_as_two_task_slurm_job(slurm, *overrides: str, cwd: Path, timeout: float 
             "launcher.ntasks_per_node=2",
             "launcher.poll_interval_s=1",
             cwd=cwd,
-            env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"]),
+            env=cli_env(SLURM_CONF=slurm.env["SLURM_CONF"], **env),
             timeout=timeout,
         )
     finally:

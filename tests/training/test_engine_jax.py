@@ -1,15 +1,17 @@
 """engine=jax: Keras 3 models on JAX with Keras' own data parallelism, no Horovod: real processes, real JAX.
 
+A rank is a device: each process here gets 2 CPU devices (``XLA_FLAGS``, as a host of 2 GPUs gives it 2 GPUs).
 The Keras 3 user model of tests/training/test_keras3.py (a registered custom layer, Dropout,
-BatchNormalization) trains on 2 mpirun processes that feed different data
+BatchNormalization) trains on 2 mpirun processes of 2 devices, 4 ranks that feed different data,
 and ends with identical weights: one XLA program over the global batch per
 step, its variables one array for the job; the exact test equals scoring
 the saved model; evaluate (on the engine the run trained with) gives the
 test numbers training reported; a kill -9 resumes from the last complete
 epoch with the same batches (every process loads the checkpoint rank 0
 read); the same run is a 2-task job on the tests' real Slurm (naming no
-engine where TensorFlow is not installed); and what does
-not apply to JAX is refused in one line before anything starts.
+engine where TensorFlow is not installed); 1 process of 2 devices and 2
+processes of 1 train the same run, and a resume may change between them; and
+what does not apply to JAX is refused in one line before anything starts.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ OPTIONS = (
 )
 RUN = (*OPTIONS, "data=sample")
 TWO = ("launcher=mpirun", "launcher.np=2")
+
+
+def devices_per_process(count: int) -> dict:
+    """The command's environment with ``count`` CPU devices in each JAX process: ``count`` ranks each."""
+    return cli_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
+
+
 # The module's one straight 2-process run: deterministic, so that the kill -9 test's killed and resumed run of
 # these same overrides can be compared with it batch for batch instead of starting a straight run of its own.
 TWO_EPOCHS = (*RUN, *TWO, "trainer.epochs=2", "trainer.epoch_policy=shard", "trainer.deterministic=true")
@@ -96,20 +105,24 @@ def tiny_run(tiny_data) -> tuple:
 
 @pytest.fixture(scope="module")
 def two_process_run(project, tmp_path_factory):
+    """2 mpirun processes of 2 devices: 4 ranks."""
     run_dir = tmp_path_factory.mktemp("jax-two") / "run"
-    assert_ok(run_cli(*TWO_EPOCHS, f"hydra.run.dir={run_dir}", cwd=project, timeout=600))
+    assert_ok(run_cli(*TWO_EPOCHS, f"hydra.run.dir={run_dir}", cwd=project, env=devices_per_process(2), timeout=600))
     return run_dir
 
 
 @pytest.mark.jax_stack
-def test_two_processes_on_different_data_end_with_identical_weights(two_process_run):
+def test_two_processes_of_two_devices_train_four_ranks_on_different_data_to_identical_weights(two_process_run):
     m = read_metrics(two_process_run)
-    assert m["ranks"] == 2 and m["complete"]
+    assert (m["ranks"], m["processes"], m["devices_per_process"]) == (4, 2, 2) and m["complete"]
+    assert m["run"]["layout"] == "2 processes x 2 devices = 4 ranks"
     assert m["run"]["engine"] == "jax" and "jax" in m["run"] and "horovod" not in m["run"]
     assert m["run"]["keras"].startswith("3.")
-    # shard: each process feeds its own half of the images every epoch; only one program over the global
-    # batch (Keras' DataParallel) can make the two end alike.
-    assert m["run"]["steps_per_epoch"] == 4068 // 2 // 64
+    # trainer.batch_size is per rank, the lr is scaled by the ranks, and each rank its own quarter of the images
+    assert m["run"]["global_batch_size"] == 4 * 64 and m["run"]["lr_scaled"] == pytest.approx(4 * 1e-4)
+    # shard: each rank feeds its own quarter of the images every epoch; only one program over the global
+    # batch (Keras' DataParallel) can make the processes end alike.
+    assert m["run"]["steps_per_epoch"] == 4068 // 4 // 64
     assert len(m["rank_weight_digests"]) == 2 and m["ranks_in_sync"] is True
     assert sorted(p.name for p in (two_process_run / "checkpoints").iterdir()) == [
         "checkpoint-001.keras",
@@ -147,7 +160,12 @@ def test_evaluate_on_the_run_s_engine_gives_the_numbers_training_reported(two_pr
 def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_process_run, project, tmp_path):
     # Killed in epoch 2 once checkpoint-001 is written, resumed; the straight run is the module's two_process_run.
     a, b = straight_and_killed_runs(
-        *TWO_EPOCHS, cwd=project, tmp_path=tmp_path, first_checkpoint="checkpoint-001.keras", straight=two_process_run
+        *TWO_EPOCHS,
+        cwd=project,
+        tmp_path=tmp_path,
+        first_checkpoint="checkpoint-001.keras",
+        straight=two_process_run,
+        env=devices_per_process(2),
     )
     assert b["resumed_from_epoch"] in (1, 2) and b["complete"] and b["ranks_in_sync"]
     # The same batches and dropout masks after the resume: every epoch's loss and the final weights.
@@ -156,19 +174,83 @@ def test_kill_9_resumes_from_the_last_complete_epoch_with_the_same_batches(two_p
     assert b["test"] == a["test"]
 
 
+@ONCE_ON_THE_CURRENT_STACK
+@pytest.mark.timeout(900)
+def test_one_process_of_two_devices_trains_what_two_processes_of_one_do_and_a_resume_may_change_layout(
+    project, tiny_run, tmp_path
+):
+    """A rank is a device: 1 process x 2 devices (a host of 2 GPUs, no launcher) and 2 mpirun processes x 1
+    device are one experiment of 2 ranks: the same global batch, lr, steps, batches and losses. The second run
+    trains epoch 1 as 2 processes, then resumes as 1 process of 2 devices and ends as the first did."""
+    same = (*tiny_run, "trainer.epochs=4", "trainer.deterministic=true")  # divide: 4 / 2 ranks = 2 epochs
+    one = tmp_path / "one"
+    assert_ok(run_cli(*same, f"hydra.run.dir={one}", cwd=project, env=devices_per_process(2)))
+    two = tmp_path / "two"
+    assert_ok(run_cli(*same, *TWO, "trainer.max_epochs_per_run=1", f"hydra.run.dir={two}", cwd=project))
+    after_one_epoch = read_metrics(two)
+    assert_ok(run_cli(*same, f"hydra.run.dir={two}", cwd=project, env=devices_per_process(2)))
+    a, b = read_metrics(one), read_metrics(two)
+    assert (a["ranks"], a["processes"], after_one_epoch["ranks"], after_one_epoch["processes"]) == (2, 1, 2, 2)
+    for key in ("global_batch_size", "lr_scaled", "steps_per_epoch", "epochs"):
+        assert a["run"][key] == after_one_epoch["run"][key] == b["run"][key], key
+    assert a["run"]["global_batch_size"] == 128 and a["run"]["steps_per_epoch"] == 256 // 64
+    assert b["resumed_from_epoch"] == 1 and b["complete"] and b["ranks_in_sync"]
+    assert after_one_epoch["epochs"][0]["loss"] == pytest.approx(a["epochs"][0]["loss"], rel=1e-5)  # 2x1 vs 1x2
+    assert [e["loss"] for e in b["epochs"]] == pytest.approx([e["loss"] for e in a["epochs"]], rel=1e-5)
+    assert abs(b["test"]["correct"] - a["test"]["correct"]) <= 1 and b["test"]["samples"] == 64
+
+
+UNEVEN_DEVICES = textwrap.dedent("""
+    import os
+    if os.environ.get("OMPI_COMM_WORLD_RANK") == "0":  # process 0 of the job gets 2 CPU devices, process 1 one
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+""")
+
+
+@ONCE_ON_THE_CURRENT_STACK
+def test_processes_with_different_numbers_of_devices_are_one_line_on_every_process(project, tiny_run, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(UNEVEN_DEVICES)
+    env = cli_env()
+    env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(site)
+    proc = run_cli(*tiny_run, *TWO, f"hydra.run.dir={tmp_path / 'run'}", cwd=project, env=env, timeout=300)
+    said = "the job's processes train on different devices (cpu; process 0: 2, process 1: 1)"
+    assert proc.returncode != 0 and said in proc.stdout + proc.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_processes_bringing_different_kinds_of_device_are_one_line_before_any_backend_starts(monkeypatch):
+    from cifar_dist.training.engines import jax as engine
+
+    monkeypatch.setattr(engine, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "cpu"])
+    with pytest.raises(engine.JaxEngineError, match=r"different devices \(process 0: gpu:2, process 1: cpu\)"):
+        engine.check_same_devices(None, "cpu")
+    monkeypatch.setattr(engine, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "gpu:2"])
+    engine.check_same_devices(None, "gpu:2")
+
+
 @ON_THE_STACKS_WITHOUT_HOROVOD
 @pytest.mark.jax_stack
 @pytest.mark.skipif(os.geteuid() != 0, reason="the test cluster runs slurmd as root (SlurmUser=root): run as root")
 def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp_path):
-    """On the jax stack (no TensorFlow: Python 3.14, a JAX GPU image) the run names no engine: engine=auto is
-    jax there. The current stack's 2 processes would default to engine=tensorflow, so it names jax."""
+    """2 tasks of 2 devices each: 4 ranks. On the jax stack (no TensorFlow: Python 3.14, a JAX GPU image) the run
+    names no engine: engine=auto is jax there. The current stack's 2 processes would default to
+    engine=tensorflow, so it names jax."""
     run_dir = tmp_path / "run"
     named = tiny_run if importlib.util.find_spec("tensorflow") else [o for o in tiny_run if o != "engine=jax"]
     run_as_two_task_slurm_job(
-        slurm, *named, "trainer.epochs=1", "trainer.epoch_policy=shard", f"hydra.run.dir={run_dir}", cwd=project
+        slurm,
+        *named,
+        "trainer.epochs=1",
+        "trainer.epoch_policy=shard",
+        f"hydra.run.dir={run_dir}",
+        cwd=project,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
     )
     m = read_metrics(run_dir)
-    assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
+    assert m["complete"] and m["ranks_in_sync"] is True and m["run"]["engine"] == "jax"
+    assert (m["ranks"], m["processes"], m["devices_per_process"]) == (4, 2, 2)
     assert (run_dir / "checkpoints" / "checkpoint-001.keras").is_file()
 
 

@@ -3,6 +3,7 @@ environment and the arguments JAX gets (``CUDA_VISIBLE_DEVICES``, ``JAX_PLATFORM
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -50,6 +51,24 @@ def test_one_process_takes_every_gpu_it_sees():
     assert choice.visible is None and choice.count == 8 and choice.local_device_ids == list(range(8))
 
 
+def test_slurm_tasks_given_the_nodes_gpus_by_gres_split_them_and_say_what_is_left_idle():
+    """--gres=gpu:8 with 3 tasks a node: each task sees the node's 8; they take 2 each, and say 2 are idle."""
+    environ = {**SLURM, "SLURM_LOCALID": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    choice = choose_gpus(environ, 2, 3, host_gpus=8, accelerator="auto")
+    assert choice.visible == "4,5" and choice.local_device_ids == [0, 1]
+    assert "2 idle: start a number of processes per host that divides 8" in choice.reason
+
+
+def test_gpus_the_host_does_not_have_are_one_line_and_none_on_a_host_without_gpus():
+    with pytest.raises(GpuChoiceError, match=r"^CUDA_VISIBLE_DEVICES='0,5' names GPU 5, but this host has 2 "):
+        choose_gpus({"CUDA_VISIBLE_DEVICES": "0,5"}, 0, 1, host_gpus=2, accelerator="auto")
+    uuids = {"CUDA_VISIBLE_DEVICES": "GPU-8b2a,GPU-77c1"}  # UUIDs (and MIG names) are taken as they are
+    assert choose_gpus(uuids, 0, 1, host_gpus=2, accelerator="auto").count == 2
+    copied = {"CUDA_VISIBLE_DEVICES": "0,1"}  # set on a host with no NVIDIA GPU: no GPU, whatever it says
+    choice = choose_gpus(copied, 0, 1, host_gpus=0, accelerator="auto")
+    assert choice.count == 0 and "training on the CPU" in choice.reason
+
+
 def test_more_processes_than_gpus_on_a_host_is_one_line():
     with pytest.raises(GpuChoiceError, match=r"^4 processes on this host but 2 GPU\(s\).*start at most 2 per host"):
         choose_gpus(OPEN_MPI, 3, 4, host_gpus=2, accelerator="auto")
@@ -72,12 +91,15 @@ def test_accelerator_cpu_hides_the_gpus_from_jax():
     assert environ == {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}
 
 
-def test_a_cpu_only_jaxlib_where_gpus_were_asked_for_is_one_line():
+def test_a_cpu_only_jaxlib_where_gpus_were_asked_for_is_one_line(caplog):
     fake_jax = SimpleNamespace(default_backend=lambda: "cpu", __version__="0.12.0")
     choice = choose_gpus({}, 0, 1, host_gpus=1, accelerator="gpu")
     with pytest.raises(GpuChoiceError, match=r"install JAX's CUDA plugin \(pip install 'jax\[cuda13\]==0.12.0'\)"):
         check_backend(fake_jax, choice, "gpu")
-    check_backend(fake_jax, choose_gpus({}, 0, 1, host_gpus=1, accelerator="auto"), "auto")  # auto: the CPU will do
+    # auto: the CPU will do, said in one line
+    with caplog.at_level(logging.WARNING, logger="cifar_dist.training.engines.jax_devices"):
+        assert check_backend(fake_jax, choose_gpus({}, 0, 1, host_gpus=1, accelerator="auto"), "auto") == "cpu"
+    assert "this host has 1 GPU(s), but JAX 0.12.0 found none (no CUDA plugin): training on the cpu" in caplog.text
 
 
 def test_the_hosts_gpus_are_counted_by_their_device_files(tmp_path):

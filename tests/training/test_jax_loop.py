@@ -4,17 +4,19 @@
   4 + 3), and neither the execution's form (one compiled loop, one compiled step per dispatch) nor where the
   images live (on the device, streamed from the host) changes what is trained;
 - a second run of the same model and shapes loads its compiled step from JAX's persistent cache;
-- the whole run imports no TensorFlow (on the jax stack it is not even installed).
+- the whole run imports no TensorFlow: where it is not installed (the jax stack), nor where it is (the current
+  stack).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import textwrap
 
 import pytest
 
-from helpers.cli import QUIET_RUN, assert_ok, read_metrics, run_cli, tiny_cifar
+from helpers.cli import QUIET_RUN, assert_ok, cli_env, read_metrics, run_cli, tiny_cifar
 from helpers.no_horovod import ON_THE_STACKS_WITHOUT_HOROVOD, env_without_tensorflow
 
 pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack, pytest.mark.xdist_group("jax_loop")]
@@ -76,3 +78,30 @@ def test_engine_jax_trains_without_tensorflow(tiny_data, tmp_path):
     assert metrics["complete"] and metrics["run"]["engine"] == "jax" and metrics["run"]["tensorflow"] is None
     assert "TensorFlow is not installed" in metrics["run"]["engine_reason"]
     assert list((tmp_path / "notf" / "tensorboard" / "train").glob("events.out.tfevents.*"))
+
+
+RECORD_LOADED = textwrap.dedent(
+    """
+    import atexit, json, os, sys
+    loaded = lambda: sorted(name for name, module in sys.modules.items() if module is not None)
+    atexit.register(lambda: json.dump(loaded(), open(os.environ["MODULES_OUT"], "w")))
+    """
+)
+
+
+@ON_THE_STACKS_WITHOUT_HOROVOD
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow is not installed here")
+def test_a_jax_run_imports_no_tensorflow_where_it_is_installed(tiny_data, tmp_path):
+    """TensorFlow's GPU build in a JAX process breaks JAX's NCCL collectives on several GPUs (jax-ml/jax#34918),
+    and costs seconds: on the current stack (TensorFlow installed) a run on the built-in data, saving checkpoints
+    and TensorBoard events, must not import it (neither Keras' serializer nor TensorBoard's writer)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(RECORD_LOADED)
+    env = cli_env(MODULES_OUT=str(tmp_path / "modules.json"))
+    env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(site)
+    metrics, _ = trained(tiny_data, tmp_path, "tf-installed", "trainer.tensorboard=true", env=env)
+    loaded = json.loads((tmp_path / "modules.json").read_text())
+    assert not [m for m in loaded if m.split(".")[0] in ("tensorflow", "tf_keras")], "TensorFlow was imported"
+    assert metrics["complete"] and metrics["run"]["tensorflow"] is None
+    assert list((tmp_path / "tf-installed" / "tensorboard" / "validation").glob("events.out.tfevents.*"))

@@ -53,6 +53,8 @@ def test_whether_the_processes_have_gpus(monkeypatch):
     monkeypatch.setattr(choice, "host_gpu_count", lambda: 0)
     assert choice.processes_have_gpus(None, environ={}) is False
     assert choice.processes_have_gpus(FakeSlurmLike(True), environ={}) is True
+    # a CUDA_VISIBLE_DEVICES copied from elsewhere names no GPU on a host that has none (engine=auto: TensorFlow)
+    assert choice.processes_have_gpus(None, environ={"CUDA_VISIBLE_DEVICES": "0,1"}) is False
 
 
 def test_a_slurm_job_has_gpus_where_it_asks_for_them():
