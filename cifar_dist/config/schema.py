@@ -248,8 +248,9 @@ class TrainerConfig:
     steps_per_execution: int = 16
     precision: Precision = Precision.float32
     compression: Compression = Compression.none
-    # What engine=jax trains on: auto (the GPUs where there are any, one set per process: engines/jax_devices.py),
-    # gpu (refused in one line where JAX finds none), cpu (the GPUs hidden).
+    # What the processes train on: auto (the GPUs where there are any: engine=jax every GPU a process is given,
+    # engines/jax_devices.py; Horovod and TensorFlow one per process, process/tf_devices.py), gpu (refused in one
+    # line where the engine finds none), cpu (the GPUs hidden). Each GPU trained is one rank (engines/world.py).
     accelerator: Accelerator = Accelerator.auto
     # engine=jax: how an execution's steps run. loop: as one compiled loop (one dispatch per execution); steps:
     # one compiled step per dispatch; auto: the loop on GPUs, steps on CPUs, where XLA runs a step inside a loop

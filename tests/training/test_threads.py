@@ -64,10 +64,11 @@ def test_each_rank_takes_the_gpu_of_its_local_rank_and_its_share_of_the_cores(mo
     calls = []
     gpus = [SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(2)]
     fake_tf = SimpleNamespace(
+        __version__="2.x",
         config=SimpleNamespace(
             list_physical_devices=lambda kind: gpus if kind == "GPU" else [],
             experimental=SimpleNamespace(set_memory_growth=lambda gpu, on: calls.append(("growth", gpu.name, on))),
-            set_visible_devices=lambda gpu, kind: calls.append(("visible", gpu.name, kind)),
+            set_visible_devices=lambda gpu, kind: calls.append(("visible", getattr(gpu, "name", gpu), kind)),
             threading=SimpleNamespace(
                 set_intra_op_parallelism_threads=lambda n: calls.append(("intra", n)),
                 set_inter_op_parallelism_threads=lambda n: calls.append(("inter", n)),
@@ -88,5 +89,20 @@ def test_each_rank_takes_the_gpu_of_its_local_rank_and_its_share_of_the_cores(mo
     ]
     with pytest.raises(GpuCountError, match="3 ranks on this host but 2 GPU"):
         use_gpu_and_threads(2, 3, 3)
+    calls.clear()
+    assert use_gpu_and_threads(0, 1, 1, accelerator="cpu")[0] == ""  # trainer.accelerator=cpu: hidden
+    assert calls[0] == ("visible", [], "GPU")
     gpus.clear()
     assert use_gpu_and_threads(0, 1, 1)[0] == ""
+    with pytest.raises(GpuCountError, match=r"^trainer.accelerator=gpu, but TensorFlow 2.x sees no GPU here"):
+        use_gpu_and_threads(0, 1, 1, accelerator="gpu")
+
+
+def test_one_process_on_a_host_of_several_gpus_says_the_others_are_idle_and_how_to_use_them(caplog):
+    """A rank is a device; these engines train one GPU per process: 1 process on a host of 4 leaves 3 idle."""
+    from cifar_dist.training.process.tf_devices import idle_gpus_line
+
+    line = idle_gpus_line("tensorflow", 1, 4)
+    assert line.startswith("this host has 4 GPUs and engine=tensorflow trains one per process")
+    assert "3 idle; train on all of them with launcher=mpirun launcher.np=4" in line
+    assert idle_gpus_line("horovod", 4, 4) is None and idle_gpus_line("horovod", 2, 1) is None

@@ -87,7 +87,13 @@ class HorovodEngine(TfDataLoop):
         # HOROVOD: one GPU per process, chosen by local rank; the thread pools sized to this rank's share.
         # In a concurrent sweep the other groups' ranks on this host share its cores too.
         gpu, plan = use_gpu_and_threads(
-            hvd.local_rank(), hvd.local_size(), host_ranks, t.intra_op_threads, t.inter_op_threads
+            hvd.local_rank(),
+            hvd.local_size(),
+            host_ranks,
+            t.intra_op_threads,
+            t.inter_op_threads,
+            t.accelerator,
+            cls.facts.name,
         )
         world = World(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), plan, gpu, onednn_enabled())
         log.info(

@@ -69,7 +69,13 @@ class TensorflowEngine(TfDataLoop):
 
         peers = join_peers()
         gpu, plan = use_gpu_and_threads(
-            peers.local_rank, peers.local_size, peers.host_ranks, t.intra_op_threads, t.inter_op_threads
+            peers.local_rank,
+            peers.local_size,
+            peers.host_ranks,
+            t.intra_op_threads,
+            t.inter_op_threads,
+            t.accelerator,
+            cls.facts.name,
         )
         world = World(peers.rank, peers.size, peers.local_rank, peers.local_size, plan, gpu, onednn_enabled())
         log.info(
