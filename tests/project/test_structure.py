@@ -360,6 +360,7 @@ def test_the_readme_layout_names_every_folder_and_only_modules_that_exist():
     files = (
         {path.name for path in project_modules().values()}
         | {p.name for p in (ROOT / "scripts").glob("*")}
+        | {p.name for p in (ROOT / "benchmarks").glob("*")}
         | {p.name for p in (ROOT / "tests").rglob("*.py")}
     )
     named = set(re.findall(r"[\w]+\.py\b", layout)) - {"setup.py"}
