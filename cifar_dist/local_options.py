@@ -19,10 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from hydra._internal.config_repository import ConfigRepository
-from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from cifar_dist.common.hydra_internals import config_repository, options_of, search_path
 from cifar_dist.config.files import yaml_error
 from cifar_dist.config.override_check import override_values, parsed_command_line
 
@@ -45,10 +44,9 @@ def builtin_options(group: str) -> List[str]:
     from cifar_dist.all_options import register_configs
 
     register_configs()
-    search_path = ConfigSearchPathImpl()
-    search_path.append("main", "pkg://cifar_dist.conf")  # its local/ folder is a group of its own here
-    search_path.append("schema", "structured://")
-    return list(ConfigRepository(search_path).get_group_options(group))
+    # the package's configs (their local/ folder is a group of its own here) and the dataclasses, not conf/local
+    sources = [("main", "pkg://cifar_dist.conf"), ("schema", "structured://")]
+    return options_of(config_repository(search_path(sources)), group)
 
 
 def shadowing_problem(local: Path) -> Optional[str]:

@@ -14,7 +14,7 @@
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
-# cifar_dist included (`pip wheel --no-deps -w .whl .`). Each run is one process (bench_device.py), cold.
+# cifar_dist included (`pip wheel --no-deps -w .whl .`). Each run is one process (python -m benchmarks device), cold.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-/tmp/gpu_check}}
@@ -35,10 +35,10 @@ fi
 selected() {  # selected NAME: whether this run is wanted (ONLY unset, or ONLY names it)
     [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
 }
-bench() {  # bench NAME ARGS...: one bench_device.py run, its last line shown (skipped where ONLY names others)
+bench() {  # bench NAME ARGS...: one `python -m benchmarks device` run, its last line shown (skipped where ONLY names others)
     local name=$1; shift
     selected "$name" || return 0
-    timeout 300 "$PY" scripts/bench_device.py --epochs "$EPOCHS" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
+    timeout 300 "$PY" -m benchmarks device --epochs "$EPOCHS" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
         && tail -n 1 "$OUT/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/$name.log"; }
 }
 export JAX_COMPILATION_CACHE_DIR="$OUT/jax-cache"  # cold for the first run of each program, warm for its second
@@ -55,12 +55,12 @@ bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
 bench cifar_dist-speedrun --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases  # where its wall time goes (cached)
-build() {  # build NAME WHERE [ARGS...]: where the first model build's time goes (bench_model_build.py), one JSON line
+build() {  # build NAME WHERE [ARGS...]: where the first model build's time goes (benchmarks model-build), one JSON line
     local name=$1 where=$2
     shift 2
     selected "$name" || return 0
     mkdir -p "$OUT/build"
-    timeout 120 "$PY" scripts/bench_model_build.py --where "$where" "$@" --out "$OUT/build/$name.json" \
+    timeout 120 "$PY" -m benchmarks model-build --where "$where" "$@" --out "$OUT/build/$name.json" \
         2>"$OUT/build/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/build/$name.log"; }
 }
 build model-build-default default  # the speedrun's model as the trainer builds it (cold unless run after the speedrun)
@@ -68,11 +68,11 @@ build model-build-default-cached default
 build model-build-host host  # the initializers on the host: their ops compiled now
 build model-build-host-cached host
 build model-build-overlap-cached default --start overlap  # JAX's GPU backend starting while Keras imports: pays?
-first() {  # first NAME ARGS...: where the first epoch goes against a later one (bench_first_epoch.py), one JSON line
+first() {  # first NAME ARGS...: where the first epoch goes against a later one (benchmarks first-epoch), one JSON line
     local name=$1; shift
     selected "$name" || return 0
     mkdir -p "$OUT/first"
-    timeout 180 "$PY" scripts/bench_first_epoch.py --out "$OUT/first/$name.json" "$@" >"$OUT/first/$name.log" 2>&1 \
+    timeout 180 "$PY" -m benchmarks first-epoch --out "$OUT/first/$name.json" "$@" >"$OUT/first/$name.log" 2>&1 \
         && tail -n 1 "$OUT/first/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/first/$name.log"; }
 }
 # cold when run alone (ONLY=...), from the cache when cifar_dist-seed-32 ran before; the -cached one always cached
@@ -83,5 +83,5 @@ first first-epoch-tiny-cached --model tiny --no-augment --epochs 6
 first first-epoch-speedrun --model speedrun --epochs 6  # the recipe (lookahead, lr schedule): its own batch
 first first-epoch-speedrun-cached --model speedrun --epochs 6
 if compgen -G "$OUT/*.json" >/dev/null; then
-    "$PY" scripts/bench_device_report.py "$OUT"/*.json | tee "$OUT/report.md"
+    "$PY" -m benchmarks device-report "$OUT"/*.json | tee "$OUT/report.md"
 fi

@@ -3,11 +3,12 @@
 Keras 3's ``fit`` (and the JAX engine's loop, ``engines/jax_fit.py``) and
 tf.keras's ``fit`` both drive callbacks through a ``CallbackList`` that calls
 ``set_model``, ``set_params`` and the ``on_*`` hooks, and asks two more
-things: whether a batch hook is the default no-op (a hook marked
-``_is_default``, as both Keras' ``@default`` decorator marks theirs: a list
-whose callbacks have no batch hook of their own skips them, or dispatches
-them off the training thread), and, tf.keras only, ``_implements_*_batch_hooks``
-and ``_supports_tf_logs``. Subclassing ``tf.keras.callbacks.Callback`` would
+things: whether a batch hook is the default no-op (marked as both Keras'
+``@default`` decorator marks theirs: keras_internals.py's ``mark_default_hook``;
+a list whose callbacks have no batch hook of their own skips them, or
+dispatches them off the training thread), and, tf.keras only, the private
+``_implements_*_batch_hooks`` and ``_supports_tf_logs`` (keras_internals.py
+lists them). Subclassing ``tf.keras.callbacks.Callback`` would
 load TensorFlow in a run that trains on JAX alone (where it may not even be
 installed); subclassing ``keras.callbacks.Callback`` would load Keras 3 in a
 Keras 2 run. So the callbacks subclass this, which answers both.
@@ -20,11 +21,7 @@ callback always sees the weights it would see after the step.
 
 from __future__ import annotations
 
-
-def _default(hook):
-    """Mark ``hook`` as the no-op both Keras recognise (``_is_default``, what their ``@default`` sets)."""
-    hook._is_default = True
-    return hook
+from cifar_dist.common.keras_internals import is_default_hook, mark_default_hook
 
 
 class Callback:
@@ -55,86 +52,82 @@ class Callback:
         self.params = params
 
     def _implements_train_batch_hooks(self) -> bool:
-        return not (_is_default(self.on_batch_begin) and _is_default(self.on_batch_end)) or not (
-            _is_default(self.on_train_batch_begin) and _is_default(self.on_train_batch_end)
+        return not (is_default_hook(self.on_batch_begin) and is_default_hook(self.on_batch_end)) or not (
+            is_default_hook(self.on_train_batch_begin) and is_default_hook(self.on_train_batch_end)
         )
 
     def _implements_test_batch_hooks(self) -> bool:
-        return not (_is_default(self.on_test_batch_begin) and _is_default(self.on_test_batch_end))
+        return not (is_default_hook(self.on_test_batch_begin) and is_default_hook(self.on_test_batch_end))
 
     def _implements_predict_batch_hooks(self) -> bool:
-        return not (_is_default(self.on_predict_batch_begin) and _is_default(self.on_predict_batch_end))
+        return not (is_default_hook(self.on_predict_batch_begin) and is_default_hook(self.on_predict_batch_end))
 
-    @_default
+    @mark_default_hook
     def on_batch_begin(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_batch_end(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_epoch_begin(self, epoch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_epoch_end(self, epoch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_train_batch_begin(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_train_batch_end(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_test_batch_begin(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_test_batch_end(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_predict_batch_begin(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_predict_batch_end(self, batch, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_train_begin(self, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_train_end(self, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_test_begin(self, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_test_end(self, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_predict_begin(self, logs=None):
         pass
 
-    @_default
+    @mark_default_hook
     def on_predict_end(self, logs=None):
         pass
-
-
-def _is_default(hook) -> bool:
-    return getattr(hook, "_is_default", False)
 
 
 def implements_batch_hooks(callback) -> bool:
     """Whether ``callback`` (any Keras' callback) has a training-batch hook of its own (not the default no-op)."""
     hooks = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
-    return any(not _is_default(getattr(callback, hook, None)) for hook in hooks if hasattr(callback, hook))
+    return any(not is_default_hook(getattr(callback, hook, None)) for hook in hooks if hasattr(callback, hook))

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 import yaml
-from omegaconf._utils import get_yaml_loader
 
 import cifar_dist.conf
+from cifar_dist.common.omegaconf_internals import yaml_loader
 
 DIR_FLAGS = ("--config-dir", "-cd", "--config-path", "-cp")
 DEFAULT_CONFIG_NAME = "config"  # the app's primary config (app.py's @hydra.main)
@@ -59,7 +59,7 @@ def _yaml_files(directory: Path) -> Iterator[Path]:
 def yaml_error(path: Path) -> Optional[str]:
     """``<file>, line L, column C: <problem>; fix the YAML`` for a file that does not parse, else None."""
     try:
-        yaml.load(path.read_text("utf-8"), Loader=get_yaml_loader())
+        yaml.load(path.read_text("utf-8"), Loader=yaml_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from hydra._internal.config_repository import ConfigRepository
-from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.object_type import ObjectType
 from omegaconf import OmegaConf
+
+from cifar_dist.common.hydra_internals import config_repository, options_of, search_path, subgroups_of
 
 RESOLVER = "cifar_dist_groups"
 _HIDDEN = ("hydra/", "local/")  # Hydra's own groups; conf/local's option folders (not groups of their own)
@@ -31,18 +30,16 @@ def register_resolver() -> None:
 
 
 def _groups(repo, parent: str = "") -> Iterator[str]:
-    for name in repo.get_group_options(parent, ObjectType.GROUP):
+    for name in subgroups_of(repo, parent):
         group = f"{parent}/{name}" if parent else name
-        if repo.get_group_options(group, ObjectType.CONFIG):
+        if options_of(repo, group):
             yield group
         yield from _groups(repo, group)
 
 
 def config_groups() -> str:
     """``group: option, option`` a line, for every group of the command's config sources."""
-    search_path = ConfigSearchPathImpl()
-    for source in HydraConfig.get().runtime.config_sources:
-        search_path.append(source.provider, f"{source.schema}://{source.path}")
-    repo = ConfigRepository(search_path)
+    sources = HydraConfig.get().runtime.config_sources
+    repo = config_repository(search_path((source.provider, f"{source.schema}://{source.path}") for source in sources))
     shown = sorted(g for g in set(_groups(repo)) if not (g == "hydra" or g.startswith(_HIDDEN)))
-    return "\n".join(f"{group}: {', '.join(sorted(repo.get_group_options(group)))}" for group in shown)
+    return "\n".join(f"{group}: {', '.join(sorted(options_of(repo, group)))}" for group in shown)

@@ -27,8 +27,6 @@ import io
 import os
 from typing import List, Optional, Sequence
 
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
-from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
 from hydra.core.config_search_path import SearchPathQuery
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -36,6 +34,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.errors import did_you_mean
+from cifar_dist.common.hydra_internals import (
+    app_search_path,
+    args_parser,
+    config_loader,
+    has_group,
+    options_of,
+    parsed_overrides,
+    primary_config,
+)
 from cifar_dist.config.hydra_compat import let_hydra_parse_on_python_314
 from cifar_dist.models.builder import builder_problem
 
@@ -96,7 +103,7 @@ def override_values(override) -> List[Optional[str]]:
 
 
 def _loader(args):
-    search_path = create_automatic_config_search_path(None, "cifar_dist.app", args.config_path or "conf")
+    search_path = app_search_path("cifar_dist.app", args.config_path or "conf")
     if args.config_dir is not None:
         config_dir = os.path.abspath(args.config_dir)
         if not os.path.isdir(config_dir):
@@ -104,15 +111,15 @@ def _loader(args):
         search_path.prepend(
             provider="command-line", path=f"file://{config_dir}", anchor=SearchPathQuery(provider="schema")
         )
-    return ConfigLoaderImpl(config_search_path=search_path)
+    return config_loader(search_path)
 
 
 def overrides_problem(loader, config_name: str, overrides: List[str]) -> Optional[str]:
     """The first override that names no option or no key, as ``<override>: <why>``."""
-    parsed, repo = loader._parse_overrides_and_create_caching_repo(config_name, overrides)
-    groups = [o for o in parsed if not o.is_hydra_override() and repo.group_exists(o.key_or_group)]
+    parsed, repo = parsed_overrides(loader, config_name, overrides)
+    groups = [o for o in parsed if not o.is_hydra_override() and has_group(repo, o.key_or_group)]
     for o in groups:
-        problem = option_problem(o.key_or_group, override_values(o), repo.get_group_options(o.key_or_group))
+        problem = option_problem(o.key_or_group, override_values(o), options_of(repo, o.key_or_group))
         if problem:
             return f"{o.input_line}: {problem}"
     swept = {o.key_or_group for o in groups if o.is_sweep_override()}
@@ -168,7 +175,7 @@ def parsed_command_line(argv: Sequence[str]):
     let_hydra_parse_on_python_314()
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            return get_args_parser().parse_args(list(argv))
+            return args_parser().parse_args(list(argv))
     except SystemExit:
         return None
 
@@ -188,10 +195,10 @@ def primary_searchpath(args) -> List[str]:
     if loader is None:
         return []
     try:
-        loaded = loader.repository.load_config(args.config_name or "config")
+        loaded = primary_config(loader, args.config_name or "config")
     except (HydraException, OmegaConfBaseException, ValueError):
         return []
-    value = OmegaConf.select(loaded.config, "hydra.searchpath", default=None) if loaded is not None else None
+    value = OmegaConf.select(loaded, "hydra.searchpath", default=None) if loaded is not None else None
     return [str(v) for v in value] if OmegaConf.is_list(value) else []
 
 

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, engine_facts
 from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; callers catch it from here too)
+from cifar_dist.common.omegaconf_internals import is_marked, mark
 from cifar_dist.config.data_options import ignored_settings
 from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.data import num_classes_of
@@ -234,7 +235,7 @@ def launcher_problems(cfg: DictConfig) -> List[str]:
 
 def is_validated(cfg: Any) -> bool:
     """Whether ``cfg`` (or the config it was copied from) passed ``validate`` in this process."""
-    return isinstance(cfg, DictConfig) and cfg._get_node_flag(VALIDATED) is True
+    return isinstance(cfg, DictConfig) and is_marked(cfg, VALIDATED)
 
 
 def validate(cfg: DictConfig) -> None:
@@ -247,7 +248,7 @@ def validate(cfg: DictConfig) -> None:
         found += launcher_problems(cfg)
     if found:
         raise ConfigError("bad config: " + "; ".join(found))
-    cfg._set_flag(VALIDATED, True)
+    mark(cfg, VALIDATED)
 
 
 def check_chosen_engine(cfg: DictConfig) -> None:

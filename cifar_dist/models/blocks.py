@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 
 from cifar_dist.common.keras_flavor import KERAS2, flavor_of, keras_module
+from cifar_dist.common.keras_internals import nested_layers
 from cifar_dist.common.keras_ops import keras_or_default, ops_of, per_keras, registered
 
 
@@ -220,7 +221,7 @@ def data_fitted_layers(model):
     if not flavor:
         return []
     whitening = custom_layers(keras_module(flavor)).PatchWhitening
-    return [layer for layer in model._flatten_layers(include_self=False) if isinstance(layer, whitening)]
+    return [layer for layer in nested_layers(model) if isinstance(layer, whitening)]
 
 
 def adapt(model, images: np.ndarray) -> int:

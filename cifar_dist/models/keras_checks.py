@@ -16,6 +16,7 @@ import os
 from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.errors import ConfigError
 from cifar_dist.common.keras_flavor import KERAS2, KERAS3, flavor_of, name
+from cifar_dist.common.keras_internals import nested_layers
 from cifar_dist.models.checks import check_is_model
 
 TENSORFLOW_BACKEND = "tensorflow"  # Keras 3's name for TensorFlow's backend (keras.backend.backend())
@@ -70,13 +71,7 @@ def model_flavor(model, target: str) -> int:
     """The Keras of ``model`` (2 or 3), with every layer of that same Keras; one line otherwise."""
     check_is_model(model, target)
     flavor = flavor_of(model)
-    others = sorted(
-        {
-            type(layer).__name__
-            for layer in model._flatten_layers(include_self=False)
-            if flavor_of(layer) not in (flavor, 0)
-        }
-    )
+    others = sorted({type(layer).__name__ for layer in nested_layers(model) if flavor_of(layer) not in (flavor, 0)})
     if others:
         raise ModelKerasError(
             f"model._target_={target} mixes Keras: a {name(flavor)} model with "

@@ -26,6 +26,7 @@ import numpy as np
 
 from cifar_dist.common.atomic_files import atomic_path
 from cifar_dist.common.keras_flavor import KERAS3, flavor_of
+from cifar_dist.common.keras_internals import create_legacy_optimizer_slots, save_model_to_file
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,8 @@ def _save_keras3(model, path: Path) -> None:
     Keras 3 has no include_optimizer: a compiled model's file holds its
     optimizer state (a few MB more for the final model; loading with
     compile=False ignores it)."""
-    from keras.src.saving import saving_lib  # the file-object writer behind keras.saving.save_model
-
     with atomic_path(path) as tmp, open(tmp, "wb") as f, _undistributed():
-        saving_lib.save_model(model, f)
+        save_model_to_file(model, f)
 
 
 @contextlib.contextmanager
@@ -140,7 +139,7 @@ def restore(model, path: Path) -> None:
         opt = model.optimizer
         # Legacy Keras optimizers create their slots lazily; create them now
         # so that set_weights has somewhere to put the values.
-        opt._create_all_weights(model.trainable_variables)
+        create_legacy_optimizer_slots(opt, model.trainable_variables)
         opt.set_weights(values)
 
 

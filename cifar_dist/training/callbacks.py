@@ -26,6 +26,7 @@ from cifar_dist.common.atomic_files import write_json
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.keras_flavor import KERAS3, flavor_of
+from cifar_dist.common.keras_internals import nested_layers, seed_generators, tf_random_generators
 from cifar_dist.common.keras_ops import current_lr
 from cifar_dist.rundir import checkpoints
 
@@ -264,21 +265,13 @@ class ReseedEachEpoch(Callback):
         if flavor_of(self.model) == KERAS3:
             yield from self.keras3_generators()
             return
-        import tensorflow as tf  # lazy: TensorFlow (a Keras 2 model's generators are tf.random.Generators)
-
-        for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
-            rng = getattr(layer, "_random_generator", None)
-            if rng is None or not hasattr(rng, "_maybe_init"):
-                continue
-            rng._maybe_init()
-            if isinstance(getattr(rng, "_generator", None), tf.random.Generator):
-                yield index, rng._generator
+        yield from tf_random_generators(nested_layers(self.model))
 
     def keras3_generators(self):
         """Keras 3 layers draw from ``SeedGenerator``s whose state (a variable, not saved in a checkpoint)
         is the seed and a counter; resetting it is ``reset_from_seed``'s job for them."""
-        for index, layer in enumerate(self.model._flatten_layers(include_self=False)):
-            for number, generator in enumerate(getattr(layer, "_seed_generators", ())):
+        for index, layer in enumerate(nested_layers(self.model)):
+            for number, generator in enumerate(seed_generators(layer)):
                 yield f"{index}.{number}", _Keras3Generator(generator)
 
     def on_epoch_begin(self, epoch, logs=None):

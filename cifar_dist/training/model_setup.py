@@ -21,6 +21,7 @@ import hydra.utils
 
 from cifar_dist.common.errors import ConfigError
 from cifar_dist.common.keras_flavor import KERAS2, KERAS3, keras_argument, keras_module
+from cifar_dist.common.keras_internals import create_legacy_optimizer_slots
 from cifar_dist.models.keras_checks import build_failure, check_model
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def create_optimizer_slots(optimizer, variables) -> None:
     if hasattr(optimizer, "build"):
         optimizer.build(variables)
     else:
-        optimizer._create_all_weights(variables)
+        create_legacy_optimizer_slots(optimizer, variables)
 
 
 def optimizer_variables(optimizer) -> list:

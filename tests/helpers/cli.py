@@ -130,6 +130,15 @@ def run_script(name: str, *args: str, env=None, cwd=None, timeout: float = 300) 
     return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def run_benchmark(name: str, *args: str, env=None, cwd=None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m benchmarks <name> <args>`` (benchmarks/catalog.py) with this interpreter, from any ``cwd``, its
+    output captured as text."""
+    env = dict(cli_env() if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))  # where benchmarks/ is
+    command = [sys.executable, "-m", "benchmarks", name, *args]
+    return subprocess.run(command, env=env, cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout)
+
+
 def output_of(proc) -> str:
     """A finished ``subprocess.run``'s captured stdout then stderr as text (a stream not captured counts as empty)."""
     streams = (proc.stdout, proc.stderr)

@@ -1,7 +1,7 @@
 """Real multi-rank runs through the launchers on the packaged sample (short ones).
 
 Each run trains a few 16-step epochs per rank (shard policy, batch 128), which
-is enough to check behaviour; speed is measured by scripts/bench_scaling.py,
+is enough to check behaviour; speed is measured by benchmarks/bench_scaling.py,
 never here.
 """
 

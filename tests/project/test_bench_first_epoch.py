@@ -1,15 +1,16 @@
-"""scripts/bench_first_epoch.py: where engine=jax's first epoch goes (issue 46's first epoch against a later one),
-for the next GPU call. Its timers wrap engine=jax's loop by name: a rename there must fail here, not silently time
-nothing; and on a real run every epoch's pieces are inside the time the run itself counted."""
+"""``python -m benchmarks first-epoch`` (benchmarks/bench_first_epoch.py): where engine=jax's first epoch goes
+(issue 46's first epoch against a later one), for the next GPU call. Its timers wrap engine=jax's loop by name: a
+rename there must fail here, not silently time nothing; and on a real run every epoch's pieces are inside the time the
+run itself counted."""
 
 import json
 import sys
 import types
 
-from helpers.cli import cli_env, run_script
+from helpers.cli import cli_env, run_benchmark
 from helpers.paths import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_first_epoch  # noqa: E402
 
@@ -24,8 +25,8 @@ def test_every_function_the_timers_wrap_exists_and_a_renamed_one_is_named():
 
 def test_a_run_s_epochs_are_cut_into_their_pieces(tmp_path):
     out = tmp_path / "first.json"
-    proc = run_script(
-        "bench_first_epoch.py",
+    proc = run_benchmark(
+        "first-epoch",
         "--model=tiny",
         "--epochs=2",
         f"--out={out}",

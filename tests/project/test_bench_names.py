@@ -1,11 +1,11 @@
 """The bench's phase markers name package functions as strings (several private to the trainer): every one
-must exist, so a rename fails here instead of silently merging its phase (scripts/bench_phases.py)."""
+must exist, so a rename fails here instead of silently merging its phase (benchmarks/bench_phases.py)."""
 
 import sys
 
 from helpers.paths import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_phases  # noqa: E402
 
@@ -20,5 +20,5 @@ def test_a_renamed_function_is_named(monkeypatch):
     monkeypatch.setattr(bench_phases, "AFTER_FIT", bench_phases.AFTER_FIT + renamed)
     assert bench_phases.missing_functions() == [
         "cifar_dist.training.trainer._evaluate_exactly: not in the package",
-        "cifar_dist.training.trainer._evaluate_exactly: a marker, but scripts/phase_probe does not wrap it",
+        "cifar_dist.training.trainer._evaluate_exactly: a marker, but benchmarks/phase_probe does not wrap it",
     ]

@@ -1,4 +1,4 @@
-"""scripts/bench_training.py in its quickest mode produces its table, JSON and plots."""
+"""benchmarks/bench_training.py in its quickest mode produces its table, JSON and plots."""
 
 import json
 import os
@@ -18,7 +18,9 @@ def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "bench_training.py"),
+            "-m",
+            "benchmarks",
+            "training",
             "--smoke",
             "--out",
             str(tmp_path),
@@ -50,7 +52,7 @@ def test_smoke_benchmark_writes_table_json_and_plots(tmp_path):
 def test_run_dirs_are_absolute_whatever_the_work_flag_says(tmp_path, monkeypatch):
     # Variants run with their run dir as cwd; a relative --work once sent bare Keras' result.json
     # and cifar_dist's run dir to paths nested under themselves, and every such variant "failed".
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_training import command, variant_table, work_dir
 
     monkeypatch.chdir(tmp_path)
@@ -63,7 +65,7 @@ def test_run_dirs_are_absolute_whatever_the_work_flag_says(tmp_path, monkeypatch
 
 
 def test_report_reads_steady_rates_time_to_accuracy_and_targets():
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_report import summarise
 
     def run(name, ranks, rates, accs, seconds=10.0):
@@ -114,7 +116,7 @@ def test_report_reads_steady_rates_time_to_accuracy_and_targets():
 
 def test_report_compares_speedrun_whole_command_with_the_seeds():
     """Issue 15's targets: speedrun_N's final test accuracy, and its whole command's wall time vs the seed's."""
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_report import summarise
 
     def run(name, ranks, acc, wall):
@@ -149,7 +151,7 @@ def test_report_compares_speedrun_whole_command_with_the_seeds():
 
 def test_collect_takes_whole_command_times_from_the_benchmark_log(tmp_path):
     """An interrupted benchmark's table still compares whole commands: their wall times are in bench.log."""
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_training import logged_runs
 
     (tmp_path / "bench.log").write_text(
@@ -182,7 +184,7 @@ def _epoch(start, train, val):
 def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
     """Issue 24's breakdown: consecutive phases from the probe's events, the first epoch's extra time as tracing,
     epochs that do not validate (trainer.validate_every) counted as training only."""
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_phases import breakdown
 
     t0, T, A = 1000.0, "cifar_dist.training.trainer.", "cifar_dist.app."
@@ -257,7 +259,7 @@ def test_breakdown_of_a_two_rank_run_adds_up_to_the_whole_command():
 
 
 def test_fixed_cost_from_two_whole_commands():
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_breakdown import fixed_cost
 
     f = fixed_cost(31.0, 50.0, 5)
@@ -267,10 +269,10 @@ def test_fixed_cost_from_two_whole_commands():
 
 
 def test_phase_probe_times_the_app_only_when_asked(tmp_path):
-    """scripts/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped, the process start logged."""
+    """benchmarks/phase_probe: with CIFAR_DIST_PHASE_LOG set, the app's functions are wrapped, the start logged."""
     log = tmp_path / "events.jsonl"
     code = "import cifar_dist.app as a; print(hasattr(a.end_of_job, '__wrapped__'))"
-    env = cli_env(PYTHONPATH=os.pathsep.join([str(REPO / "scripts" / "phase_probe"), str(REPO)]))
+    env = cli_env(PYTHONPATH=os.pathsep.join([str(REPO / "benchmarks" / "phase_probe"), str(REPO)]))
     for on in (True, False):
         run_env = (
             dict(env, CIFAR_DIST_PHASE_LOG=str(log))
@@ -290,7 +292,7 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "bench_breakdown.py"),
+            str(REPO / "benchmarks" / "bench_breakdown.py"),
             "--smoke",
             "--out",
             str(tmp_path / "bd"),
@@ -322,7 +324,7 @@ def test_breakdown_smoke_writes_tables_and_fixed_cost(tmp_path):
 def test_breakdown_plan_pairs_n_with_2n_and_adds_the_recipe_as_configured(monkeypatch):
     """The speedrun's fixed cost compares N with 2N epochs; when N is not the recipe's own epochs (to compare
     with an earlier sitting), the recipe as configured runs too: issue 15's budget is about that command."""
-    sys.path.insert(0, str(REPO / "scripts"))
+    sys.path.insert(0, str(REPO / "benchmarks"))
     import bench_breakdown
 
     monkeypatch.setattr(bench_breakdown, "speedrun_epochs", lambda: 30)

@@ -18,7 +18,9 @@ and are not counted. The tests say:
   hydra_plugins/ import the behaviour they wrap, and only the app (which registers them)
   imports a shim;
 - an import inside a function keeps a heavy dependency off the start-up path, and says so
-  in a comment on its line or the line above (``# lazy: TensorFlow``).
+  in a comment on its line or the line above (``# lazy: TensorFlow``);
+- a library's private API (``keras.src``, ``jax._src``, ``hydra._internal``, ``omegaconf._utils``, and the
+  private attributes of its objects those modules rely on) is touched by its internals module in common/ alone.
 """
 
 from __future__ import annotations
@@ -358,6 +360,7 @@ def test_the_readme_layout_names_every_folder_and_only_modules_that_exist():
     files = (
         {path.name for path in project_modules().values()}
         | {p.name for p in (ROOT / "scripts").glob("*")}
+        | {p.name for p in (ROOT / "benchmarks").glob("*")}
         | {p.name for p in (ROOT / "tests").rglob("*.py")}
     )
     named = set(re.findall(r"[\w]+\.py\b", layout)) - {"setup.py"}
@@ -422,3 +425,99 @@ def test_the_trainer_imports_neither_horovod_nor_jax_not_even_in_a_function():
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         found += [f"line {node.lineno}: {name}" for name in names if name.split(".")[0] in ("horovod", "jax")]
     assert found == []
+
+
+# Each library's private API is used in one module, its internals module (a release that changes one fails one named
+# test, tests/common/test_private_apis.py): only it imports the library's private modules or touches the private
+# attributes it relies on.
+PRIVATE_HOMES = {
+    "keras": "cifar_dist.common.keras_internals",
+    "tf_keras": "cifar_dist.common.keras_internals",
+    "jax": "cifar_dist.common.jax_internals",
+    "jaxlib": "cifar_dist.common.jax_internals",
+    "omegaconf": "cifar_dist.common.omegaconf_internals",
+    "hydra": "cifar_dist.common.hydra_internals",
+}
+
+
+def private_library_module(name: str) -> Optional[str]:
+    """The library whose private module ``name`` is (``keras.src.saving``, ``jax._src``, ``hydra._internal.utils``,
+    ``omegaconf._utils``), else None."""
+    top, *rest = name.split(".")
+    if top in PRIVATE_HOMES and any(part.startswith("_") or (part == "src" and "keras" in top) for part in rest):
+        return top
+    return None
+
+
+def imported_names(node: ast.stmt) -> List[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        return []
+    return [node.module or ""] + [f"{node.module}.{alias.name}" for alias in node.names]
+
+
+def private_module_imports(module: str, path: Path) -> Iterator[Tuple[str, str]]:
+    """(library, where) of every import of a library's private module in ``module``."""
+    for node, _ in import_nodes(ast.parse(path.read_text(), str(path))):
+        found = [(private_library_module(name), name) for name in imported_names(node)]
+        library, name = next(((library, name) for library, name in found if library), (None, None))
+        if library:
+            yield library, f"{module} (line {node.lineno}) imports {name}"
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes(tree: ast.AST) -> Iterator[Tuple[str, int]]:
+    """(name, line) of every private attribute read or set on another object than ``self``/``cls``: ``x._name``,
+    ``getattr(x, "_name", ...)`` (and ``setattr``/``hasattr``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                yield node.attr, node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
+            name = node.args[1]
+            if node.func.id in ("getattr", "setattr", "hasattr") and isinstance(name, ast.Constant):
+                if isinstance(name.value, str) and is_private(name.value):
+                    yield name.value, node.lineno
+
+
+def test_only_each_librarys_internals_module_imports_its_private_modules():
+    wrong = [
+        f"{where}: only {PRIVATE_HOMES[library]} may"
+        for module, path in project_modules().items()
+        for library, where in private_module_imports(module, path)
+        if module != PRIVATE_HOMES[library]
+    ]
+    assert wrong == [], "private modules imported outside their library's internals module:\n" + "\n".join(wrong)
+
+
+def test_only_the_internals_modules_touch_the_private_attributes_they_rely_on():
+    modules = project_modules()
+    relied_on = {
+        name: home
+        for home in sorted(set(PRIVATE_HOMES.values()))
+        for name, _ in private_attributes(ast.parse(modules[home].read_text()))
+    }
+    assert {"_jax_state", "_flatten_layers", "_set_flag", "_parse_overrides_and_create_caching_repo"} <= set(relied_on)
+    wrong = [
+        f"{module} (line {line}) touches {name}: call {relied_on[name]} instead"
+        for module, path in modules.items()
+        if module not in PRIVATE_HOMES.values()
+        for name, line in private_attributes(ast.parse(path.read_text(), str(path)))
+        if name in relied_on
+    ]
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_private_module_imports_and_attributes_are_found():
+    assert [private_library_module(n) for n in ("keras.src.saving", "jax._src", "hydra._internal.utils")] == [
+        "keras",
+        "jax",
+        "hydra",
+    ]
+    assert [private_library_module(n) for n in ("keras.saving", "jax.numpy", "omegaconf", "src.keras")] == [None] * 4
+    tree = ast.parse('model._jax_state = None\nself._own = 1\ngetattr(hook, "_is_default", False)\nx.__dict__\n')
+    assert list(private_attributes(tree)) == [("_jax_state", 1), ("_is_default", 3)]

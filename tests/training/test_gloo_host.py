@@ -90,12 +90,12 @@ def test_processes_on_other_hosts_get_one_line_naming_the_fix(monkeypatch):
         f"job's 4 processes: add the line '<this host's network address> {UNRESOLVABLE}' to /etc/hosts "
         f"(or {UNRESOLVABLE} to DNS) on every host"
     )
-    monkeypatch.setattr(gloo_host, "gloo_on_loopback", lambda: False)  # a JAX whose backend cannot be given it
+    monkeypatch.setattr(gloo_host, "gloo_listens_at", lambda host: False)  # a JAX whose backend cannot be given it
     with pytest.raises(GlooHostError, match=f"add the line '127.0.1.1 {UNRESOLVABLE}' to /etc/hosts$"):
         bind_gloo(2, 2)
     bind_gloo(1, 1)  # one process: no Gloo
 
 
 def test_a_host_whose_name_resolves_is_left_to_jax(monkeypatch):
-    monkeypatch.setattr(gloo_host, "gloo_on_loopback", lambda: pytest.fail("Gloo moved to loopback"))
+    monkeypatch.setattr(gloo_host, "gloo_listens_at", lambda host: pytest.fail("Gloo moved to loopback"))
     bind_gloo(4, 2)  # this machine's own name (a test machine's resolves)

@@ -19,6 +19,7 @@ SCRIPT = textwrap.dedent(
     import json, os
     os.environ["KERAS_BACKEND"] = "jax"
     import jax, keras, numpy as np
+    from cifar_dist.common import keras_internals
     from cifar_dist.training.engines import jax_fit
 
     class OwnMetrics(keras.Model):  # its step's logs are not its metric results
@@ -31,11 +32,11 @@ SCRIPT = textwrap.dedent(
         model.compile(optimizer="sgd", loss="categorical_crossentropy", metrics=["accuracy"])
         rng = np.random.default_rng(0)
         data = (rng.normal(size=(8, 4)).astype("float32"), np.eye(3, dtype="float32")[rng.integers(0, 3, 8)])
-        model._symbolic_build(data_batch=data)
-        state = model._get_jax_state(True, True, True, True, purge_model_variables=False)
+        keras_internals.symbolic_build(model, data)
+        state = keras_internals.jax_state(model, purge_model_variables=False)
         logs, state = jax.jit(model.train_step)(state, data)
         jax_fit._keep(model, state)
-        model._jax_state_synced = False  # as jax_fit's epoch leaves it: the state is on the model's variables
+        keras_internals.set_jax_state_synced(model, False)  # as jax_fit's epoch leaves it: the state is held
         model.jax_state_sync()
         asked = []
         results = model.get_metrics_result

@@ -45,6 +45,7 @@ import numpy as np
 
 from cifar_dist.common.engine_facts import JAX
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.jax_internals import quiet_backend_probing
 from cifar_dist.rundir import checkpoints
 from cifar_dist.training.engines.engine import Engine
 from cifar_dist.training.engines.jax_devices import (
@@ -171,7 +172,7 @@ class JaxEngine(Engine):
         limit_xla_threads(plan.intra_op)  # read when JAX creates its CPU client, below
         import jax  # lazy: JAX
 
-        logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "Unable to initialize backend 'tpu'"
+        quiet_backend_probing()  # "Unable to initialize backend 'tpu'"
         cache = use_compilation_cache(jax, str(t.compilation_cache))
         if peers > 1 and not jax.distributed.is_initialized():
             # ENGINE: join the other processes of this mpirun / Slurm step (their addresses come from its environment),

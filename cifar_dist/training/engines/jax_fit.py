@@ -45,6 +45,13 @@ from jax.sharding import PartitionSpec as P
 
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.keras_callback import implements_batch_hooks
+from cifar_dist.common.keras_internals import (
+    hold_jax_state,
+    jax_state,
+    jax_state_synced,
+    set_jax_state_synced,
+    symbolic_build,
+)
 from cifar_dist.training.engines.jax_data import (
     AXIS,
     DeviceTrainSet,
@@ -85,25 +92,12 @@ KERAS_LOGS = ("train_step", "compute_metrics")  # Keras' methods whose step logs
 def _state(model, replicated) -> tuple:
     """Keras' JAX training state, taken off the model's variables (which Keras then empties until the sync), every
     array ``replicated`` on all devices: as each execution returns it, so that every call runs one program."""
-    state = model._get_jax_state(
-        trainable_variables=True,
-        non_trainable_variables=True,
-        optimizer_variables=True,
-        metrics_variables=True,
-        purge_model_variables=True,
-    )
-    return jax.device_put(state, replicated)
+    return jax.device_put(jax_state(model, purge_model_variables=True), replicated)
 
 
 def _keep(model, state) -> None:
     """Hand ``state`` to the model as Keras' fit does: a callback's ``jax_state_sync`` writes it back."""
-    trainable, non_trainable, optimizer, metrics = state
-    model._jax_state = {
-        "trainable_variables": trainable,
-        "non_trainable_variables": non_trainable,
-        "optimizer_variables": optimizer,
-        "metrics_variables": metrics,
-    }
+    hold_jax_state(model, state)
 
 
 def _place(model, replicated) -> None:
@@ -111,7 +105,7 @@ def _place(model, replicated) -> None:
     weights at ``on_train_begin`` (the lookahead's slow copy) and compiles a program over them then gets the
     program it runs at every batch, instead of a second one compiled inside the first epoch."""
     _keep(model, _state(model, replicated))
-    model._jax_state_synced = False
+    set_jax_state_synced(model, False)
     model.jax_state_sync()
 
 
@@ -129,7 +123,7 @@ class TrainSteps:
     def __init__(self, model, train: DeviceTrainSet, in_loop: bool, per_call: int):
         self.train, self.in_loop, self.per_call = train, in_loop, per_call
         batch = batch_fn(train)
-        model._symbolic_build(data_batch=_example(train))  # compile metrics and loss built, as Keras' fit builds them
+        symbolic_build(model, _example(train))  # compile metrics and loss built, as Keras' fit builds them
         logs_shape = jax.eval_shape(model.train_step, _state_shapes(model), _example(train))[0]
         zero_logs = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), logs_shape)
 
@@ -261,7 +255,7 @@ def fit(
                 break
     finally:
         model.jax_state_sync()
-        model._jax_state = None
+        hold_jax_state(model, None)
         model.optimizer.finalize_variable_values(model.trainable_weights)
     callbacks.on_train_end(logs=logs)
     return model.history
@@ -279,15 +273,15 @@ def _train_epoch(model, run: TrainSteps, epoch: int, steps: int, per_call: int, 
     """One epoch's executions; the state back on the model's variables (and every step done) when it returns.
     Returns the last step's logs (None when no step ran)."""
     order = epoch_order(run.train, epoch)
-    model._jax_state_synced = True
+    set_jax_state_synced(model, True)
     step_logs = None
     for first in range(0, steps, per_call):
         count = min(per_call, steps - first)
         if batch_callbacks is not None:
             batch_callbacks.on_train_batch_begin(first)
-        if model._jax_state_synced:  # the start, or a callback wrote the state back (and may have changed it)
+        if jax_state_synced(model):  # the start, or a callback wrote the state back (and may have changed it)
             state = _state(model, run.replicated)
-            model._jax_state_synced = False
+            set_jax_state_synced(model, False)
         state, step_logs = run(state, order, epoch, first, count)
         _keep(model, state)
         if batch_callbacks is not None:
@@ -338,7 +332,7 @@ def _eval_state(model, eval_set, outputs) -> tuple:
     them (a model compiled for the test only, such as the TTA view, has none yet)."""
     x = jax.ShapeDtypeStruct((eval_set.batch_size, *eval_set.images.shape[1:]), jnp.float32)
     y = jax.ShapeDtypeStruct((eval_set.batch_size, eval_set.num_classes), jnp.float32)
-    model._symbolic_build(data_batch=(x, y if len(outputs) == 1 else {o.rstrip("_"): y for o in outputs}))
+    symbolic_build(model, (x, y if len(outputs) == 1 else {o.rstrip("_"): y for o in outputs}))
     model.reset_metrics()
     groups = (model.trainable_variables, model.non_trainable_variables, model.metrics_variables)
     return tuple([_local(v.value) for v in group] for group in groups)

@@ -13,8 +13,8 @@ died as JAX created its CPU backend: Gloo's ``device.cc:99 rv == 0. -2 vs 0`` in
   address in ``/etc/hosts`` or DNS), before anything starts.
 
 JAX has no setting for Gloo's address: its CPU backend is made by ``xla_bridge.make_cpu_client``, which takes the
-collectives to use; ``gloo_on_loopback`` registers that same factory with Gloo's collectives given the loopback
-address (``jax._src``: private, checked on JAX 0.10-0.12; where it is missing, the one line names the fix).
+collectives to use; ``gloo_listens_at`` (common/jax_internals.py) registers that same factory with Gloo's
+collectives given the loopback address (``jax._src``: private; where it is missing, the one line names the fix).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import socket
 from typing import Optional
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.jax_internals import gloo_listens_at
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def bind_gloo(processes: int, local_processes: int) -> None:
         return
     if local_processes < processes:
         fix = f"add the line '<this host's network address> {name}' to /etc/hosts (or {name} to DNS) on every host"
-    elif gloo_on_loopback():
+    elif gloo_listens_at(LOOPBACK):
         log.info(
             "this host's name %r does not resolve: JAX's Gloo listens on %s (every process is here)", name, LOOPBACK
         )
@@ -63,28 +64,3 @@ def bind_gloo(processes: int, local_processes: int) -> None:
         f"this host's name {name!r} does not resolve, and JAX's Gloo listens at its address to join the job's "
         f"{processes} processes: {fix}"
     )
-
-
-def gloo_on_loopback() -> bool:
-    """JAX's CPU backend made as JAX makes it, its Gloo listening on ``LOOPBACK``; False where this JAX cannot
-    (collectives other than Gloo, a backend already made, an API this code does not know)."""
-    try:
-        import jax  # lazy: JAX (the engine has imported it)
-        from jax._src import distributed, xla_bridge  # lazy: JAX's own CPU backend factory and its peers' client
-        from jax._src.lib import _jax  # lazy: JAX's Gloo collectives, which take the address to listen at
-    except ImportError:
-        return False
-    if jax.config.jax_cpu_collectives_implementation != "gloo" or not hasattr(_jax, "make_gloo_tcp_collectives"):
-        return False
-
-    def cpu_client():
-        collectives = _jax.make_gloo_tcp_collectives(
-            distributed_client=distributed.global_state.client, hostname=LOOPBACK
-        )
-        return xla_bridge.make_cpu_client(collectives=collectives)
-
-    try:
-        xla_bridge.register_backend_factory("cpu", cpu_client, priority=0, fail_quietly=False)
-    except (AttributeError, RuntimeError):  # RuntimeError: the CPU backend exists already
-        return False
-    return True

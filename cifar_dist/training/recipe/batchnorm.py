@@ -19,12 +19,13 @@ from typing import List
 
 from cifar_dist.common.keras_callback import Callback
 from cifar_dist.common.keras_flavor import flavor_of, keras_module
+from cifar_dist.common.keras_internals import nested_layers
 
 
 def moving_statistics(model) -> List:
     """The moving mean and variance of every BatchNormalization layer in ``model`` (either Keras)."""
     found = []
-    for layer in model._flatten_layers(include_self=False):
+    for layer in nested_layers(model):
         if _is_batch_norm(layer):
             found += [layer.moving_mean, layer.moving_variance]
     return found

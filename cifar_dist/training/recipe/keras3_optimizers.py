@@ -22,6 +22,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from cifar_dist.common.keras_internals import optimizer_model_variable, rmsprop_velocity
 from cifar_dist.common.keras_ops import registered
 from cifar_dist.training.recipe.decoupled_decay import DecoupledDecay
 
@@ -35,7 +36,7 @@ class RMSprop(keras.optimizers.RMSprop):
             return super().update_step(gradient, variable, learning_rate)
         lr = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
-        velocity = self._velocities[self._get_variable_index(variable)]
+        velocity = rmsprop_velocity(self, variable)
         self.assign(
             velocity, ops.add(ops.multiply(self.rho, velocity), ops.multiply(1 - self.rho, ops.square(gradient)))
         )
@@ -62,7 +63,7 @@ class SGDW(DecoupledDecay, keras.optimizers.SGD):
 
     def path_of(self, variable) -> str:
         """The model variable's path: ``update_step`` may get the backend's variable (TensorFlow's), not Keras'."""
-        return self._trainable_variables[self._get_variable_index(variable)].path
+        return optimizer_model_variable(self, variable).path
 
     def update_step(self, gradient, variable, learning_rate):
         path = self.path_of(variable)

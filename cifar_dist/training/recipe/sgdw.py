@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from cifar_dist.common.keras_internals import legacy_decayed_lr
 from cifar_dist.training.recipe.decoupled_decay import DecoupledDecay
 
 
@@ -56,7 +57,7 @@ class SGDW(DecoupledDecay, tf.keras.optimizers.legacy.SGD):
         return self.lr_multiplier_of(var.name)
 
     def _decay(self, var):
-        lr = self._decayed_lr(var.dtype.base_dtype)
+        lr = legacy_decayed_lr(self, var.dtype.base_dtype)
         return var.assign_sub(lr * tf.cast(self.weight_decay, var.dtype.base_dtype) * var, read_value=False)
 
     def _resource_apply_dense(self, grad, var, apply_state=None):
