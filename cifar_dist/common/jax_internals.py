@@ -42,3 +42,16 @@ def gloo_listens_at(host: str) -> bool:
     except (AttributeError, RuntimeError):  # RuntimeError: the CPU backend exists already
         return False
     return True
+
+
+def exchange_before_backend(jax, key: str, value: str) -> list:
+    """Every process's ``value`` under ``key``, in process order, through the coordination service that
+    ``jax.distributed.initialize`` started: usable before any backend (and its collectives) exists. JAX has no
+    public key-value API: relies on ``jax._src.distributed.global_state.client`` and its ``key_value_set`` and
+    ``blocking_key_value_get(key, timeout_in_ms)``."""
+    from jax._src import distributed  # lazy: JAX (the coordination service's client)
+
+    client, me = distributed.global_state.client, jax.process_index()
+    client.key_value_set(f"{key}/{me}", value)
+    timeout_ms = 10 * 60 * 1000  # every process gets here once it has joined: they joined together
+    return [client.blocking_key_value_get(f"{key}/{p}", timeout_ms) for p in range(jax.process_count())]

@@ -16,6 +16,7 @@ file checks that Keras still calls them:
 
 from __future__ import annotations
 
+import sys
 from typing import Any, BinaryIO, Iterator, Optional, Sequence, Tuple
 
 JaxState = Tuple[list, list, list, list]  # (trainable, non-trainable, optimizer, metrics) variables' values
@@ -56,6 +57,28 @@ def save_model_to_file(model, file: BinaryIO) -> None:
 def seed_generators(layer) -> Sequence:
     """The ``SeedGenerator``s a Keras 3 layer draws its randomness from: ``Layer._seed_generators``."""
     return tuple(getattr(layer, "_seed_generators", ()))
+
+
+def tensorflow_only_where_loaded() -> None:
+    """Keras 3 asks ``tensorflow.available`` (importing TensorFlow where it is installed) on any backend: to seed it
+    (``keras.utils.set_random_seed``) and to tell TensorFlow objects apart when it saves a model. In a process that
+    has not loaded TensorFlow (engine=jax) no object is TensorFlow's and no TensorFlow needs seeding, so Keras'
+    lazy module answers from what is loaded: TensorFlow stays out (its GPU build breaks JAX's NCCL collectives on
+    several GPUs, jax-ml/jax#34918; its import costs seconds). A tf.data factory, which imports TensorFlow itself,
+    finds it as before. Relies on ``keras.src.utils.module_utils.tensorflow``, the ``LazyModule`` instance Keras'
+    modules import as ``tf``, and its ``available`` property."""
+    from keras.src.utils import module_utils  # lazy: Keras 3
+
+    class LoadedOnly(module_utils.LazyModule):
+        """Keras' lazy module of TensorFlow, available only once something else imported TensorFlow."""
+
+        @property
+        def available(self):
+            return "tensorflow" in sys.modules and super().available
+
+    lazy = module_utils.tensorflow
+    if type(lazy) is module_utils.LazyModule:
+        lazy.__class__ = LoadedOnly
 
 
 def optimizer_slot(optimizer, slots: Sequence, variable) -> Any:

@@ -143,6 +143,18 @@ def test_keras_rmsprop__velocities(keras):
         assert tuple(velocity.shape) == (3,) and "velocity" in velocity.path
 
 
+
+def test_keras_module_utils_tensorflow_lazy_module(keras):
+    """Keras' modules that ask whether TensorFlow is there (its serializer, its seeding) ask the one LazyModule
+    instance ``tensorflow_only_where_loaded`` re-classes, through its ``available`` property."""
+    with keras_api("keras.src.utils.module_utils.tensorflow (LazyModule.available)"):
+        from keras.src.saving import serialization_lib
+        from keras.src.utils import module_utils, rng_utils
+
+        lazy = module_utils.tensorflow
+        assert isinstance(lazy, module_utils.LazyModule) and isinstance(type(lazy).__dict__.get("available"), property)
+        assert serialization_lib.tf is lazy and rng_utils.tf is lazy
+
 # --- Keras 3 on JAX: one fresh process ----------------------------------------------------------------------------
 
 KERAS_ON_JAX = textwrap.dedent(
@@ -388,6 +400,15 @@ def test_jax__src_xla_bridge_register_backend_factory():
         parameters = inspect.signature(xla_bridge.register_backend_factory).parameters
         assert {"name", "factory", "priority", "fail_quietly"} <= set(parameters), list(parameters)
 
+
+
+def test_jax__src_distributed_client_key_value_set_and_blocking_key_value_get():
+    pytest.importorskip("jax")
+    with jax_api("the coordination client's key_value_set and blocking_key_value_get(key, timeout_in_ms)"):
+        from jax._src.lib import _jax
+
+        client = _jax.DistributedRuntimeClient
+        assert callable(client.key_value_set) and callable(client.blocking_key_value_get)
 
 # --- OmegaConf --------------------------------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ def test_each_rank_takes_the_gpu_of_its_local_rank_and_its_share_of_the_cores(mo
                 set_intra_op_parallelism_threads=lambda n: calls.append(("intra", n)),
                 set_inter_op_parallelism_threads=lambda n: calls.append(("inter", n)),
             ),
-        )
+        ),
     )
     monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
     monkeypatch.setattr(threads, "available_cores", lambda: 8)

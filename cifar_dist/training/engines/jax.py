@@ -43,6 +43,7 @@ from typing import Optional
 
 import numpy as np
 
+from cifar_dist.common import jax_internals, keras_internals
 from cifar_dist.common.engine_facts import JAX
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.jax_internals import quiet_backend_probing
@@ -121,7 +122,7 @@ def check_same_devices(jax, planned: str) -> None:
     """Every process brings the same kind and number of GPUs (``planned_devices``), checked through JAX's
     coordination service before any backend starts (a GPU backend and a CPU one would wait for each other's
     topology until JAX's timeout): else one line on every process, saying which has what."""
-    every = exchange_before_backend(jax, "cifar_dist/devices", planned)
+    every = jax_internals.exchange_before_backend(jax, "cifar_dist/devices", planned)
     if len(set(every)) > 1:
         said = ", ".join(f"process {i}: {what}" for i, what in enumerate(every))
         raise JaxEngineError(
@@ -180,7 +181,7 @@ class JaxEngine(Engine):
             join_peers(jax, gpus.local_device_ids)
             check_same_devices(jax, planned_devices(gpus))
         backend = check_backend(jax, gpus, accelerator)
-        keep_tensorflow_out_of_keras()  # Keras asks for TensorFlow only where something loaded it (a tf.data factory)
+        keras_internals.tensorflow_only_where_loaded()  # TensorFlow stays out unless a tf.data factory loads it
         world = World(
             jax.process_index(),
             jax.process_count(),
@@ -404,36 +405,3 @@ def limit_xla_threads(threads: int) -> None:
         f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} "
         f"intra_op_parallelism_threads={threads}".strip()
     )
-
-
-def exchange_before_backend(jax, key: str, value: str) -> list:
-    """Every process's ``value`` under ``key``, in process order, through the coordination service that
-    ``jax.distributed.initialize`` started: usable before any backend (and its collectives) exists. JAX has no
-    public key-value API: its client is ``jax._src.distributed.global_state.client`` (JAX 0.10-0.12)."""
-    from jax._src import distributed  # lazy: JAX (private: the coordination service's client)
-
-    client, me = distributed.global_state.client, jax.process_index()
-    client.key_value_set(f"{key}/{me}", value)
-    timeout_ms = 10 * 60 * 1000  # every process gets here once it has joined: they joined together
-    return [client.blocking_key_value_get(f"{key}/{p}", timeout_ms) for p in range(jax.process_count())]
-
-
-def keep_tensorflow_out_of_keras() -> None:
-    """Keras 3 asks ``tensorflow.available`` (importing TensorFlow where it is installed) on any backend: to seed
-    it (``keras.utils.set_random_seed``) and to tell TensorFlow objects apart when it saves a model. In a JAX
-    process that has not loaded TensorFlow, no object is TensorFlow's and no TensorFlow needs seeding, so Keras'
-    lazy module answers from what is loaded: TensorFlow stays out (its GPU build breaks JAX's NCCL collectives on
-    several GPUs, jax-ml/jax#34918; its import costs seconds). A tf.data factory, which imports TensorFlow
-    itself, finds it as before. (``keras.src.utils.module_utils.tensorflow``: Keras' private lazy module.)"""
-    from keras.src.utils import module_utils  # lazy: Keras 3 (private)
-
-    class LoadedOnly(module_utils.LazyModule):
-        """Keras' lazy module of TensorFlow, available only once something else imported TensorFlow."""
-
-        @property
-        def available(self):
-            return "tensorflow" in sys.modules and super().available
-
-    lazy = module_utils.tensorflow
-    if type(lazy) is module_utils.LazyModule:
-        lazy.__class__ = LoadedOnly
