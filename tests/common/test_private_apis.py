@@ -143,7 +143,6 @@ def test_keras_rmsprop__velocities(keras):
         assert tuple(velocity.shape) == (3,) and "velocity" in velocity.path
 
 
-
 def test_keras_module_utils_tensorflow_lazy_module(keras):
     """Keras' modules that ask whether TensorFlow is there (its serializer, its seeding) ask the one LazyModule
     instance ``tensorflow_only_where_loaded`` re-classes, through its ``available`` property."""
@@ -154,6 +153,7 @@ def test_keras_module_utils_tensorflow_lazy_module(keras):
         lazy = module_utils.tensorflow
         assert isinstance(lazy, module_utils.LazyModule) and isinstance(type(lazy).__dict__.get("available"), property)
         assert serialization_lib.tf is lazy and rng_utils.tf is lazy
+
 
 # --- Keras 3 on JAX: one fresh process ----------------------------------------------------------------------------
 
@@ -401,7 +401,6 @@ def test_jax__src_xla_bridge_register_backend_factory():
         assert {"name", "factory", "priority", "fail_quietly"} <= set(parameters), list(parameters)
 
 
-
 def test_jax__src_distributed_client_key_value_set_and_blocking_key_value_get():
     pytest.importorskip("jax")
     with jax_api("the coordination client's key_value_set and blocking_key_value_get(key, timeout_in_ms)"):
@@ -409,6 +408,7 @@ def test_jax__src_distributed_client_key_value_set_and_blocking_key_value_get():
 
         client = _jax.DistributedRuntimeClient
         assert callable(client.key_value_set) and callable(client.blocking_key_value_get)
+
 
 # --- OmegaConf --------------------------------------------------------------------------------------------------
 

@@ -8,14 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cifar_dist.training.engines.jax_devices import (
-    GpuChoiceError,
-    apply_gpu_choice,
-    check_backend,
-    choose_gpus,
-    host_gpu_count,
-    use_compilation_cache,
-)
+from cifar_dist.training.engines.jax_devices import apply_gpu_choice, check_backend, choose_gpus, use_compilation_cache
+from cifar_dist.training.process.gpu_env import GpuChoiceError, host_gpu_count
 
 pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack]
 

@@ -106,3 +106,15 @@ def test_one_process_on_a_host_of_several_gpus_says_the_others_are_idle_and_how_
     assert line.startswith("this host has 4 GPUs and engine=tensorflow trains one per process")
     assert "3 idle; train on all of them with launcher=mpirun launcher.np=4" in line
     assert idle_gpus_line("horovod", 4, 4) is None and idle_gpus_line("horovod", 2, 1) is None
+
+
+def test_a_slurm_task_given_its_own_gpu_takes_it_whatever_its_local_rank():
+    """--gpus-per-task=1: each task sees only its own GPU (Slurm binds CUDA_VISIBLE_DEVICES), so local rank 1 takes
+    the one it sees, not a second it does not have; a task given 2 leaves one idle and says so."""
+    from cifar_dist.training.process.tf_devices import gpu_of, idle_gpus_line
+
+    assert gpu_of(1, 2, 1, "auto", "2.x", own=True) == 0
+    with pytest.raises(Exception, match="2 ranks on this host but 1 GPU"):
+        gpu_of(1, 2, 1, "auto", "2.x", own=False)  # sharing the node's one GPU: one line
+    assert "1 idle in each; give each task one (launcher.gpus_per_task=1)" in idle_gpus_line("horovod", 2, 2, own=True)
+    assert idle_gpus_line("horovod", 2, 1, own=True) is None

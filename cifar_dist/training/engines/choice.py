@@ -49,8 +49,8 @@ from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
 from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
-from cifar_dist.training.engines.jax_devices import host_gpu_count, visible_gpus
 from cifar_dist.training.engines.world import processes_from_env
+from cifar_dist.training.process.gpu_env import host_gpu_count, visible_gpus
 
 log = logging.getLogger(__name__)
 

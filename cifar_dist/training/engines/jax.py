@@ -53,7 +53,6 @@ from cifar_dist.training.engines.jax_devices import (
     apply_gpu_choice,
     check_backend,
     choose_gpus,
-    host_gpu_count,
     use_compilation_cache,
 )
 from cifar_dist.training.engines.world import (
@@ -64,6 +63,7 @@ from cifar_dist.training.engines.world import (
     under_open_mpi,
 )
 from cifar_dist.training.process.gloo_host import bind_gloo
+from cifar_dist.training.process.gpu_env import host_gpu_count
 from cifar_dist.training.process.threads import plan_threads
 
 log = logging.getLogger(__name__)

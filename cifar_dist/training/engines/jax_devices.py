@@ -26,20 +26,19 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Mapping, Optional
 
-from cifar_dist.common.errors import CifarDistError
+from cifar_dist.training.process.gpu_env import (
+    VISIBLE,
+    GpuChoiceError,
+    seen,
+    slurm_gave_the_task_its_gpus,
+    visible_gpus,
+)
 
 log = logging.getLogger(__name__)
-
-VISIBLE = "CUDA_VISIBLE_DEVICES"
-
-
-class GpuChoiceError(CifarDistError, RuntimeError):
-    """This process cannot have the GPUs it was asked to train on."""
 
 
 @dataclass(frozen=True)
@@ -55,30 +54,6 @@ class GpuChoice:
         return list(range(self.count)) if self.count else None
 
 
-def visible_gpus(environ: Mapping[str, str], host_gpus: int) -> List[str]:
-    """The GPU ids this process may see: CUDA_VISIBLE_DEVICES's list where it is set, else the host's; none on a
-    host without NVIDIA GPUs, whatever CUDA_VISIBLE_DEVICES says. An index the host does not have is refused in
-    one line (CUDA numbers the GPUs a process may open 0 ... n-1; UUIDs and MIG names are taken as they are)."""
-    if not host_gpus:
-        return []
-    if VISIBLE not in environ:
-        return [str(i) for i in range(host_gpus)]
-    listed = [g.strip() for g in environ[VISIBLE].split(",") if g.strip()]
-    listed = [g for g in listed if g not in ("-1", "NoDevFiles")]
-    missing = [g for g in listed if g.isdigit() and int(g) >= host_gpus]
-    if missing:
-        raise GpuChoiceError(
-            f"{VISIBLE}={environ[VISIBLE]!r} names GPU {','.join(missing)}, but this host has {host_gpus} "
-            f"(/dev/nvidia0 ... /dev/nvidia{host_gpus - 1}); list GPUs 0 to {host_gpus - 1}, or unset {VISIBLE}"
-        )
-    return listed
-
-
-def host_gpu_count(dev: Path = Path("/dev")) -> int:
-    """NVIDIA GPUs of this host, by their device files (``/dev/nvidia0`` ...): known before any CUDA library loads."""
-    return sum(1 for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
-
-
 def choose_gpus(environ: Mapping[str, str], local_rank: int, local_size: int, host_gpus: int, accelerator: str):
     """The GPUs of local process ``local_rank`` of ``local_size`` (module docstring)."""
     if accelerator == "cpu":
@@ -88,16 +63,16 @@ def choose_gpus(environ: Mapping[str, str], local_rank: int, local_size: int, ho
         if accelerator == "gpu":
             raise GpuChoiceError(
                 f"trainer.accelerator=gpu, but process {local_rank} sees no GPU on this host "
-                f"({_seen(environ)}); run where GPUs are, or use trainer.accelerator=auto"
+                f"({seen(environ)}); run where GPUs are, or use trainer.accelerator=auto"
             )
-        return GpuChoice(None, 0, f"no GPU on this host ({_seen(environ)}): training on the CPU")
+        return GpuChoice(None, 0, f"no GPU on this host ({seen(environ)}): training on the CPU")
     if local_size == 1:
         return GpuChoice(None, len(gpus), f"the only process on this host: all {len(gpus)} GPU(s) it sees")
-    if "SLURM_GPUS_PER_TASK" in environ and "SLURM_PROCID" in environ:
+    if slurm_gave_the_task_its_gpus(environ):
         return GpuChoice(None, len(gpus), f"Slurm gave this task its own {len(gpus)} GPU(s) (--gpus-per-task)")
     if len(gpus) < local_size:
         raise GpuChoiceError(
-            f"{local_size} processes on this host but {len(gpus)} GPU(s) ({_seen(environ)}): start at most "
+            f"{local_size} processes on this host but {len(gpus)} GPU(s) ({seen(environ)}): start at most "
             f"{len(gpus)} per host (launcher.np, launcher.ntasks_per_node), or trainer.accelerator=cpu"
         )
     share = len(gpus) // local_size
@@ -109,10 +84,6 @@ def choose_gpus(environ: Mapping[str, str], local_rank: int, local_size: int, ho
         f"local process {local_rank} of {local_size} takes GPU {','.join(mine)} of {len(gpus)} ({share} each"
         + (f"; {idle} idle: start a number of processes per host that divides {len(gpus)})" if idle else ")"),
     )
-
-
-def _seen(environ: Mapping[str, str]) -> str:
-    return f"{VISIBLE}={environ[VISIBLE]!r}" if VISIBLE in environ else "no /dev/nvidia<N>"
 
 
 def apply_gpu_choice(choice: GpuChoice, environ=None) -> None:

@@ -15,9 +15,11 @@ train where TensorFlow sees none; ``cpu`` hides the GPUs from TensorFlow.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional, Tuple
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.training.process.gpu_env import slurm_gave_the_task_its_gpus
 from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.threads import ThreadPlan, plan_threads
 
@@ -28,8 +30,12 @@ class GpuCountError(CifarDistError, RuntimeError):
     """This process cannot have the GPU it was asked to train on (more ranks on a host than GPUs, or none)."""
 
 
-def gpu_of(local_rank: int, local_size: int, gpus: int, accelerator: str, tensorflow: str) -> Optional[int]:
-    """The index of this process's GPU among the ``gpus`` TensorFlow sees (None: the CPU), or one line."""
+def gpu_of(
+    local_rank: int, local_size: int, gpus: int, accelerator: str, tensorflow: str, own: bool = False
+) -> Optional[int]:
+    """The index of this process's GPU among the ``gpus`` TensorFlow sees (None: the CPU), or one line: the one
+    of its local rank where the host's processes share its GPUs, its first where they are its own (``own``:
+    Slurm's ``--gpus-per-task``)."""
     if accelerator == "cpu" or (not gpus and accelerator == "auto"):
         return None
     if not gpus:
@@ -38,6 +44,8 @@ def gpu_of(local_rank: int, local_size: int, gpus: int, accelerator: str, tensor
             "CUDA_VISIBLE_DEVICES hides them, or a TensorFlow without CUDA: pip install 'tensorflow[and-cuda]'); "
             "run where GPUs are, or use trainer.accelerator=auto"
         )
+    if own:
+        return 0
     if local_rank >= gpus:
         raise GpuCountError(
             f"{local_size} ranks on this host but {gpus} GPU(s): "
@@ -46,9 +54,16 @@ def gpu_of(local_rank: int, local_size: int, gpus: int, accelerator: str, tensor
     return local_rank
 
 
-def idle_gpus_line(engine: str, local_size: int, gpus: int) -> Optional[str]:
-    """What the first process on a host says when the job leaves some of the host's GPUs idle (one per process)."""
-    if gpus <= local_size:
+def idle_gpus_line(engine: str, local_size: int, gpus: int, own: bool = False) -> Optional[str]:
+    """What the first process on a host says when the job leaves some of the host's GPUs idle (one per process;
+    ``own``: each process was given ``gpus`` of its own, Slurm's ``--gpus-per-task``)."""
+    if own and gpus > 1:
+        return (
+            f"each Slurm task was given {gpus} GPUs (--gpus-per-task) and engine={engine} trains one per process: "
+            f"{gpus - 1} idle in each; give each task one (launcher.gpus_per_task=1) and {gpus}x the tasks, or use "
+            "engine=jax, whose processes train every GPU they are given"
+        )
+    if own or gpus <= local_size:
         return None
     return (
         f"this host has {gpus} GPUs and engine={engine} trains one per process: {local_size} process(es) here "
@@ -75,8 +90,8 @@ def use_gpu_and_threads(
 
     with filtered_native_stderr():  # "failed call to cuInit" on CPU machines
         gpus = tf.config.list_physical_devices("GPU")
-    wanted = str(getattr(accelerator, "value", accelerator))
-    mine = gpu_of(local_rank, local_size, len(gpus), wanted, tf.__version__)
+    wanted, own = str(getattr(accelerator, "value", accelerator)), slurm_gave_the_task_its_gpus(os.environ)
+    mine = gpu_of(local_rank, local_size, len(gpus), wanted, tf.__version__, own)
     if mine is None:
         if gpus:  # trainer.accelerator=cpu
             tf.config.set_visible_devices([], "GPU")
@@ -86,7 +101,7 @@ def use_gpu_and_threads(
             tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpus[mine], "GPU")
         gpu_name = gpus[mine].name
-        idle = idle_gpus_line(engine, local_size, len(gpus))
+        idle = idle_gpus_line(engine, local_size, len(gpus), own)
         if idle and local_rank == 0:
             log.warning("%s", idle)
     plan = plan_threads(host_ranks, intra_op_threads, inter_op_threads)
