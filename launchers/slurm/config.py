@@ -29,8 +29,8 @@ class SlurmLauncherConf:
     """``launcher=slurm``: run the job as a Slurm batch job: sbatch, ranks started with
     srun --mpi=pmix, or --mpi=none for engine=jax (docs/slurm.md)::
 
-        python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.ntasks_per_node=4 launcher.partition=gpu \\
-            launcher.time_min=120
+        python -m cifar_dist launcher=slurm launcher.nodes=2 launcher.gpus_per_node=4 launcher.partition=gpu \\
+            launcher.time_min=120   # 8 ranks: one process per GPU (ntasks_per_node null)
         python -m cifar_dist launcher=slurm launcher.dry_run=true   # write <run dir>/slurm/job.sbatch and print it
         # one job array, 2 points at a time:
         python -m cifar_dist -m optimizer.lr=1e-4,2e-4 launcher=slurm launcher.concurrent=2
@@ -40,9 +40,13 @@ class SlurmLauncherConf:
 
     # --- the allocation: one #SBATCH line each (null/0/empty: not written, Slurm's default) ---
     nodes: int = 1
-    ntasks_per_node: int = 1  # ranks (processes of the job) per node
-    cpus_per_task: Optional[int] = None  # cores per rank
-    gpus_per_node: int = 0  # one GPU per local rank: set it to ntasks_per_node
+    # Processes of the job per node; null: one per GPU the job asks a node for (gpus_per_node, or gres's count), else
+    # 1. A rank is a device: each process trains the GPUs it gets (docs/slurm.md, "GPUs: one process per GPU or one
+    # per node").
+    ntasks_per_node: Optional[int] = None
+    cpus_per_task: Optional[int] = None  # cores per process
+    gpus_per_node: int = 0  # --gpus-per-node: the node's GPUs, shared by its tasks (each process takes its share)
+    gpus_per_task: int = 0  # --gpus-per-task: each task its own GPUs, bound by Slurm
     gres: Optional[str] = None  # instead of gpus_per_node on clusters that want --gres=gpu:<type>:<n>
     mem_gb: Optional[float] = None  # memory per node
     partition: Optional[str] = None
@@ -86,8 +90,29 @@ class SlurmLauncherConf:
     log_tail_lines: int = 15  # lines of a failed rank's log in the error
 
     @property
+    def tasks_per_node(self) -> int:
+        """``ntasks_per_node``, or where it is null one task per GPU a node is asked for (one process per GPU: what
+        JAX's docs recommend and Horovod needs), else one."""
+        if self.ntasks_per_node is not None:
+            return int(self.ntasks_per_node)
+        return 1 if self.gpus_per_task else max(1, node_gpus(self))
+
+    @property
     def world_size(self) -> int:
-        return self.nodes * self.ntasks_per_node
+        """The job's processes (its ranks are their devices: each process's GPUs, or one where it has none)."""
+        return self.nodes * self.tasks_per_node
+
+
+def node_gpus(conf: SlurmLauncherConf) -> int:
+    """The GPUs the job asks each node for: ``gpus_per_node``, or the count of a ``gres`` of GPUs (``gpu:4``,
+    ``gpu:a100:4``; ``gpu`` alone is one), else 0 (``gpus_per_task``'s are per task)."""
+    if conf.gpus_per_node:
+        return int(conf.gpus_per_node)
+    for item in (conf.gres or "").split(","):
+        fields = item.strip().split(":")
+        if fields[0] == "gpu":
+            return int(fields[-1]) if len(fields) > 1 and fields[-1].isdigit() else 1
+    return 0
 
 
 def conf_from_kwargs(kwargs: Mapping[str, object]) -> SlurmLauncherConf:
@@ -110,18 +135,21 @@ def check(conf: SlurmLauncherConf) -> None:
 def problems(conf: SlurmLauncherConf) -> List[str]:
     """Each bad value, one phrase each."""
     problems = []
-    for name in ("nodes", "ntasks_per_node", "time_min"):
+    for name in ("nodes", "time_min"):
         if int(getattr(conf, name)) < 1:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 1")
-    for name in ("gpus_per_node", "signal_grace_s", "max_resubmits", "stall_shutdown_s", "concurrent"):
+    if conf.ntasks_per_node is not None and conf.ntasks_per_node < 1:
+        problems.append(f"launcher.ntasks_per_node={conf.ntasks_per_node} must be >= 1 (or null: one per GPU)")
+    for name in ("gpus_per_node", "gpus_per_task", "signal_grace_s", "max_resubmits", "stall_shutdown_s", "concurrent"):
         if int(getattr(conf, name)) < 0:
             problems.append(f"launcher.{name}={getattr(conf, name)} must be >= 0")
     if conf.cpus_per_task is not None and conf.cpus_per_task < 1:
         problems.append(f"launcher.cpus_per_task={conf.cpus_per_task} must be >= 1 (or null)")
     if conf.mem_gb is not None and conf.mem_gb <= 0:
         problems.append(f"launcher.mem_gb={conf.mem_gb} must be > 0 (or null)")
-    if conf.gres and conf.gpus_per_node:
-        problems.append("set launcher.gpus_per_node or launcher.gres, not both")
+    asked = [f"launcher.{name}" for name in ("gpus_per_node", "gpus_per_task", "gres") if getattr(conf, name)]
+    if len(asked) > 1:
+        problems.append(f"set one of {' and '.join(asked)}: each asks Slurm for the job's GPUs")
     if conf.signal_grace_s >= conf.time_min * 60:
         problems.append(
             f"launcher.signal_grace_s={conf.signal_grace_s} must be below the time limit ({conf.time_min} min)"

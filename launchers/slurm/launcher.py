@@ -29,7 +29,7 @@ from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.cluster_base import ClusterLauncher, watch
 from cifar_dist.launchers.ranks.heartbeat import stall_timeout_problems
 from cifar_dist.launchers.slurm.client import JobInfo, SlurmClient
-from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, problems
+from cifar_dist.launchers.slurm.config import check, conf_from_kwargs, node_gpus, problems
 from cifar_dist.launchers.slurm.follow import check_same_settings, live_job
 from cifar_dist.launchers.slurm.monitor import SlurmJob, record_job_id, recorded_job_id
 from cifar_dist.launchers.slurm.queue import JobStates
@@ -84,7 +84,7 @@ class SlurmLauncher(ClusterLauncher):
 
     def gpus_requested(self) -> bool:
         """Whether the job asks Slurm for GPUs (engine=auto: several processes with GPUs train on JAX)."""
-        return bool(self.conf.gpus_per_node) or "gpu" in (self.conf.gres or "")
+        return bool(self.conf.gpus_per_task or node_gpus(self.conf))
 
     def config_problems(self):
         return stall_timeout_problems(self.conf.stall_shutdown_s) + problems(self.conf)
@@ -128,10 +128,10 @@ class SlurmLauncher(ClusterLauncher):
         record_job_id(run_dir, job_id)
         conf = self.conf
         log.info(
-            "submitted Slurm job %s: %d node(s) x %d rank(s), %d min; run dir %s",
+            "submitted Slurm job %s: %d node(s) x %d process(es), %d min; run dir %s",
             job_id,
             conf.nodes,
-            conf.ntasks_per_node,
+            conf.tasks_per_node,
             conf.time_min,
             run_dir,
         )
@@ -238,7 +238,7 @@ class SlurmLauncher(ClusterLauncher):
         for p, job_id in zip(points, ids):
             record_job_id(p.job.output_dir, job_id)
         log.info(
-            "submitted Slurm job array %s: %d point(s) as tasks %s..%s%s, each %d node(s) x %d rank(s), "
+            "submitted Slurm job array %s: %d point(s) as tasks %s..%s%s, each %d node(s) x %d process(es), "
             "%d min; its script %s",
             array_id,
             len(points),
@@ -246,7 +246,7 @@ class SlurmLauncher(ClusterLauncher):
             ids[-1],
             f", {self.conf.concurrent} at a time" if self.conf.concurrent else "",
             self.conf.nodes,
-            self.conf.ntasks_per_node,
+            self.conf.tasks_per_node,
             self.conf.time_min,
             script,
         )

@@ -99,11 +99,13 @@ def output_file(run_dir: Path, job_id: str) -> Path:
 
 def sbatch_options(conf: SlurmLauncherConf, job: JobSpec) -> List[str]:
     """The ``#SBATCH`` options, in the order Slurm users write them."""
-    opts = [f"--job-name={conf.job_name}", f"--nodes={conf.nodes}", f"--ntasks-per-node={conf.ntasks_per_node}"]
+    opts = [f"--job-name={conf.job_name}", f"--nodes={conf.nodes}", f"--ntasks-per-node={conf.tasks_per_node}"]
     if conf.cpus_per_task:
         opts.append(f"--cpus-per-task={conf.cpus_per_task}")
     if conf.gpus_per_node:
         opts.append(f"--gpus-per-node={conf.gpus_per_node}")
+    if conf.gpus_per_task:
+        opts.append(f"--gpus-per-task={conf.gpus_per_task}")
     if conf.gres:
         opts.append(f"--gres={conf.gres}")
     if conf.mem_gb:

@@ -140,13 +140,35 @@ def test_mpirun_inside_the_allocation_and_no_stop_signal(tmp_path):
     assert STOP_SIGNAL_ENV not in text and "scontrol requeue" not in text
 
 
+@pytest.mark.parametrize(
+    "asked, tasks, gpu_lines",
+    [
+        (dict(), 1, []),  # no GPU: one process a node
+        (dict(gpus_per_node=4), 4, ["--gpus-per-node=4"]),  # one process per GPU (the default)
+        (dict(gres="gpu:a100:8"), 8, ["--gres=gpu:a100:8"]),
+        (dict(gres="gpu"), 1, ["--gres=gpu"]),
+        (dict(gpus_per_node=4, ntasks_per_node=1), 1, ["--gpus-per-node=4"]),  # one process over the node's 4 GPUs
+        (dict(gpus_per_task=1, ntasks_per_node=4), 4, ["--gpus-per-task=1"]),  # each task its own, bound by Slurm
+        (dict(gpus_per_task=4), 1, ["--gpus-per-task=4"]),
+    ],
+)
+def test_the_processes_a_node_runs_follow_the_gpus_asked_for_unless_named(tmp_path, asked, tasks, gpu_lines):
+    """A rank is a device; where the layout is the user's to choose, the default is one process per GPU (what JAX's
+    docs recommend and Horovod needs); launcher.ntasks_per_node=1 is one process over all of a node's GPUs."""
+    conf = conf_from_kwargs(dict(nodes=2, **asked))
+    opts = sbatch_options(conf, job(tmp_path))
+    assert f"--ntasks-per-node={tasks}" in opts and conf.world_size == 2 * tasks
+    assert [o for o in opts if o.startswith(("--gpus", "--gres"))] == gpu_lines
+    assert SlurmLauncher(**{**asked, "nodes": 2}).gpus_requested() is bool(gpu_lines)
+
+
 def test_bad_settings_are_one_line_listing_each(tmp_path):
     with pytest.raises(LaunchError) as err:
         check(SlurmLauncherConf(nodes=0, gpus_per_node=1, gres="gpu:1", time_min=2, signal_grace_s=300))
     message = str(err.value)
     assert "\n" not in message
     assert "launcher.nodes=0 must be >= 1" in message
-    assert "set launcher.gpus_per_node or launcher.gres, not both" in message
+    assert "set one of launcher.gpus_per_node and launcher.gres: each asks Slurm for the job's GPUs" in message
     assert "launcher.signal_grace_s=300 must be below the time limit (2 min)" in message
     with pytest.raises(ValueError):
         conf_from_kwargs({"on_interrupt": "ignore"})
