@@ -220,6 +220,14 @@ def test_processes_with_different_numbers_of_devices_are_one_line_on_every_proce
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_jax_process_on_gpus_says_when_tensorflow_was_loaded_into_it():
+    from cifar_dist.training.engines.jax import tensorflow_on_gpus_line
+
+    line = tensorflow_on_gpus_line("cuda:0,cuda:1", {"tensorflow": object()})
+    assert line.startswith("TensorFlow is loaded in this JAX process") and "jax-ml/jax#34918" in line
+    assert tensorflow_on_gpus_line("cuda:0", {}) is None and tensorflow_on_gpus_line("", {"tensorflow": 1}) is None
+
+
 def test_processes_bringing_different_kinds_of_device_are_one_line_before_any_backend_starts(monkeypatch):
     from cifar_dist.training.engines import jax as engine
 
@@ -256,12 +264,14 @@ def test_engine_jax_trains_as_a_two_task_slurm_job(slurm, project, tiny_run, tmp
 
 @ONCE_ON_THE_CURRENT_STACK
 def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, tiny_run, tmp_path):
-    """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real."""
+    """Against the local Azure ML double (the real azure-ai-ml SDK), which runs the job's one process for real:
+    process_count_per_instance=1 on a node of 2 devices (launcher.env's XLA_FLAGS, as a VM of 2 GPUs) is 2 ranks."""
     run_dir = tmp_path / "run"
     proc = run_cli(
         *tiny_run,
-        "trainer.epochs=1",
+        "trainer.epochs=2",
         *aml_overrides(fake_aml, run_dir, snapshot_cache, data="cifar10"),  # tiny_run's data, not the sample's
+        "+launcher.env.XLA_FLAGS='--xla_force_host_platform_device_count=2'",
         env=aml_env(fake_aml),
         cwd=project,
         timeout=600,
@@ -269,6 +279,7 @@ def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, t
     assert_ok(proc)
     m = read_metrics(run_dir)
     assert m["complete"] and m["run"]["engine"] == "jax" and "jax" in m["run"]
+    assert (m["ranks"], m["processes"], m["devices_per_process"]) == (2, 1, 2) and m["run"]["epochs"] == 1
     assert (run_dir / "saved_models" / "keras_cifar10_trained_model.keras").is_file()
 
 

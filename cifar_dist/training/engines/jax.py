@@ -250,8 +250,12 @@ class JaxEngine(Engine):
 
     # --- the input and the loop (jax_data.py, jax_fit.py) ---
     def train_input(self, data, *, batch_size, rank, size, shard, seed, augment, placement="auto", **_tf_data):
-        """This process's training images on its devices, drawn and augmented inside the compiled step."""
+        """This process's ranks' training images on their devices, drawn and augmented inside the compiled step."""
         from cifar_dist.training.engines.jax_data import train_set  # lazy: JAX
+
+        loaded = tensorflow_on_gpus_line(self.world.gpu, sys.modules)
+        if loaded and self.world.is_chief:
+            log.warning("%s", loaded)
 
         return train_set(
             data,
@@ -404,4 +408,17 @@ def limit_xla_threads(threads: int) -> None:
     os.environ["XLA_FLAGS"] = (
         f"{flags} --xla_cpu_multi_thread_eigen={str(threads > 1).lower()} "
         f"intra_op_parallelism_threads={threads}".strip()
+    )
+
+
+def tensorflow_on_gpus_line(gpus: str, modules) -> Optional[str]:
+    """What a JAX process on GPUs says when TensorFlow was loaded into it (a tf.data factory imports it): its GPU
+    build makes JAX's NCCL collectives fail on several GPUs (jax-ml/jax#34918, #39167). None where it was not, or
+    on CPUs."""
+    if not gpus or "tensorflow" not in modules:
+        return None
+    return (
+        "TensorFlow is loaded in this JAX process (the data factory's tf.data, read once into arrays): on several "
+        "GPUs its GPU build can break JAX's NCCL collectives (jax-ml/jax#34918); a factory returning "
+        "cifar_dist.data.DataArrays (numpy) keeps it out, or install tensorflow-cpu"
     )
