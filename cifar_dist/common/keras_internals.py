@@ -59,6 +59,34 @@ def seed_generators(layer) -> Sequence:
     return tuple(getattr(layer, "_seed_generators", ()))
 
 
+# What ``import keras`` tries to import for integrations training never calls, whenever they are installed (the
+# tracking extra's MLflow brings scikit-learn and pandas): scikit-learn for keras.wrappers' estimators
+# (keras.src.wrappers), pandas for fit()'s DataFrame inputs (keras.src.trainers.data_adapters.array_slicing),
+# matplotlib.pyplot for keras.visualization's galleries. Together ~0.7-2 s of Keras' ~2-4 s import.
+KERAS_OPTIONAL_IMPORTS = ("sklearn", "pandas", "matplotlib")
+
+
+def import_keras_for_training():
+    """``import keras`` in a training process, without its optional integrations' imports
+    (``KERAS_OPTIONAL_IMPORTS``): while Keras imports, those not loaded yet are marked not installed
+    (``sys.modules[name] = None``, what ``import`` reads as missing), so Keras' own fallbacks apply (its scikit-learn
+    wrappers then say they need scikit-learn if called), and the marks are removed afterwards: the packages import
+    as before for anyone who asks (a model builder, MLflow, cifar_dist's plots). Relies on Keras importing them in
+    ``try: ... except ImportError`` blocks, in the modules named above."""
+    if "keras" in sys.modules:
+        return sys.modules["keras"]
+    hidden = [name for name in KERAS_OPTIONAL_IMPORTS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        import keras  # lazy: Keras 3 (its backend chosen by then)
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return keras
+
+
 def tensorflow_only_where_loaded() -> None:
     """Keras 3 asks ``tensorflow.available`` (importing TensorFlow where it is installed) on any backend: to seed it
     (``keras.utils.set_random_seed``) and to tell TensorFlow objects apart when it saves a model. In a process that

@@ -155,6 +155,40 @@ def test_keras_module_utils_tensorflow_lazy_module(keras):
         assert serialization_lib.tf is lazy and rng_utils.tf is lazy
 
 
+LEAN_KERAS = textwrap.dedent(
+    """
+    import importlib.util, json, os, sys
+    os.environ["KERAS_BACKEND"] = "jax"
+    from cifar_dist.common import keras_internals
+    keras = keras_internals.import_keras_for_training()
+    skipped = [name for name in keras_internals.KERAS_OPTIONAL_IMPORTS if name in sys.modules]
+    try:
+        keras.wrappers.SKLearnClassifier(model=None)
+        wrapper = "built"
+    except ImportError as exc:
+        wrapper = str(exc)
+    import sklearn, pandas, matplotlib.pyplot  # as before for anyone who asks
+    print("RESULTS " + json.dumps({"loaded": skipped, "wrapper": wrapper}))
+    """
+)
+
+
+def test_keras_imports_its_optional_integrations_in_try_blocks():
+    """Keras falls back where scikit-learn, pandas and matplotlib are missing, so a training process imports it
+    without them (~1 s): checked in a fresh process on JAX, where all three are installed (MLflow's)."""
+    for name in keras_internals.KERAS_OPTIONAL_IMPORTS:
+        pytest.importorskip(name)
+    pytest.importorskip("jax")
+    with keras_api("optional imports of sklearn, pandas and matplotlib.pyplot in try blocks"):
+        proc = subprocess.run(
+            [sys.executable, "-c", LEAN_KERAS], env=cli_env(), capture_output=True, text=True, timeout=300
+        )
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
+        assert lines, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+        result = json.loads(lines[-1][len("RESULTS ") :])
+        assert result["loaded"] == [], f"imported by Keras anyway: {result['loaded']}"
+        assert "requires `scikit-learn`" in result["wrapper"], result["wrapper"]
+
 # --- Keras 3 on JAX: one fresh process ----------------------------------------------------------------------------
 
 KERAS_ON_JAX = textwrap.dedent(

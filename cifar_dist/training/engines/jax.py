@@ -160,6 +160,7 @@ class JaxEngine(Engine):
         super().__init__(world)  # its timings: compile_s (jax_fit.fit)
         self.jax = jax
         self.multihost = multihost_utils
+        self.eval_programs: dict = {}  # compiled evaluations, shared by validation and the final test (jax_fit)
 
     @classmethod
     def start(cls, trainer_cfg) -> JaxEngine:
@@ -181,6 +182,7 @@ class JaxEngine(Engine):
             join_peers(jax, gpus.local_device_ids)
             check_same_devices(jax, planned_devices(gpus))
         backend = check_backend(jax, gpus, accelerator)
+        keras_internals.import_keras_for_training()  # without the integrations training never calls (~1 s)
         keras_internals.tensorflow_only_where_loaded()  # TensorFlow stays out unless a tf.data factory loads it
         world = World(
             jax.process_index(),
@@ -280,14 +282,22 @@ class JaxEngine(Engine):
 
         average = self.average_numbers if self.world.processes > 1 else None  # each process validates its slice
         with out_of_memory_in_one_line("training"):
-            return fit(model, train, validation=validation, average=average, timings=self.timings, **settings)
+            return fit(
+                model,
+                train,
+                validation=validation,
+                average=average,
+                timings=self.timings,
+                programs=self.eval_programs,
+                **settings,
+            )
 
     def evaluate(self, model, stream, outputs=("",)) -> dict:
         """``model.evaluate(..., return_dict=True)`` of this process's ``stream``, computed here alone."""
         from cifar_dist.training.engines.jax_fit import evaluate, out_of_memory_in_one_line  # lazy: JAX
 
         with out_of_memory_in_one_line("scoring the test set"):
-            return evaluate(model, stream, outputs)
+            return evaluate(model, stream, outputs, programs=self.eval_programs)
 
     def ramps_lr_in_schedule(self, flavor: int) -> bool:
         """Warmup and step decay are the Keras 3 lr schedule's (``schedules.HorovodLr``)."""

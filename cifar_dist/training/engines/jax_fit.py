@@ -124,8 +124,7 @@ class TrainSteps:
         self.train, self.in_loop, self.per_call = train, in_loop, per_call
         batch = batch_fn(train)
         symbolic_build(model, _example(train))  # compile metrics and loss built, as Keras' fit builds them
-        logs_shape = jax.eval_shape(model.train_step, _state_shapes(model), _example(train))[0]
-        zero_logs = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), logs_shape)
+        zero_logs = _zero_logs(model, train) if in_loop else None  # (the loop's carry; a trace of the step)
 
         def one_step(state, block, order, ranks, seed, epoch, step, first):
             x, y = batch(*block, order, ranks, seed, epoch, step, first)
@@ -177,6 +176,12 @@ class TrainSteps:
         return state, logs
 
 
+def _zero_logs(model, train: DeviceTrainSet):
+    """Zeros shaped as the step's logs: what the loop of an execution carries before its first step."""
+    logs_shape = jax.eval_shape(model.train_step, _state_shapes(model), _example(train))[0]
+    return jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), logs_shape)
+
+
 def _example(train: DeviceTrainSet):
     """Abstract (x, y) of one global batch: what the step's logs are traced with."""
     images = train.host[0]
@@ -206,6 +211,7 @@ def fit(
     average=None,
     execution: str = "auto",
     timings=None,
+    programs=None,
 ):
     """Train ``model`` for epochs [initial_epoch, epochs), as ``model.fit`` would with the same callbacks.
 
@@ -245,7 +251,7 @@ def fit(
             step_logs = _train_epoch(model, run, epoch, steps, steps_per_execution, callbacks if batch_hooks else None)
             logs = _epoch_logs(model, step_logs)
             if validation is not None and _validates(epoch, validation_freq):
-                scores = evaluate(model, validation, callbacks=callbacks)
+                scores = evaluate(model, validation, callbacks=callbacks, programs=programs)
                 if average is not None:
                     names = sorted(scores)
                     scores = dict(zip(names, (float(v) for v in average([scores[k] for k in names]))))
@@ -381,18 +387,21 @@ class EvalSteps:
         return self._run(state, *put(images, labels), jnp.int32(count), None if rest is None else put(*rest))
 
 
-def evaluate(model, eval_set, outputs: Sequence[str] = ("",), callbacks=None) -> Dict[str, float]:
+def evaluate(model, eval_set, outputs: Sequence[str] = ("",), callbacks=None, programs=None) -> Dict[str, float]:
     """``model.evaluate(..., return_dict=True)`` of this process's ``eval_set`` (``images``, ``labels``,
-    ``batch_size``, ``num_classes``), computed here alone; {} for an empty slice."""
+    ``batch_size``, ``num_classes``), computed here alone; {} for an empty slice. ``programs``: where the compiled
+    evaluations are kept (the engine's, so that the final test runs the programs validation compiled; default:
+    with the set)."""
     if callbacks is not None:
         callbacks.on_test_begin()
-    logs = _scores(model, eval_set, outputs) if len(eval_set.labels) else {}
+    kept = eval_set.__dict__.setdefault("_compiled", {}) if programs is None else programs
+    logs = _scores(model, eval_set, outputs, kept) if len(eval_set.labels) else {}
     if callbacks is not None:
         callbacks.on_test_end(logs)
     return logs
 
 
-def _scores(model, eval_set, outputs) -> Dict[str, float]:
+def _scores(model, eval_set, outputs, programs: dict) -> Dict[str, float]:
     images, labels, batch = eval_set.images, eval_set.labels, int(eval_set.batch_size)
     full, tail = divmod(len(labels), batch)
     state, logs = _eval_state(model, eval_set, outputs), None
@@ -403,18 +412,18 @@ def _scores(model, eval_set, outputs) -> Dict[str, float]:
         x, y = _padded(images[start:end], chunk), _padded(labels[start:end], chunk)
         last = bool(tail) and start == starts[-1]  # the short batch in the last chunk's program
         rest = (images[full * batch :], labels[full * batch :]) if last else None
-        state, logs = _steps(model, eval_set, batch, outputs)(state, x, y, (end - start) // batch, rest)
+        state, logs = _steps(model, eval_set, batch, outputs, programs)(state, x, y, (end - start) // batch, rest)
     return {name: float(value) for name, value in jax.device_get(logs).items()}
 
 
-def _steps(model, eval_set, batch: int, outputs) -> EvalSteps:
-    """The compiled evaluation of ``batch``-image batches, kept with the set it evaluates (every epoch's
-    validation runs the same programs: jit keeps one per shape of the short batch, or none)."""
-    compiled = eval_set.__dict__.setdefault("_compiled", {})
-    key = (id(model), batch, tuple(outputs))
-    if key not in compiled:
-        compiled[key] = EvalSteps(model, batch, eval_set.num_classes, outputs)
-    return compiled[key]
+def _steps(model, eval_set, batch: int, outputs, programs: dict) -> EvalSteps:
+    """The compiled evaluation of ``model`` on ``batch``-image batches, kept in ``programs`` (every epoch's
+    validation and the final test run the same programs: jit keeps one per shape of the short batch, or none;
+    the entry keeps the model alive, so its id names no other)."""
+    key = (id(model), batch, tuple(outputs), eval_set.num_classes)
+    if key not in programs:
+        programs[key] = EvalSteps(model, batch, eval_set.num_classes, outputs)
+    return programs[key]
 
 
 def _padded(part: np.ndarray, length: int) -> np.ndarray:
