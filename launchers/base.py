@@ -169,9 +169,9 @@ class Launcher(abc.ABC):
         launcher outside, such as a user's own mpirun, says so in its environment)."""
         return processes_from_env()
 
-    def gpus_requested(self) -> Optional[bool]:
-        """Whether the job asks its cluster for GPUs (``engine=auto``: several processes with GPUs train on JAX);
-        None where the launcher asks for none itself (the processes take what the host shows)."""
+    def gpus_per_process(self) -> Optional[int]:
+        """The GPUs the job asks its cluster for each process (``engine=auto``: processes with GPUs train on JAX),
+        0 for none; None where the launcher asks for none itself (the processes take what the host shows)."""
         return None
 
     def engine_problems(self, engine: str) -> List[str]:

@@ -82,9 +82,13 @@ class SlurmLauncher(ClusterLauncher):
     def processes(self) -> int:
         return self.conf.world_size
 
-    def gpus_requested(self) -> bool:
-        """Whether the job asks Slurm for GPUs (engine=auto: several processes with GPUs train on JAX)."""
-        return bool(self.conf.gpus_per_task or node_gpus(self.conf))
+    def gpus_per_process(self) -> int:
+        """The GPUs each task of the job asks Slurm for: its own (``gpus_per_task``), or its share of its node's
+        (engine=auto: processes with GPUs train on JAX)."""
+        if self.conf.gpus_per_task:
+            return int(self.conf.gpus_per_task)
+        node = node_gpus(self.conf)
+        return max(1, node // self.conf.tasks_per_node) if node else 0
 
     def config_problems(self):
         return stall_timeout_problems(self.conf.stall_shutdown_s) + problems(self.conf)

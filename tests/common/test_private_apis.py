@@ -189,6 +189,7 @@ def test_keras_imports_its_optional_integrations_in_try_blocks():
         assert result["loaded"] == [], f"imported by Keras anyway: {result['loaded']}"
         assert "requires `scikit-learn`" in result["wrapper"], result["wrapper"]
 
+
 # --- Keras 3 on JAX: one fresh process ----------------------------------------------------------------------------
 
 KERAS_ON_JAX = textwrap.dedent(

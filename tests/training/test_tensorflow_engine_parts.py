@@ -26,43 +26,56 @@ def test_several_processes_on_cpus_train_on_tensorflow_and_with_gpus_on_jax(with
         "over MPI",
     )
     assert choice.choose(4, None, keras=2)[0] == "tensorflow"  # Keras 2 on several processes, without Horovod
-    assert choice.choose(2, None, gpus=True) == (
+    assert choice.choose(2, None, gpus=1) == (
         "jax",
         "engine=auto: Horovod is not installed; 2 processes with GPUs train on JAX (Keras 3)",
     )
-    name, why = choice.choose(2, None, keras=2, gpus=True)  # JAX trains Keras 3 only
+    name, why = choice.choose(2, None, keras=2, gpus=1)  # JAX trains Keras 3 only
     assert name == "tensorflow" and "Keras 2 models (engine.keras=2) on TensorFlow" in why
-    assert choice.choose(1, None, gpus=True)[0] == "tensorflow"
+    assert choice.choose(1, None, gpus=1)[0] == "tensorflow"  # one GPU: one rank either way
     assert choice.choose(2, "Horovod is installed") == ("horovod", "engine=auto: Horovod is installed")
+
+
+def test_one_process_over_several_gpus_trains_on_jax_a_rank_per_gpu(with_tensorflow):
+    """TensorFlow trains one GPU per process: one process that has 8 would leave 7 idle, JAX trains all 8."""
+    name, why = choice.choose(1, None, gpus=8)
+    assert name == "jax" and "one process with 8 GPUs trains on JAX (Keras 3), a rank per GPU" in why
+    assert choice.choose(1, None, keras=2, gpus=8)[0] == "tensorflow"  # Keras 2: TensorFlow (one GPU, said idle)
 
 
 class FakeSlurmLike:
     def __init__(self, asked):
         self.asked = asked
 
-    def gpus_requested(self):
+    def gpus_per_process(self):
         return self.asked
 
+    def processes(self):
+        return 1
 
-def test_whether_the_processes_have_gpus(monkeypatch):
+
+def test_the_gpus_each_process_trains_on(monkeypatch):
     monkeypatch.setattr(choice, "host_gpu_count", lambda: 2)
-    assert choice.processes_have_gpus(None, environ={}) is True  # /dev/nvidia0, /dev/nvidia1
-    assert choice.processes_have_gpus(None, environ={"CUDA_VISIBLE_DEVICES": ""}) is False  # hidden
-    assert choice.processes_have_gpus(None, accelerator="cpu", environ={}) is False  # trainer.accelerator=cpu
-    assert choice.processes_have_gpus(FakeSlurmLike(False), environ={}) is False  # what the cluster job asks for
+    assert choice.gpus_per_process(None, environ={}) == 2  # /dev/nvidia0, /dev/nvidia1
+    assert choice.gpus_per_process(None, environ={"CUDA_VISIBLE_DEVICES": "1"}) == 1
+    assert choice.gpus_per_process(None, environ={"CUDA_VISIBLE_DEVICES": ""}) == 0  # hidden
+    assert choice.gpus_per_process(None, accelerator="cpu", environ={}) == 0  # trainer.accelerator=cpu
+    assert choice.gpus_per_process(FakeSlurmLike(0), environ={}) == 0  # what the cluster job asks for
     monkeypatch.setattr(choice, "host_gpu_count", lambda: 0)
-    assert choice.processes_have_gpus(None, environ={}) is False
-    assert choice.processes_have_gpus(FakeSlurmLike(True), environ={}) is True
+    assert choice.gpus_per_process(None, environ={}) == 0
+    assert choice.gpus_per_process(FakeSlurmLike(4), environ={}) == 4
     # a CUDA_VISIBLE_DEVICES copied from elsewhere names no GPU on a host that has none (engine=auto: TensorFlow)
-    assert choice.processes_have_gpus(None, environ={"CUDA_VISIBLE_DEVICES": "0,1"}) is False
+    assert choice.gpus_per_process(None, environ={"CUDA_VISIBLE_DEVICES": "0,1"}) == 0
 
 
 def test_a_slurm_job_has_gpus_where_it_asks_for_them():
     from cifar_dist.launchers.slurm.launcher import SlurmLauncher
 
-    assert SlurmLauncher().gpus_requested() is False
-    assert SlurmLauncher(gpus_per_node=2).gpus_requested() is True
-    assert SlurmLauncher(gres="gpu:a100:4").gpus_requested() is True
+    assert SlurmLauncher().gpus_per_process() == 0
+    assert SlurmLauncher(gpus_per_node=2).gpus_per_process() == 1  # a task per GPU (ntasks_per_node null)
+    assert SlurmLauncher(gpus_per_node=4, ntasks_per_node=1).gpus_per_process() == 4  # one task over the node's 4
+    assert SlurmLauncher(gres="gpu:a100:4", ntasks_per_node=2).gpus_per_process() == 2
+    assert SlurmLauncher(gpus_per_task=2, ntasks_per_node=2).gpus_per_process() == 2
 
 
 def test_several_processes_without_mpi4py_are_refused_in_one_line(monkeypatch):

@@ -74,10 +74,10 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None, gpus: bool = False) -> tuple:
+def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None, gpus: int = 0) -> tuple:
     """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3);
-    ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not; ``gpus``: whether its
-    processes train on GPUs (``processes_have_gpus``)."""
+    ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not; ``gpus``: the GPUs each
+    of its processes trains on (``gpus_per_process``: a rank each on JAX, one on TensorFlow)."""
     if horovod_where:
         return HOROVOD.name, f"engine=auto: {horovod_where}"
     if not tensorflow_installed():
@@ -87,8 +87,13 @@ def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = 
                 "here (the jax stack); install cifar_dist's tensorflow extra, or drop engine.keras=2"
             )
         return JAX.name, f"engine=auto: TensorFlow is not installed; {processes} process(es) train on JAX (Keras 3)"
-    if processes == 1:
+    if processes == 1 and (gpus < 2 or keras == 2):
         return TENSORFLOW.name, "engine=auto: Horovod is not installed; one process trains on TensorFlow alone"
+    if processes == 1:
+        return JAX.name, (
+            f"engine=auto: Horovod is not installed; one process with {gpus} GPUs trains on JAX (Keras 3), a rank "
+            "per GPU (TensorFlow would train one)"
+        )
     if not gpus:
         return TENSORFLOW.name, (
             f"engine=auto: Horovod is not installed; {processes} processes on CPUs train on TensorFlow, "
@@ -102,17 +107,20 @@ def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = 
     return JAX.name, f"engine=auto: Horovod is not installed; {processes} processes with GPUs train on JAX (Keras 3)"
 
 
-def processes_have_gpus(launcher, accelerator: str = "auto", environ=None) -> bool:
-    """Whether the job's processes train on GPUs: not with ``trainer.accelerator=cpu``; where the launcher asks
-    its cluster for GPUs (Slurm's ``gpus_per_node``/``gres``: ``gpus_requested``), what it asks; else whether
-    this host shows any (``/dev/nvidia*``, narrowed by ``CUDA_VISIBLE_DEVICES``; read before any CUDA library
-    loads), for the processes mpirun starts here and on hosts like it."""
+def gpus_per_process(launcher, accelerator: str = "auto", environ=None) -> int:
+    """The GPUs each of the job's processes trains on, as far as the launching process can tell: none with
+    ``trainer.accelerator=cpu``; where the launcher asks its cluster for GPUs (Slurm's ``gpus_per_node``,
+    ``gpus_per_task``, a ``gpu`` ``gres``: ``gpus_per_process``), what it asks; else the GPUs this host shows
+    (``/dev/nvidia*``, narrowed by ``CUDA_VISIBLE_DEVICES``; read before any CUDA library loads), shared by the
+    processes the launcher starts (on hosts like this one)."""
     if accelerator == "cpu":
-        return False
-    asked = launcher.gpus_requested() if launcher is not None else None
+        return 0
+    asked = launcher.gpus_per_process() if launcher is not None else None
     if asked is not None:
-        return bool(asked)
-    return bool(visible_gpus(os.environ if environ is None else environ, host_gpu_count()))
+        return int(asked)
+    visible = len(visible_gpus(os.environ if environ is None else environ, host_gpu_count()))
+    processes = launcher.processes() if launcher is not None else 1
+    return max(1, visible // processes) if visible else 0
 
 
 def runnable_engine(name: str) -> str:
@@ -121,7 +129,7 @@ def runnable_engine(name: str) -> str:
     same model, the same scores, the same slices of the test set, gathered over MPI instead of Horovod)."""
     processes = processes_from_env()
     if name == AUTO:
-        return choose(processes, horovod_reason(False), gpus=processes_have_gpus(None))[0]
+        return choose(processes, horovod_reason(False), gpus=gpus_per_process(None))[0]
     facts = engine_facts(name)
     if facts is not None and facts.needs_horovod and not horovod_installed():
         return TENSORFLOW.name
@@ -147,10 +155,10 @@ def horovod_reason(launcher_builds_environment: bool) -> Optional[str]:
 
 def _launcher_facts(cfg: DictConfig) -> tuple:
     """(processes, why the job has Horovod or None) for the configured launcher (the one validation built), and
-    whether they have GPUs (``processes_have_gpus``); a rank reads its environment."""
+    the GPUs each trains on (``gpus_per_process``); a rank reads its environment."""
     launcher = launching_launcher(cfg)
     accelerator = OmegaConf.select(cfg, "trainer.accelerator", default="auto")
-    gpus = processes_have_gpus(launcher, str(getattr(accelerator, "value", accelerator)))
+    gpus = gpus_per_process(launcher, str(getattr(accelerator, "value", accelerator)))
     if launcher is None:
         return processes_from_env(), horovod_reason(False), gpus
     return launcher.processes(), horovod_reason(launcher.builds_own_environment), gpus

@@ -159,7 +159,7 @@ def test_the_processes_a_node_runs_follow_the_gpus_asked_for_unless_named(tmp_pa
     opts = sbatch_options(conf, job(tmp_path))
     assert f"--ntasks-per-node={tasks}" in opts and conf.world_size == 2 * tasks
     assert [o for o in opts if o.startswith(("--gpus", "--gres"))] == gpu_lines
-    assert SlurmLauncher(**{**asked, "nodes": 2}).gpus_requested() is bool(gpu_lines)
+    assert bool(SlurmLauncher(**{**asked, "nodes": 2}).gpus_per_process()) is bool(gpu_lines)
 
 
 def test_bad_settings_are_one_line_listing_each(tmp_path):
