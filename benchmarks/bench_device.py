@@ -13,7 +13,8 @@ One variant per process, so that each starts cold and its peak memory is its own
 
 Models: ``seed`` (the tutorial's CNN, 1,250,858 parameters) and ``tiny``
 (Flatten + Dense: a step that is almost all overhead, as a GPU's step is).
-Data: the packaged sample (4,068 training images), as in issue 46. Printed and
+Data: the packaged sample (4,068 training images), as in issue 46, or (``--data``, cifar_dist only) a CIFAR-10
+folder such as the 50,000 images ``python -m benchmarks cifar10-sized`` makes. Printed and
 written (``--out``): the median images/s of the epochs after the first, the
 first epoch's seconds (compiling) against a later one's, the process's peak
 RSS and the device's peak memory. No network is needed. ``--phases`` (cifar_dist
@@ -158,8 +159,9 @@ def run_cifar_dist(args) -> dict:
     else:
         model = "model=seed_cnn" if args.model == "seed" else "model=tiny_dense"
         recipe = [model, f"trainer.epochs={args.epochs}", f"trainer.batch_size={args.batch_size}"]
+    data = ["data=cifar10", f"data.path={args.data}", "data.download=false"] if args.data else ["data=sample"]
     command = [
-        sys.executable, "-m", "cifar_dist", *flags, "engine=jax", "data=sample", *recipe, "trainer.verbose=0",
+        sys.executable, "-m", "cifar_dist", *flags, "engine=jax", *data, *recipe, "trainer.verbose=0",
         "trainer.plot=false", "trainer.tensorboard=false", "trainer.save_model=false", "trainer.keep_checkpoints=1",
         f"hydra.run.dir={run_dir / 'run'}", *args.overrides,
     ]  # fmt: skip
@@ -216,6 +218,9 @@ def main() -> None:
     parser.add_argument("--no-augment", action="store_true", help="cifar_dist: data.augment.enabled=false")
     parser.add_argument("--speedrun", action="store_true", help="cifar_dist: experiment=speedrun (its own epochs)")
     parser.add_argument("--phases", action="store_true", help="cifar_dist: the wall time cut into phases too")
+    parser.add_argument(
+        "--data", type=Path, help="cifar_dist: a CIFAR-10 folder (data=cifar10 data.path=...) instead of the sample"
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("overrides", nargs="*", help="cifar_dist: more overrides (trainer.execution=steps ...)")
     args = parser.parse_args()
