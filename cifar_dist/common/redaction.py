@@ -3,8 +3,10 @@
 A secret is found by its name (a config key or an environment variable
 called ``*password``/``*token``/``*secret``/``*key``/``*_pass``/``*_pwd``/
 ``*_pat``/``*sas``/``*apikey``/``*connection_string``...) or by its place in a
-URI: the ``user:password@`` of ``https://user:password@host`` and the values
-of query parameters such as ``?sig=...`` or ``&token=...``. Values of
+URI: the ``user:password@`` of ``https://user:password@host``, as the user
+typed it, percent-encoded or not (``https://alice:SECRq/w9@host``: the
+userinfo runs to the last ``@`` a host follows; ``uri_userinfo.py``), and the
+values of query parameters such as ``?sig=...`` or ``&token=...``. Values of
 environment variables known to be secret are also taken out where they stand
 as a whole value (``x=VALUE``, ``"VALUE"``, a word of their own), never as a
 part of another one (a path ``/data/VALUE/train`` stays as it is). Everything
@@ -19,7 +21,8 @@ Text is masked in every form Hydra writes an override in: as typed, quoted
 
 A tracking server's ``user:password`` is not lost: ``tracking_credentials``
 turns it into MLflow's own variables, which the ranks inherit (or a cluster
-gets through the environment or its secret store), never a command line.
+gets through the environment or its secret store), never a command line; the
+launching process hands MLflow the URI with it percent-encoded.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.environment import snapshot
+from cifar_dist.common.uri_userinfo import split_userinfo, well_formed, without_userinfo
 
 MASK = "<redacted>"
 # A config key or an environment variable whose value is a secret, by how its name ends: a word of its own
@@ -85,14 +89,6 @@ SAS_QUERY = frozenset(
 )
 # The characters Hydra escapes with a backslash in an override's unquoted value (its grammar's ESC token).
 _HYDRA_SPECIAL = r"\\()\[\]{}:=, \t"
-# A URI's ``user:password@``, in every form: as typed, escaped (``http\://alice\:PW@host``), or quoted, where
-# the password may hold white space; it ends at the authority's last ``@`` (a password may hold ``@``, ``,``, ``:``).
-_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
-_USERINFO = re.compile(
-    rf"(?<=')(?P<single>{_SCHEME})(?:\\.|[^/?#'\\])*@"
-    rf"|(?<=\")(?P<double>{_SCHEME})(?:\\.|[^/?#\"\\])*@"
-    rf"|(?P<scheme>{_SCHEME})(?:\\.|[^/?#\s'\"<>`\\])*@"
-)
 # A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."), its ``=`` escaped or not; a
 # masked value stays as it is.
 _QUERY_PARAM = re.compile(
@@ -135,11 +131,6 @@ def _mask_query_values(text: str) -> str:
     return _QUERY_PARAM.sub(mask, text)
 
 
-def _without_userinfo(text: str) -> str:
-    """``text`` with the ``user:password@`` of every URI in it taken out."""
-    return _USERINFO.sub(lambda m: m.group("single") or m.group("double") or m.group("scheme"), text)
-
-
 def is_secret_key(dotted: str) -> bool:
     """Whether the config key ``dotted`` (``launcher.env.MY_TOKEN``) holds a secret, by its last part's name."""
     return bool(SECRET_NAME.search(dotted.rsplit(".", 1)[-1])) and dotted not in NOT_SECRET_KEYS
@@ -170,7 +161,7 @@ def _mask_secret_assignments(text: str) -> str:
 
 def redact_uri(uri: str) -> str:
     """``uri`` without ``user:password@`` and with the values of credential query parameters masked."""
-    return _mask_query_values(_without_userinfo(uri))
+    return _mask_query_values(without_userinfo(uri))
 
 
 def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -197,7 +188,7 @@ def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: O
     (``extra`` too) standing as a whole value replaced by a mask."""
     if not text:
         return text
-    out = _mask_query_values(_without_userinfo(text))
+    out = _mask_query_values(without_userinfo(text))
     out = _mask_secret_assignments(out)
     return _mask_whole_values(out, secret_values(environ) + ([extra] if extra else []))
 
@@ -238,7 +229,7 @@ def redact_yaml(text: str, path: str = "") -> str:
 def uri_query_secrets(uri: Optional[str]) -> List[str]:
     """The names of the credential query parameters of ``uri`` (``?sig=...&token=...``), in order."""
     try:
-        query = urlsplit(str(uri or "")).query
+        query = urlsplit(well_formed(str(uri or ""))).query
     except ValueError:
         return []
     names = [part.split("=", 1)[0] for part in query.split("&") if "=" in part]
@@ -246,17 +237,14 @@ def uri_query_secrets(uri: Optional[str]) -> List[str]:
 
 
 def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:
-    """MLflow's ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` for the ``user:password@`` of a tracking URI ({} without)."""
-    try:
-        parts = urlsplit(str(uri or ""))
-        user, password = parts.username, parts.password
-    except ValueError:
+    """MLflow's ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` for the ``user:password@`` of a tracking URI ({} without),
+    read as the user typed it (a password with a raw ``/``, ``?``, ``#``, ``@`` or space: ``uri_userinfo.py``)."""
+    parts = split_userinfo(uri)
+    if parts is None:
         return {}
-    out = {}
-    if user is not None:
-        out["MLFLOW_TRACKING_USERNAME"] = unquote(user)
-    if password is not None:
-        out["MLFLOW_TRACKING_PASSWORD"] = unquote(password)
+    out = {"MLFLOW_TRACKING_USERNAME": unquote(parts.user)}
+    if parts.password is not None:
+        out["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
     return out
 
 

@@ -159,8 +159,10 @@ def test_every_form_hydra_writes_an_override_in_is_masked(typed, secret, tmp_pat
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_path):
-    """Issue 47, item 1, as the user ran it: ``-m`` with ``tracking.uri=http://alice:PW@host/`` on mpirun. The
-    ranks' interpreter is a stand-in that records its command line (what ``ps`` shows) and environment."""
+    """Issue 47, item 1, as the user ran it: ``-m`` with ``tracking.uri=http://alice:PW@host/`` on mpirun; the
+    password typed with a raw ``/`` (issue 57, item 1). The ranks' interpreter is a stand-in that records its
+    command line (what ``ps`` shows) and environment."""
+    typed = f"{PASSWORD}/w9"
     records = tmp_path / "ranks"
     python = tmp_path / "python"
     python.write_text(RECORDING_PYTHON.format(records=records, python=sys.executable))
@@ -170,7 +172,7 @@ def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_pat
         "-m",
         SWEPT,
         "tracking=mlflow",
-        f"tracking.uri=http://alice:{PASSWORD}@127.0.0.1:9/",
+        f"tracking.uri=http://alice:{typed}@127.0.0.1:9/",
         "launcher=mpirun",
         "launcher.np=1",
         f"launcher.python={python}",
@@ -188,7 +190,7 @@ def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_pat
     for rank in ranks:
         argv, env = (rank / "argv").read_text(), (rank / "env").read_text().splitlines()
         assert PASSWORD not in argv and "tracking.uri=http\\://127.0.0.1\\:9/" in argv, argv
-        assert f"MLFLOW_TRACKING_PASSWORD={PASSWORD}" in env and "MLFLOW_TRACKING_USERNAME=alice" in env
+        assert f"MLFLOW_TRACKING_PASSWORD={typed}" in env and "MLFLOW_TRACKING_USERNAME=alice" in env
 
 
 # The ranks' interpreter for the test above: a rank's start records its argv and environment, anything else is real.
