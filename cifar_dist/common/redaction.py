@@ -112,6 +112,15 @@ _SECRET_ASSIGNMENT = re.compile(
     r"|(?:\\.|[^\s'\"<>`;,\\]|,(?![+~]{0,2}[A-Za-z0-9_./-]+=))+)"
 )
 
+# An entry of a mapping in a value, as Hydra's dict form (``+hydra.job.env_set={MY_TOKEN: ...}``) or YAML's flow
+# style writes it, its name quoted or not: a secret when its name is. A quoted value ends at its quote, an unquoted
+# one at the entry's ``,`` or ``}`` (Hydra's escapes taken); a nested mapping, a list or an interpolation is no value.
+_SECRET_ENTRY = re.compile(
+    r"(?<=[{,])(?P<lead>\s*)(?P<q>['\"]?)(?P<name>[A-Za-z0-9_.-]+)(?P=q)(?P<colon>\s*:\s*)"
+    r"(?P<value>'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"|(?:\\.|[^\s,{}\[\]'\"\\$])(?:\\.|[^,{}\\])*)"
+)
+_OVERRIDE_KEY = re.compile(r"[+~]{0,2}(?P<key>[A-Za-z0-9_.-]+)=")
+
 
 def hydra_escaped(text: str) -> str:
     """``text`` as Hydra writes it in an unquoted override value (``http\\://h``: a sweep's points)."""
@@ -142,21 +151,30 @@ def is_secret_env(name: str) -> bool:
 
 
 def secret_assignments(text: str) -> List[str]:
-    """The names that ``text`` (an override, a command line) assigns a secret-named value to."""
-    return [
-        m.group("name").lstrip("+~")
-        for m in _SECRET_ASSIGNMENT.finditer(text)
-        if is_secret_key(m.group("name").lstrip("+~"))
-    ]
+    """The names that ``text`` (an override, a command line) assigns a secret-named value to, in the dotted form
+    (``+hydra.job.env_set.MY_TOKEN=...``) or the dict form (``+hydra.job.env_set={MY_TOKEN: ...}``: named
+    ``hydra.job.env_set.MY_TOKEN`` when ``text`` is one override)."""
+    dotted = [m.group("name").lstrip("+~") for m in _SECRET_ASSIGNMENT.finditer(text)]
+    override = _OVERRIDE_KEY.match(text)
+    prefix = f"{override.group('key')}." if override else ""
+    entries = [prefix + m.group("name") for m in _SECRET_ENTRY.finditer(text) if _is_secret_value(m.group("value"))]
+    return [name for name in dotted + entries if is_secret_key(name)]
+
+
+def _is_secret_value(value: str) -> bool:
+    return value.strip().strip("'\"") not in ("", MASK)
 
 
 def _mask_secret_assignments(text: str) -> str:
     def mask(m: re.Match) -> str:
-        name = m.group("name").lstrip("+~")
-        secret = is_secret_key(name) and m.group("value").strip("'\"") not in ("", MASK)
+        secret = is_secret_key(m.group("name").lstrip("+~")) and _is_secret_value(m.group("value"))
         return f"{m.group('name')}={MASK}" if secret else m.group(0)
 
-    return _SECRET_ASSIGNMENT.sub(mask, text)
+    def mask_entry(m: re.Match) -> str:
+        secret = is_secret_key(m.group("name")) and _is_secret_value(m.group("value"))
+        return m.group(0)[: m.start("value") - m.start()] + MASK if secret else m.group(0)
+
+    return _SECRET_ENTRY.sub(mask_entry, _SECRET_ASSIGNMENT.sub(mask, text))
 
 
 def redact_uri(uri: str) -> str:

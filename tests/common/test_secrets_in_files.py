@@ -276,6 +276,24 @@ def test_a_secret_in_hydra_job_env_set_is_refused_for_the_ranks_not_handed_on_ma
     assert "+hydra.job.env_set.MODE=fast" in job.child_overrides()
 
 
+def test_a_secret_in_hydra_job_env_set_in_dict_form_is_refused_as_the_dotted_form_is(tmp_path):
+    """Issue 57, item 11: ``+hydra.job.env_set={MY_TOKEN: ...}`` got past the refusal, reached the ranks as
+    ``{MY_TOKEN: <redacted>}`` and Hydra's parser refused it there; its value was in clear in ``overrides.yaml``."""
+    from cifar_dist.launchers.base import JobSpec, LaunchError
+
+    dict_form = f"+hydra.job.env_set={{MY_TOKEN: {TOKEN}, MODE: fast}}"
+    job = JobSpec(cfg=compose_cfg("launcher=mpirun"), output_dir=tmp_path, hydra_overrides=[dict_form])
+    with pytest.raises(LaunchError, match=r"^hydra.job.env_set.MY_TOKEN: a value named as a secret .*\(launcher\.env"):
+        job.child_overrides()
+    job.hydra_overrides = ["+hydra.job.env_set={MODE: fast, MONKEY: x}"]
+    assert "+hydra.job.env_set={MODE: fast, MONKEY: x}" in job.child_overrides()
+    assert redact_text(dict_form) == f"+hydra.job.env_set={{MY_TOKEN: {MASK}, MODE: fast}}"
+    run_dir = tmp_path / "run"
+    line = one_error_line(run_cli("launcher=mpirun", dict_form, "data=sample", f"hydra.run.dir={run_dir}"))
+    assert line.startswith("cifar_dist: error: hydra.job.env_set.MY_TOKEN: a value named as a secret"), line
+    assert TOKEN not in line and not run_dir.exists()
+
+
 def test_hydras_own_error_does_not_echo_a_secret():
     """Issue 47, item 5: without ``+``, Hydra's error ("To append to your config use +hydra.job.env_set...")
     quoted the value."""
