@@ -1,8 +1,9 @@
 """What counts as a secret, and text with the secrets taken out: the one home for both.
 
 A secret is found by its name (a config key or an environment variable
-called ``*password``/``*token``/``*secret``/``*key``/``*_pass``/``*_pwd``/
-``*_pat``/``*sas``/``*apikey``/``*connection_string``...) or by its place in a
+holding ``password``/``token``/``secret``/``credential``/``apikey``/
+``connection_string``, ``key`` as a word, or ending in ``_pass``/``_pwd``/
+``_pat``/``_sas``: ``SECRET_NAME``) or by its place in a
 URI: the ``user:password@`` of ``https://user:password@host``, as the user
 typed it, percent-encoded or not (``https://alice:SECRq/w9@host``: the
 userinfo runs to the last ``@`` a host follows; ``uri_userinfo.py``), and the
@@ -40,12 +41,17 @@ from cifar_dist.common.environment import snapshot
 from cifar_dist.common.uri_userinfo import split_userinfo, well_formed, without_userinfo
 
 MASK = "<redacted>"
-# A config key or an environment variable whose value is a secret, by how its name ends: a word of its own
-# (``pass``, ``pwd``, ``pat``: ``DB_PASS``, ``DB_PWD``, ``GITHUB_PAT``, but not ``compass`` or ``path``) or a
-# part no harmless name ends in (``DB_PASSWORD``, ``apitoken``, ``AZURE_STORAGE_CONNECTION_STRING``).
+# A config key or an environment variable whose value is a secret, by a word in its name:
+# - a word no harmless name holds, anywhere, where no letter follows it (``SECRET_KEY_BASE``, ``MY_TOKEN_FILE``,
+#   ``apitoken``, ``DB_PASSWORD``, ``AZURE_STORAGE_CONNECTION_STRING``; not ``TOKENIZERS_PARALLELISM``,
+#   ``tokens_seen`` or ``secretary``);
+# - ``key`` as a word of its own, anywhere (``API_KEY``, ``AWS_ACCESS_KEY_ID``; not ``KEYRING`` or ``MONKEY``);
+# - ``pass``, ``pwd``, ``pat``, ``sas`` as the last word only (``DB_PASS``, ``GITHUB_PAT``; not ``compass``,
+#   ``path``, ``pass_through`` or ``pwd_dir``, where they mean something else).
 SECRET_NAME = re.compile(
-    r"(password|passwd|passphrase|token|secret|credentials?|apikey|connection_?string"
-    r"|(^|_)(key|pass|pwd|pat|sas))$",
+    r"(password|passwd|passphrase|token|secret|credentials?|apikey|connection_?string)(?![a-z])"
+    r"|(?<![a-z])key(?![a-z])"
+    r"|(^|_)(pass|pwd|pat|sas)$",
     re.IGNORECASE,
 )
 # Environment variables whose names look secret but are not: the shell's working directory.
@@ -99,9 +105,12 @@ _QUERY_PARAM = re.compile(
 # ``_``, ``-``: ``/data/VALUE/train`` and ``VALUE.tar`` are other values). A sentence's full stop may follow it.
 _VALUE_EDGE = r"\s'\"`=,;:&|()\[\]{}<>"
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask harmless text
-# cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...)
-# and the path of a public key. Masking them would break a re-run from the run's saved config.
-NOT_SECRET_KEYS = frozenset({"launcher.credential", "launcher.ssh_public_key"})
+# cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...),
+# the path of a public key, and where Batch AI finds the storage key (a Key Vault's id and the URL of its secret).
+# Masking them would break a re-run from the run's saved config.
+NOT_SECRET_KEYS = frozenset(
+    {"launcher.credential", "launcher.ssh_public_key", "launcher.key_vault_id", "launcher.key_vault_secret_url"}
+)
 # An assignment whose name says it is a secret, as in an override (``+launcher.env.MY_TOKEN=...``) or a shell
 # line (``DB_PASSWORD=...``): the name's last dotted part is matched by SECRET_NAME. A quoted value ends at its
 # quote; an unquoted one at white space or at a comma that starts the next assignment (Hydra's

@@ -216,13 +216,25 @@ COMMON_SECRET_NAMES = [
     "gcp_credentials",
     "DB_PASSWORD",
     "api_key",
+    # issue 57, item 12: a secret word anywhere in the name (``key`` as a word)
+    "SECRET_KEY_BASE",
+    "AWS_ACCESS_KEY_ID",
+    "MY_TOKEN_FILE",
+    "DB_PASSWORD_2",
+    "PASSWD_FILE",
+    "api_key_v2",
+    "credentials_json",
+    "accessToken",
 ]
 LOOK_ALIKES = ["path", "compass", "bypass", "patience", "sass", "keyring", "monkey", "passes", "pwd_dir", "tokens_seen"]
+LOOK_ALIKES += ["TOKENIZERS_PARALLELISM", "secretary", "pass_through", "hotkeys", "exclude_keys", "KEYRING_BACKEND"]
 
 
 def test_the_common_secret_names_are_secret_and_their_look_alikes_are_not(tmp_path):
     """Issue 47, item 5: ``sas``, ``DB_PASS``, ``APIKEY``, ``*_PAT``, ``*_PWD``, ``*_CONNECTION_STRING`` stayed in
-    ``.hydra/``; the shell's ``PWD`` (the working directory) is no secret."""
+    ``.hydra/``; the shell's ``PWD`` (the working directory) is no secret. Issue 57, item 12: ``SECRET_KEY_BASE``
+    (a secret word not at the end) stayed in ``.hydra/`` and on the console; Batch AI's ``key_vault_*`` settings
+    (where the key is, not the key) stay, so that a saved config re-runs."""
     assert [n for n in COMMON_SECRET_NAMES if not is_secret_key(f"launcher.env.{n}")] == []
     assert [n for n in LOOK_ALIKES if is_secret_key(f"data.{n}")] == []
     assert all(is_secret_env(n) for n in COMMON_SECRET_NAMES) and not is_secret_env("PWD")
@@ -232,6 +244,11 @@ def test_the_common_secret_names_are_secret_and_their_look_alikes_are_not(tmp_pa
     OmegaConf.save(OmegaConf.create({"launcher": {"env": env}, "overrides": overrides}), path)
     redact_yaml_file(path)
     assert TOKEN not in path.read_text(), path.read_text()
+    assert redact_text(f"[HYDRA] #0 : +launcher.env.SECRET_KEY_BASE={TOKEN}") == (
+        f"[HYDRA] #0 : +launcher.env.SECRET_KEY_BASE={MASK}"
+    )
+    vault = {"key_vault_id": "/subscriptions/s/vaults/v", "key_vault_secret_url": "https://v.vault.azure.net/secrets/k"}
+    assert redact_config({"launcher": vault}) == {"launcher": vault}
 
 
 def test_a_secret_variables_value_is_masked_as_a_whole_value_never_inside_another(monkeypatch, tmp_path):
