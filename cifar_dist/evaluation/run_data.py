@@ -85,7 +85,7 @@ def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Seq
             else "its model is a Keras 2 (tf.keras) one, which only TensorFlow loads"
         )
         raise EngineMissing(
-            f"{model_path} was trained on engine={trained.name}, and scoring it there needs TensorFlow: "
+            f"{model_path} was trained on engine={trained.name}, which scores it on TensorFlow: "
             f"{missing_hint('tensorflow')}; {instead}"
         )
     return name

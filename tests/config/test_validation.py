@@ -196,25 +196,36 @@ def test_a_copy_of_a_validated_config_is_trusted_and_a_changed_engine_is_checked
         choice.resolve_engine(cfg)
 
 
+@pytest.mark.jax_stack
 def test_the_jax_stack_refuses_the_engines_that_need_tensorflow_naming_the_stack(monkeypatch):
     """Issue 57, item 3: without TensorFlow, ``engine=tensorflow`` started anyway (a ``ModuleNotFoundError``
     traceback), and ``engine=horovod``'s refusal said "(the current stack)"."""
     from cifar_dist.config.validation import launcher_problems
-    from cifar_dist.training.engines.choice import installed_stack
 
     configs = {name: compose_cfg(f"engine={name}") for name in ("tensorflow", "horovod", "jax")}
-    stacks = [installed_stack()]
     as_the_jax_stack(monkeypatch)
-    stacks.append(installed_stack())
     (tensorflow,) = launcher_problems(configs["tensorflow"])
     assert tensorflow.startswith("engine=tensorflow needs TensorFlow: TensorFlow is not installed in this environment")
     assert "(the jax stack)" in tensorflow and "tensorflow extra" in tensorflow and "engine=jax" in tensorflow
     (horovod,) = launcher_problems(configs["horovod"])
     assert horovod.startswith("engine=horovod: Horovod is not installed in this environment (the jax stack)")
     assert launcher_problems(configs["jax"]) == []
-    assert stacks[1] == "the jax stack" and stacks[0] in ("the horovod stack", "the current stack")
 
 
+@pytest.mark.jax_stack
+@pytest.mark.parametrize(
+    "tensorflow, horovod, stack",
+    [(True, True, "the horovod stack"), (True, False, "the current stack"), (False, False, "the jax stack")],
+)
+def test_the_stack_is_named_by_what_is_installed(monkeypatch, tensorflow, horovod, stack):
+    from cifar_dist.training.engines import choice
+
+    monkeypatch.setattr(choice, "tensorflow_installed", lambda: tensorflow)
+    monkeypatch.setattr(choice, "horovod_installed", lambda: horovod)
+    assert choice.installed_stack() == stack
+
+
+@pytest.mark.jax_stack
 def test_engine_tensorflow_without_tensorflow_is_one_line_for_real(tmp_path):
     """The same in a process where TensorFlow cannot be imported (``env_without_tensorflow``), as the CLI runs."""
     from helpers.cli import one_error_line

@@ -134,6 +134,7 @@ def horovod_run_dir(root, keras: int):
     return run
 
 
+@pytest.mark.jax_stack
 def test_a_horovod_run_scored_without_tensorflow_is_one_line_saying_what_to_do(monkeypatch, tmp_path):
     """Issue 57, item 3: evaluating a run trained on the horovod stack, on the jax stack, started the TensorFlow
     engine anyway (a ``ModuleNotFoundError`` traceback)."""
@@ -153,11 +154,12 @@ def test_a_horovod_run_scored_without_tensorflow_is_one_line_saying_what_to_do(m
         with pytest.raises(EngineMissing) as refused:
             evaluation_engine(cfgs[keras], models[keras], [f"evaluate.model={runs[keras]}"])
         line = str(refused.value)
-        assert line.startswith(f"{models[keras]} was trained on engine=horovod, and scoring it there needs TensorFlow")
+        assert line.startswith(f"{models[keras]} was trained on engine=horovod, which scores it on TensorFlow")
         assert "(the jax stack)" in line and "tensorflow extra" in line and instead in line, line
     assert evaluation_engine(cfgs[3], models[3], ["engine=jax"]) == "jax"  # what the line says to do
 
 
+@pytest.mark.jax_stack
 def test_the_jax_stack_refuses_a_horovod_run_in_one_line_for_real(tmp_path):
     """The same in a process where TensorFlow cannot be imported (``env_without_tensorflow``), as the CLI runs."""
     from helpers.cli import one_error_line
