@@ -224,12 +224,30 @@ def _engine_name(cfg: DictConfig) -> str:
 
 
 def launcher_problems(cfg: DictConfig) -> List[str]:
-    """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
+    """The configured launcher's own bad settings (``Launcher.config_problems``) and what its processes cannot run
+    (``_processes_problems``); none inside a rank."""
     launcher = launching_launcher(cfg)
     if launcher is None:
         return []
-    found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg))
+    found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg)) + _processes_problems(cfg)
     return found + ([] if launcher.runs_in_this_process else handed_on_uri_problems(cfg))
+
+
+def _processes_problems(cfg: DictConfig) -> List[str]:
+    """The settings the engine cannot run on the launcher's processes: ``trainer.jit_compile=true`` on several
+    processes of an engine whose step XLA cannot compile with its gradient averaging (engine=tensorflow's MPI
+    allreduce; the engine refused it only once every process had started)."""
+    launcher = launching_launcher(cfg)
+    facts = engine_facts(_engine_name(cfg))
+    if launcher is None or facts is None or not bool(OmegaConf.select(cfg, "trainer.jit_compile", default=False)):
+        return []
+    processes = launcher.processes()
+    if processes > 1 and not facts.jit_compiles_several:
+        return [
+            f"trainer.jit_compile=true cannot run on {processes} engine={facts.name} processes: XLA cannot compile "
+            "the step's MPI allreduce; use trainer.jit_compile=false, or engine=jax (every step compiled by XLA)"
+        ]
+    return []
 
 
 def is_validated(cfg: Any) -> bool:
@@ -252,10 +270,11 @@ def validate(cfg: DictConfig) -> None:
 
 def check_chosen_engine(cfg: DictConfig) -> None:
     """After ``engine=auto`` became an engine in a validated config: the checks that depend on the engine (its
-    own, the launcher's ``engine_problems``), in the line ``validate`` would have given."""
+    own, the launcher's ``engine_problems``, what its processes cannot run), in the line ``validate`` would have
+    given."""
     found = _engine_problems(cfg)
     launcher = launching_launcher(cfg)
     if launcher is not None:
-        found += launcher.engine_problems(_engine_name(cfg))
+        found += launcher.engine_problems(_engine_name(cfg)) + _processes_problems(cfg)
     if found:
         raise ConfigError("bad config: " + "; ".join(found))
