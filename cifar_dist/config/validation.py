@@ -28,6 +28,7 @@ from cifar_dist.common.errors import ConfigError  # noqa: F401  (raised here; ca
 from cifar_dist.config.data_options import ignored_settings
 from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.data import num_classes_of
+from cifar_dist.data.custom import factory_problem
 from cifar_dist.models.builder import model_node_problem
 from cifar_dist.tracking.settings import handed_on_uri_problems
 
@@ -171,9 +172,15 @@ def problems(cfg: DictConfig) -> List[str]:
     found += _optimizer_problems(cfg.optimizer)
     found += _model_problems(cfg.model, cfg.data)
     found += _tracking_problems(cfg)
-    found += _data_problems(cfg.data)
+    found += _data_problems(cfg.data, _packages_here(cfg))
     found += _engine_problems(cfg)
     return found + _task_problems(cfg)
+
+
+def _packages_here(cfg: DictConfig) -> bool:
+    """Whether the job runs with this environment's packages (not in one its launcher builds: Azure ML, Batch AI)."""
+    launcher = launching_launcher(cfg)
+    return not (launcher is not None and launcher.builds_own_environment)
 
 
 def _engine_problems(cfg: DictConfig) -> List[str]:
@@ -201,7 +208,7 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
     return found
 
 
-def _data_problems(data: DictConfig) -> List[str]:
+def _data_problems(data: DictConfig, packages_here: bool = True) -> List[str]:
     found = [
         f"data.{key}={str(value).lower() if isinstance(value, bool) else value} is not read by data={data.name} "
         f"(only by {', '.join(f'data={r}' for r in readers)}): remove it, or choose a data option that reads it"
@@ -209,6 +216,9 @@ def _data_problems(data: DictConfig) -> List[str]:
     ]
     if data.name == "custom" and OmegaConf.is_missing(data, "_target_"):
         found.append("data=custom needs data._target_=<module.function returning DataStreams> (docs/data.md)")
+    elif data.name == "custom" and data.get("_target_"):
+        unimportable = factory_problem(str(data._target_), packages_here)  # its source, read without running it
+        found += [unimportable] if unimportable else []
     a = data.augment
     for key in ("translate", "cutout"):
         if a[key] < 0:
