@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from cifar_dist.common.engine_facts import engine_facts
 from cifar_dist.common.errors import CifarDistError
@@ -29,6 +29,7 @@ from cifar_dist.config.override_syntax import names_group
 from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 from cifar_dist.rundir.run_code import module_of, refuse_inside, refuse_untrusted, targets
+from cifar_dist.rundir.saved_config import load_saved
 from cifar_dist.training.engines.choice import missing_hint, runnable_engine, tensorflow_installed
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
@@ -75,7 +76,7 @@ def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Seq
     saved = saved_training_config(model_path)
     if overrides is None or any(names_group(o, "engine") for o in overrides) or saved is None:
         return runnable_engine(engine_of(cfg).name)
-    trained = engine_of(OmegaConf.load(saved))
+    trained = engine_of(load_saved(saved))
     name = runnable_engine(trained.name)
     facts = engine_facts(name)
     if facts is not None and facts.needs_tensorflow and not tensorflow_installed():
@@ -101,7 +102,7 @@ def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Seque
         return cfg, f"data={cfg.data.name}, as the command says"
     if saved is None:
         return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
-    trained = OmegaConf.load(saved)
+    trained = load_saved(saved)
     imported = run_code_of(trained, saved, bool(cfg.evaluate.get("trust_run_code", False)))
     out = cfg.copy()
     with open_dict(out):

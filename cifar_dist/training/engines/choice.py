@@ -49,6 +49,7 @@ from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
 from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.rundir.saved_config import load_saved
 from cifar_dist.training.engines.jax_devices import host_gpu_count, visible_gpus
 from cifar_dist.training.engines.world import processes_from_env
 
@@ -153,7 +154,7 @@ def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
     if run_dir is None or not list_checkpoints(run_dir / "checkpoints"):
         return None
     saved = run_dir / SAVED_CONFIG
-    name = engine_of(OmegaConf.load(saved)).name if saved.is_file() else None
+    name = engine_of(load_saved(saved)).name if saved.is_file() else None
     return name if engine_facts(name) is not None else None  # (auto, or no engine: None)
 
 
