@@ -149,7 +149,8 @@ def run(args) -> dict:
         "compile_mode": args.compile_mode,
         "warmup_s": warmup_s,
         "torch": torch.__version__,
-        "torchvision": "stand-in" if isinstance(sys.modules.get("torchvision"), types.ModuleType)
+        "torchvision": "stand-in"
+        if isinstance(sys.modules.get("torchvision"), types.ModuleType)
         and not hasattr(sys.modules["torchvision"], "__file__")
         else "installed",
         "runs": results,

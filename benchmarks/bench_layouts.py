@@ -30,8 +30,14 @@ def command(layout: str, args, run_dir: Path) -> tuple:
     ranks = processes * devices
     batch = args.batch_size // ranks if args.same_global_batch else args.batch_size
     overrides = [
-        "engine=jax", "data=sample", f"model={args.model}", f"trainer.epochs={args.epochs * ranks}",
-        f"trainer.batch_size={batch}", "trainer.verbose=0", "trainer.plot=false", "trainer.save_model=false",
+        "engine=jax",
+        "data=sample",
+        f"model={args.model}",
+        f"trainer.epochs={args.epochs * ranks}",
+        f"trainer.batch_size={batch}",
+        "trainer.verbose=0",
+        "trainer.plot=false",
+        "trainer.save_model=false",
         f"hydra.run.dir={run_dir}",
     ]  # fmt: skip  (divide: epochs / ranks = --epochs each)
     if processes > 1:

@@ -29,7 +29,7 @@ from cifar_dist.common.process_role import RANK_GUARD_ENV, in_child_process  # n
 from cifar_dist.common.redaction import MASK, redact_text, secret_assignments
 from cifar_dist.config.override_syntax import names_group, override_key, quote_override_value
 from cifar_dist.launchers.user_sources import Carried
-from cifar_dist.training.engines.choice import HOROVOD_HINT, horovod_installed
+from cifar_dist.training.engines.choice import horovod_installed, missing_hint, tensorflow_installed
 from cifar_dist.training.engines.world import processes_from_env
 
 log = logging.getLogger(__name__)
@@ -176,8 +176,9 @@ class Launcher(abc.ABC):
 
     def engine_problems(self, engine: str) -> List[str]:
         """Why this launcher cannot start processes of ``engine`` (``cfg.engine.name``), one phrase each;
-        checked with ``config_problems``. Every launcher: an engine that needs Horovod (horovod) needs it where
-        the job runs, and a one-process engine (tensorflow) is one process. engine=auto: nothing yet."""
+        checked with ``config_problems``. Every launcher: an engine that needs Horovod (horovod) or TensorFlow
+        (horovod, tensorflow) needs it where the job runs, and a one-process engine is one process. engine=auto:
+        nothing yet."""
         try:
             processes = self.processes()
         except CifarDistError as error:  # an environment that says what this launch cannot be (world.py)
@@ -186,7 +187,14 @@ class Launcher(abc.ABC):
         if facts is None:
             return []
         if facts.needs_horovod and not (self.builds_own_environment or horovod_installed()):
-            return [f"engine={engine}: {HOROVOD_HINT}; or leave engine unset (engine=auto trains without it)"]
+            return [
+                f"engine={engine}: {missing_hint('horovod')}; or leave engine unset (engine=auto trains without it)"
+            ]
+        if facts.needs_tensorflow and not (self.builds_own_environment or tensorflow_installed()):
+            return [
+                f"engine={engine} needs TensorFlow: {missing_hint('tensorflow')}; or use engine=jax, or leave engine "
+                "unset (engine=auto trains on JAX)"
+            ]
         missing = [p for p in facts.peer_packages if importlib.util.find_spec(p) is None]
         if missing and processes > 1 and not self.builds_own_environment:
             return [

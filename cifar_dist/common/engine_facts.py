@@ -56,6 +56,10 @@ class EngineFacts:
     # Its processes talk over MPI (Horovod's collectives, mpi4py's): under Slurm, srun starts them with an MPI
     # plugin (``srun --mpi=pmix``); JAX's processes talk over its own channels and need none.
     talks_over_mpi: bool = True
+    # trainer.jit_compile=true can run on several processes: XLA compiles the step with its gradient averaging
+    # (Horovod's XLA ops, GPU builds; JAX's every step). engine=tensorflow's MPI allreduce is a Python call XLA
+    # cannot compile: refused before anything starts (config/validation.py).
+    jit_compiles_several: bool = True
 
     @property
     def needs_horovod(self) -> bool:
@@ -113,6 +117,7 @@ TENSORFLOW = EngineFacts(
     engine_class="cifar_dist.training.engines.tensorflow.TensorflowEngine",
     packages=("tensorflow",),
     peer_packages=("mpi4py",),  # the MPI allreduce of several processes
+    jit_compiles_several=False,  # training/engines/mpi_peers.py: the allreduce is mpi4py's, outside the graph
 )
 
 ENGINES: Dict[str, EngineFacts] = {facts.name: facts for facts in (HOROVOD, JAX, TENSORFLOW)}

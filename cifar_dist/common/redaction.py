@@ -1,10 +1,13 @@
 """What counts as a secret, and text with the secrets taken out: the one home for both.
 
 A secret is found by its name (a config key or an environment variable
-called ``*password``/``*token``/``*secret``/``*key``/``*_pass``/``*_pwd``/
-``*_pat``/``*sas``/``*apikey``/``*connection_string``...) or by its place in a
-URI: the ``user:password@`` of ``https://user:password@host`` and the values
-of query parameters such as ``?sig=...`` or ``&token=...``. Values of
+holding ``password``/``token``/``secret``/``credential``/``apikey``/
+``connection_string``, ``key`` as a word, or ending in ``_pass``/``_pwd``/
+``_pat``/``_sas``: ``SECRET_NAME``) or by its place in a
+URI: the ``user:password@`` of ``https://user:password@host``, as the user
+typed it, percent-encoded or not (``https://alice:SECRq/w9@host``: the
+userinfo runs to the last ``@`` a host follows; ``uri_userinfo.py``), and the
+values of query parameters such as ``?sig=...`` or ``&token=...``. Values of
 environment variables known to be secret are also taken out where they stand
 as a whole value (``x=VALUE``, ``"VALUE"``, a word of their own), never as a
 part of another one (a path ``/data/VALUE/train`` stays as it is). Everything
@@ -19,7 +22,8 @@ Text is masked in every form Hydra writes an override in: as typed, quoted
 
 A tracking server's ``user:password`` is not lost: ``tracking_credentials``
 turns it into MLflow's own variables, which the ranks inherit (or a cluster
-gets through the environment or its secret store), never a command line.
+gets through the environment or its secret store), never a command line; the
+launching process hands MLflow the URI with it percent-encoded.
 """
 
 from __future__ import annotations
@@ -34,14 +38,20 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cifar_dist.common.environment import snapshot
+from cifar_dist.common.uri_userinfo import split_userinfo, well_formed, without_userinfo
 
 MASK = "<redacted>"
-# A config key or an environment variable whose value is a secret, by how its name ends: a word of its own
-# (``pass``, ``pwd``, ``pat``: ``DB_PASS``, ``DB_PWD``, ``GITHUB_PAT``, but not ``compass`` or ``path``) or a
-# part no harmless name ends in (``DB_PASSWORD``, ``apitoken``, ``AZURE_STORAGE_CONNECTION_STRING``).
+# A config key or an environment variable whose value is a secret, by a word in its name:
+# - a word no harmless name holds, anywhere, where no letter follows it (``SECRET_KEY_BASE``, ``MY_TOKEN_FILE``,
+#   ``apitoken``, ``DB_PASSWORD``, ``AZURE_STORAGE_CONNECTION_STRING``; not ``TOKENIZERS_PARALLELISM``,
+#   ``tokens_seen`` or ``secretary``);
+# - ``key`` as a word of its own, anywhere (``API_KEY``, ``AWS_ACCESS_KEY_ID``; not ``KEYRING`` or ``MONKEY``);
+# - ``pass``, ``pwd``, ``pat``, ``sas`` as the last word only (``DB_PASS``, ``GITHUB_PAT``; not ``compass``,
+#   ``path``, ``pass_through`` or ``pwd_dir``, where they mean something else).
 SECRET_NAME = re.compile(
-    r"(password|passwd|passphrase|token|secret|credentials?|apikey|connection_?string"
-    r"|(^|_)(key|pass|pwd|pat|sas))$",
+    r"(password|passwd|passphrase|token|secret|credentials?|apikey|connection_?string)(?![a-z])"
+    r"|(?<![a-z])key(?![a-z])"
+    r"|(^|_)(pass|pwd|pat|sas)$",
     re.IGNORECASE,
 )
 # Environment variables whose names look secret but are not: the shell's working directory.
@@ -85,14 +95,6 @@ SAS_QUERY = frozenset(
 )
 # The characters Hydra escapes with a backslash in an override's unquoted value (its grammar's ESC token).
 _HYDRA_SPECIAL = r"\\()\[\]{}:=, \t"
-# A URI's ``user:password@``, in every form: as typed, escaped (``http\://alice\:PW@host``), or quoted, where
-# the password may hold white space; it ends at the authority's last ``@`` (a password may hold ``@``, ``,``, ``:``).
-_SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*\\?://"
-_USERINFO = re.compile(
-    rf"(?<=')(?P<single>{_SCHEME})(?:\\.|[^/?#'\\])*@"
-    rf"|(?<=\")(?P<double>{_SCHEME})(?:\\.|[^/?#\"\\])*@"
-    rf"|(?P<scheme>{_SCHEME})(?:\\.|[^/?#\s'\"<>`\\])*@"
-)
 # A query parameter anywhere in text (a whole URI, or a client's "url: /x?sig=..."), its ``=`` escaped or not; a
 # masked value stays as it is.
 _QUERY_PARAM = re.compile(
@@ -103,9 +105,12 @@ _QUERY_PARAM = re.compile(
 # ``_``, ``-``: ``/data/VALUE/train`` and ``VALUE.tar`` are other values). A sentence's full stop may follow it.
 _VALUE_EDGE = r"\s'\"`=,;:&|()\[\]{}<>"
 _MIN_SECRET_LEN = 6  # shorter values ("1", "true") would mask harmless text
-# cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...)
-# and the path of a public key. Masking them would break a re-run from the run's saved config.
-NOT_SECRET_KEYS = frozenset({"launcher.credential", "launcher.ssh_public_key"})
+# cifar_dist's own keys whose names look secret but are not: the kind of Azure credential to use (default, cli...),
+# the path of a public key, and where Batch AI finds the storage key (a Key Vault's id and the URL of its secret).
+# Masking them would break a re-run from the run's saved config.
+NOT_SECRET_KEYS = frozenset(
+    {"launcher.credential", "launcher.ssh_public_key", "launcher.key_vault_id", "launcher.key_vault_secret_url"}
+)
 # An assignment whose name says it is a secret, as in an override (``+launcher.env.MY_TOKEN=...``) or a shell
 # line (``DB_PASSWORD=...``): the name's last dotted part is matched by SECRET_NAME. A quoted value ends at its
 # quote; an unquoted one at white space or at a comma that starts the next assignment (Hydra's
@@ -115,6 +120,15 @@ _SECRET_ASSIGNMENT = re.compile(
     r"(?P<value>'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\""
     r"|(?:\\.|[^\s'\"<>`;,\\]|,(?![+~]{0,2}[A-Za-z0-9_./-]+=))+)"
 )
+
+# An entry of a mapping in a value, as Hydra's dict form (``+hydra.job.env_set={MY_TOKEN: ...}``) or YAML's flow
+# style writes it, its name quoted or not: a secret when its name is. A quoted value ends at its quote, an unquoted
+# one at the entry's ``,`` or ``}`` (Hydra's escapes taken); a nested mapping, a list or an interpolation is no value.
+_SECRET_ENTRY = re.compile(
+    r"(?<=[{,])(?P<lead>\s*)(?P<q>['\"]?)(?P<name>[A-Za-z0-9_.-]+)(?P=q)(?P<colon>\s*:\s*)"
+    r"(?P<value>'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"|(?:\\.|[^\s,{}\[\]'\"\\$])(?:\\.|[^,{}\\])*)"
+)
+_OVERRIDE_KEY = re.compile(r"[+~]{0,2}(?P<key>[A-Za-z0-9_.-]+)=")
 
 
 def hydra_escaped(text: str) -> str:
@@ -135,11 +149,6 @@ def _mask_query_values(text: str) -> str:
     return _QUERY_PARAM.sub(mask, text)
 
 
-def _without_userinfo(text: str) -> str:
-    """``text`` with the ``user:password@`` of every URI in it taken out."""
-    return _USERINFO.sub(lambda m: m.group("single") or m.group("double") or m.group("scheme"), text)
-
-
 def is_secret_key(dotted: str) -> bool:
     """Whether the config key ``dotted`` (``launcher.env.MY_TOKEN``) holds a secret, by its last part's name."""
     return bool(SECRET_NAME.search(dotted.rsplit(".", 1)[-1])) and dotted not in NOT_SECRET_KEYS
@@ -151,26 +160,35 @@ def is_secret_env(name: str) -> bool:
 
 
 def secret_assignments(text: str) -> List[str]:
-    """The names that ``text`` (an override, a command line) assigns a secret-named value to."""
-    return [
-        m.group("name").lstrip("+~")
-        for m in _SECRET_ASSIGNMENT.finditer(text)
-        if is_secret_key(m.group("name").lstrip("+~"))
-    ]
+    """The names that ``text`` (an override, a command line) assigns a secret-named value to, in the dotted form
+    (``+hydra.job.env_set.MY_TOKEN=...``) or the dict form (``+hydra.job.env_set={MY_TOKEN: ...}``: named
+    ``hydra.job.env_set.MY_TOKEN`` when ``text`` is one override)."""
+    dotted = [m.group("name").lstrip("+~") for m in _SECRET_ASSIGNMENT.finditer(text)]
+    override = _OVERRIDE_KEY.match(text)
+    prefix = f"{override.group('key')}." if override else ""
+    entries = [prefix + m.group("name") for m in _SECRET_ENTRY.finditer(text) if _is_secret_value(m.group("value"))]
+    return [name for name in dotted + entries if is_secret_key(name)]
+
+
+def _is_secret_value(value: str) -> bool:
+    return value.strip().strip("'\"") not in ("", MASK)
 
 
 def _mask_secret_assignments(text: str) -> str:
     def mask(m: re.Match) -> str:
-        name = m.group("name").lstrip("+~")
-        secret = is_secret_key(name) and m.group("value").strip("'\"") not in ("", MASK)
+        secret = is_secret_key(m.group("name").lstrip("+~")) and _is_secret_value(m.group("value"))
         return f"{m.group('name')}={MASK}" if secret else m.group(0)
 
-    return _SECRET_ASSIGNMENT.sub(mask, text)
+    def mask_entry(m: re.Match) -> str:
+        secret = is_secret_key(m.group("name")) and _is_secret_value(m.group("value"))
+        return m.group(0)[: m.start("value") - m.start()] + MASK if secret else m.group(0)
+
+    return _SECRET_ENTRY.sub(mask_entry, _SECRET_ASSIGNMENT.sub(mask, text))
 
 
 def redact_uri(uri: str) -> str:
     """``uri`` without ``user:password@`` and with the values of credential query parameters masked."""
-    return _mask_query_values(_without_userinfo(uri))
+    return _mask_query_values(without_userinfo(uri))
 
 
 def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
@@ -197,7 +215,7 @@ def redact_text(text: str, environ: Optional[Mapping[str, str]] = None, extra: O
     (``extra`` too) standing as a whole value replaced by a mask."""
     if not text:
         return text
-    out = _mask_query_values(_without_userinfo(text))
+    out = _mask_query_values(without_userinfo(text))
     out = _mask_secret_assignments(out)
     return _mask_whole_values(out, secret_values(environ) + ([extra] if extra else []))
 
@@ -238,7 +256,7 @@ def redact_yaml(text: str, path: str = "") -> str:
 def uri_query_secrets(uri: Optional[str]) -> List[str]:
     """The names of the credential query parameters of ``uri`` (``?sig=...&token=...``), in order."""
     try:
-        query = urlsplit(str(uri or "")).query
+        query = urlsplit(well_formed(str(uri or ""))).query
     except ValueError:
         return []
     names = [part.split("=", 1)[0] for part in query.split("&") if "=" in part]
@@ -246,17 +264,14 @@ def uri_query_secrets(uri: Optional[str]) -> List[str]:
 
 
 def tracking_credentials(uri: Optional[str]) -> Dict[str, str]:
-    """MLflow's ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` for the ``user:password@`` of a tracking URI ({} without)."""
-    try:
-        parts = urlsplit(str(uri or ""))
-        user, password = parts.username, parts.password
-    except ValueError:
+    """MLflow's ``MLFLOW_TRACKING_USERNAME``/``PASSWORD`` for the ``user:password@`` of a tracking URI ({} without),
+    read as the user typed it (a password with a raw ``/``, ``?``, ``#``, ``@`` or space: ``uri_userinfo.py``)."""
+    parts = split_userinfo(uri)
+    if parts is None:
         return {}
-    out = {}
-    if user is not None:
-        out["MLFLOW_TRACKING_USERNAME"] = unquote(user)
-    if password is not None:
-        out["MLFLOW_TRACKING_PASSWORD"] = unquote(password)
+    out = {"MLFLOW_TRACKING_USERNAME": unquote(parts.user)}
+    if parts.password is not None:
+        out["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
     return out
 
 

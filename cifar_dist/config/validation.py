@@ -29,6 +29,7 @@ from cifar_dist.common.omegaconf_internals import is_marked, mark
 from cifar_dist.config.data_options import ignored_settings
 from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.data import num_classes_of
+from cifar_dist.data.custom import factory_problem
 from cifar_dist.models.builder import model_node_problem
 from cifar_dist.tracking.settings import handed_on_uri_problems
 
@@ -172,9 +173,15 @@ def problems(cfg: DictConfig) -> List[str]:
     found += _optimizer_problems(cfg.optimizer)
     found += _model_problems(cfg.model, cfg.data)
     found += _tracking_problems(cfg)
-    found += _data_problems(cfg.data)
+    found += _data_problems(cfg.data, _packages_here(cfg))
     found += _engine_problems(cfg)
     return found + _task_problems(cfg)
+
+
+def _packages_here(cfg: DictConfig) -> bool:
+    """Whether the job runs with this environment's packages (not in one its launcher builds: Azure ML, Batch AI)."""
+    launcher = launching_launcher(cfg)
+    return not (launcher is not None and launcher.builds_own_environment)
 
 
 def _engine_problems(cfg: DictConfig) -> List[str]:
@@ -202,7 +209,7 @@ def _engine_problems(cfg: DictConfig) -> List[str]:
     return found
 
 
-def _data_problems(data: DictConfig) -> List[str]:
+def _data_problems(data: DictConfig, packages_here: bool = True) -> List[str]:
     found = [
         f"data.{key}={str(value).lower() if isinstance(value, bool) else value} is not read by data={data.name} "
         f"(only by {', '.join(f'data={r}' for r in readers)}): remove it, or choose a data option that reads it"
@@ -210,6 +217,9 @@ def _data_problems(data: DictConfig) -> List[str]:
     ]
     if data.name == "custom" and OmegaConf.is_missing(data, "_target_"):
         found.append("data=custom needs data._target_=<module.function returning DataStreams> (docs/data.md)")
+    elif data.name == "custom" and data.get("_target_"):
+        unimportable = factory_problem(str(data._target_), packages_here)  # its source, read without running it
+        found += [unimportable] if unimportable else []
     a = data.augment
     for key in ("translate", "cutout"):
         if a[key] < 0:
@@ -225,12 +235,30 @@ def _engine_name(cfg: DictConfig) -> str:
 
 
 def launcher_problems(cfg: DictConfig) -> List[str]:
-    """The configured launcher's own bad settings (``Launcher.config_problems``); none inside a rank."""
+    """The configured launcher's own bad settings (``Launcher.config_problems``) and what its processes cannot run
+    (``_processes_problems``); none inside a rank."""
     launcher = launching_launcher(cfg)
     if launcher is None:
         return []
-    found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg))
+    found = launcher.config_problems() + launcher.engine_problems(_engine_name(cfg)) + _processes_problems(cfg)
     return found + ([] if launcher.runs_in_this_process else handed_on_uri_problems(cfg))
+
+
+def _processes_problems(cfg: DictConfig) -> List[str]:
+    """The settings the engine cannot run on the launcher's processes: ``trainer.jit_compile=true`` on several
+    processes of an engine whose step XLA cannot compile with its gradient averaging (engine=tensorflow's MPI
+    allreduce; the engine refused it only once every process had started)."""
+    launcher = launching_launcher(cfg)
+    facts = engine_facts(_engine_name(cfg))
+    if launcher is None or facts is None or not bool(OmegaConf.select(cfg, "trainer.jit_compile", default=False)):
+        return []
+    processes = launcher.processes()
+    if processes > 1 and not facts.jit_compiles_several:
+        return [
+            f"trainer.jit_compile=true cannot run on {processes} engine={facts.name} processes: XLA cannot compile "
+            "the step's MPI allreduce; use trainer.jit_compile=false, or engine=jax (every step compiled by XLA)"
+        ]
+    return []
 
 
 def is_validated(cfg: Any) -> bool:
@@ -253,10 +281,11 @@ def validate(cfg: DictConfig) -> None:
 
 def check_chosen_engine(cfg: DictConfig) -> None:
     """After ``engine=auto`` became an engine in a validated config: the checks that depend on the engine (its
-    own, the launcher's ``engine_problems``), in the line ``validate`` would have given."""
+    own, the launcher's ``engine_problems``, what its processes cannot run), in the line ``validate`` would have
+    given."""
     found = _engine_problems(cfg)
     launcher = launching_launcher(cfg)
     if launcher is not None:
-        found += launcher.engine_problems(_engine_name(cfg))
+        found += launcher.engine_problems(_engine_name(cfg)) + _processes_problems(cfg)
     if found:
         raise ConfigError("bad config: " + "; ".join(found))

@@ -11,22 +11,39 @@ on every rank. It returns one of (docs/data.md has an example of each):
   TensorFlow; engine=jax reads them once into arrays (``as_arrays``).
 
 A factory that needs TensorFlow where it is not installed (the jax stack) is
-refused in one line that says what to install or return instead.
+refused in one line that says what to install or return instead. A factory
+that cannot be imported is refused in one line too: before anything is
+written where its source says so (no such module, a syntax error, no such
+function: ``factory_problem``, read without running it, in the launching
+process's validation), else where it is imported, naming the error and the
+line of the user's code it came from (``target_source.import_failure``).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
+from typing import Optional
 
-from hydra.utils import get_method
 from omegaconf import OmegaConf
 
+from cifar_dist.common.errors import did_you_mean
+from cifar_dist.common.target_source import (
+    NoModule,
+    declared_in,
+    defined_names,
+    import_failure,
+    missing_import,
+    module_source,
+)
 from cifar_dist.data.arrays import DataArrays
-from cifar_dist.data.batches import DataError, reason
+from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import check_arrays, check_elements
 from cifar_dist.data.sources import DataSources, read_sources
 
 RETURNS = "cifar_dist.data.DataArrays, DataSources or (with TensorFlow) DataStreams"
+ON_PYTHONPATH = "put its module on PYTHONPATH (or run from the directory that holds it)"
 NO_TENSORFLOW = (
     "needs TensorFlow (tf.data), which is not installed here; install cifar_dist's tensorflow extra "
     "(pip install 'cifar_dist[tensorflow]'), or return cifar_dist.data.DataArrays or DataSources (docs/data.md)"
@@ -64,13 +81,67 @@ def load_custom(data_cfg, seed: int):
 
 
 def _import(target: str):
+    """The object ``target`` names: its longest importable module, then attributes (``mod.Class.method``)."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            found = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # this prefix is no module: a shorter one may be
+            raise _unimportable(target, name, exc) from None
+        except Exception as exc:  # an error inside the user's module: its own words and line
+            raise _unimportable(target, name, exc) from None
+        try:
+            for attr in parts[cut:]:
+                found = getattr(found, attr)
+        except AttributeError:
+            raise DataError(f"data._target_={target}: {name} has no `{'.'.join(parts[cut:])}`") from None
+        return found
+    raise DataError(f"data._target_={target} cannot be imported: no module named {parts[0]!r}; {ON_PYTHONPATH}")
+
+
+def _unimportable(target: str, module: str, exc: BaseException) -> DataError:
+    if _missing_tensorflow(exc):
+        return DataError(f"data._target_={target} {NO_TENSORFLOW}")
+    return DataError(f"data._target_={target} cannot be imported: {import_failure(module, exc)}")
+
+
+def factory_problem(target: str, packages_here: bool = True) -> Optional[str]:
+    """One line for ``data._target_`` when its source says it cannot be imported: no such module, a syntax error
+    (file:line), an import of a package not installed (unless ``packages_here`` is False: the job runs in an
+    environment its launcher builds), no such function; read without running it (the launching process). None
+    when it does not say."""
+    module, _, attr = target.rpartition(".")
+    if not module or not attr:
+        return f"data._target_={target} is not module.function (a factory returning {RETURNS}; docs/data.md)"
+    if module in sys.modules:
+        return None  # imported already (a test, a rank): importing it tells
     try:
-        return get_method(target)
-    except Exception as exc:  # ImportError, AttributeError, ... all mean "not found"
-        if _missing_tensorflow(exc):
-            raise DataError(f"data._target_={target} {NO_TENSORFLOW}") from None
-        missing = f"cannot be imported ({reason(exc)}); put its module on PYTHONPATH"
-        raise DataError(f"data._target_={target} {missing}") from None
+        source = module_source(module)
+    except NoModule as missing:
+        return f"data._target_={target} cannot be imported: no module named {missing.name!r}; {ON_PYTHONPATH}"
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source.read_bytes(), str(source))
+    except SyntaxError as exc:
+        return f"data._target_={target} cannot be imported: {import_failure(module, exc)}"
+    except (OSError, ValueError):
+        return None  # importing it reports that in Python's own words
+    missing = missing_import(tree) if packages_here else None
+    if missing is not None:
+        line, name = missing
+        if name == "tensorflow":
+            return f"data._target_={target} {NO_TENSORFLOW}"
+        return (
+            f"data._target_={target} cannot be imported: importing {module} fails at {source}:{line}: "
+            f"no module named {name!r} is installed here; install it (or put it on PYTHONPATH)"
+        )
+    if declared_in(tree, attr) is None:
+        return f"data._target_={target}: {source} defines no `{attr}`{did_you_mean(attr, defined_names(tree))}"
+    return None
 
 
 def _missing_tensorflow(exc: BaseException) -> bool:

@@ -20,14 +20,17 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
+from cifar_dist.common.engine_facts import engine_facts
+from cifar_dist.common.errors import CifarDistError
 from cifar_dist.config.files import DEFAULT_CONFIG_NAME
 from cifar_dist.config.override_syntax import names_group
 from cifar_dist.config.schema import engine_of, typed_data
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
 from cifar_dist.rundir.run_code import module_of, refuse_inside, refuse_untrusted, targets
-from cifar_dist.training.engines.choice import runnable_engine
+from cifar_dist.rundir.saved_config import load_saved
+from cifar_dist.training.engines.choice import missing_hint, runnable_engine, tensorflow_installed
 
 MODEL_FOLDERS = ("saved_models", "checkpoints")  # where a run dir keeps the model files evaluate.model may name
 TRUST_HINT = (
@@ -61,14 +64,32 @@ def saved_training_config(model_path: Path) -> Optional[Path]:
     return saved if saved is not None and saved.is_file() else None
 
 
+class EngineMissing(CifarDistError):
+    """The engine a model must be scored on cannot start here (its framework is not installed)."""
+
+
 def evaluation_engine(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> str:
     """The engine to score with: the command's (``engine=...``), else the run's that trained ``model_path`` (a
     model trained on JAX is scored on JAX, as its exact test was), else the config's; as this process can run it
-    (``runnable_engine``: engine=auto chosen, a Horovod run scored in one process without Horovod)."""
+    (``runnable_engine``: engine=auto chosen, a Horovod run scored in one process without Horovod). A run
+    trained on TensorFlow's engines, scored where TensorFlow is missing (the jax stack), is refused in one line."""
     saved = saved_training_config(model_path)
     if overrides is None or any(names_group(o, "engine") for o in overrides) or saved is None:
         return runnable_engine(engine_of(cfg).name)
-    return runnable_engine(engine_of(OmegaConf.load(saved)).name)
+    trained = engine_of(load_saved(saved))
+    name = runnable_engine(trained.name)
+    facts = engine_facts(name)
+    if facts is not None and facts.needs_tensorflow and not tensorflow_installed():
+        instead = (
+            "or score it on JAX: engine=jax (its model is a Keras 3 one)"
+            if trained.keras == 3
+            else "its model is a Keras 2 (tf.keras) one, which only TensorFlow loads"
+        )
+        raise EngineMissing(
+            f"{model_path} was trained on engine={trained.name}, which scores it on TensorFlow: "
+            f"{missing_hint('tensorflow')}; {instead}"
+        )
+    return name
 
 
 def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Sequence[str]]) -> Tuple[DictConfig, str]:
@@ -81,7 +102,7 @@ def evaluation_data(cfg: DictConfig, model_path: Path, overrides: Optional[Seque
         return cfg, f"data={cfg.data.name}, as the command says"
     if saved is None:
         return cfg, f"data={cfg.data.name} (the default: {model_path} has no training run's {SAVED_CONFIG})"
-    trained = OmegaConf.load(saved)
+    trained = load_saved(saved)
     imported = run_code_of(trained, saved, bool(cfg.evaluate.get("trust_run_code", False)))
     out = cfg.copy()
     with open_dict(out):

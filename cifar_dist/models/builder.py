@@ -25,18 +25,18 @@ A builder with ``**kwargs`` takes any key.
 from __future__ import annotations
 
 import ast
-import importlib.machinery
 import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, Optional, Sequence, Tuple
 
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.common.errors import ConfigError, did_you_mean
 from cifar_dist.common.keras_flavor import KERAS_ARGUMENT  # the Keras module to build with, passed by the trainer
+from cifar_dist.common.target_source import NoModule, declared_in, defined_names, module_source
 
 DATA_ARGUMENT = "num_classes"  # what the trainer passes from the data (training/model_setup.py, model_kwargs)
 NOT_ARGUMENTS = ("_target_", "_recursive_", "_convert_", "_partial_", "_args_")  # Hydra's own keys
@@ -72,20 +72,13 @@ def _not_found(target: str, module: str, why: str) -> ConfigError:
 
 
 def _module_source(target: str, module: str) -> Optional[Path]:
-    """The source file of ``module``, found on sys.path as ``import`` would, without running any of it."""
-    search: Optional[List[str]] = None
-    spec = None
-    for depth in range(len(module.split("."))):
-        name = ".".join(module.split(".")[: depth + 1])
-        if name in sys.modules and depth + 1 < len(module.split(".")):
-            search = list(getattr(sys.modules[name], "__path__", []) or [])
-            continue
-        spec = importlib.machinery.PathFinder.find_spec(name, search)
-        if spec is None:
-            raise _not_found(target, module, f"no module named {name!r} on PYTHONPATH or in the current directory")
-        search = list(spec.submodule_search_locations or [])
-    origin = getattr(spec, "origin", None) if spec is not None else None
-    return Path(origin) if origin and origin.endswith(".py") else None
+    """The source file of ``module``, found as ``import`` would, without running any of it (``target_source``)."""
+    try:
+        return module_source(module)
+    except NoModule as missing:
+        raise _not_found(
+            target, module, f"no module named {missing.name!r} on PYTHONPATH or in the current directory"
+        ) from None
 
 
 def _function_parameters(fn: ast.AST, skip_first: bool) -> Parameters:
@@ -95,29 +88,6 @@ def _function_parameters(fn: ast.AST, skip_first: bool) -> Parameters:
     positional_only = {p.arg for p in a.posonlyargs}
     names = [p.arg for p in positional if p.arg not in positional_only] + [p.arg for p in a.kwonlyargs]
     return Parameters(tuple(names), a.kwarg is not None)
-
-
-def _binds(node: ast.AST, attr: str) -> bool:
-    """Whether a top-level statement binds ``attr`` some other way than a plain def (an import, an assignment...)."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and sub.id == attr and isinstance(sub.ctx, ast.Store):
-            return True
-        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and sub.name == attr:
-            return True
-        if isinstance(sub, ast.alias) and (sub.name == "*" or (sub.asname or sub.name.split(".")[0]) == attr):
-            return True
-    return False
-
-
-def _declared_in(tree: ast.Module, attr: str):
-    """The top-level def/class that binds ``attr`` last; "bound" when something else does; None when nothing does."""
-    found = None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr:
-            found = node
-        elif _binds(node, attr):
-            found = "bound"  # an import, an assignment, a conditional def: only running the module would tell
-    return found
 
 
 def declared_parameters(target: str) -> Optional[Parameters]:
@@ -132,9 +102,9 @@ def declared_parameters(target: str) -> Optional[Parameters]:
         tree = ast.parse(source.read_text("utf-8"), str(source))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None  # importing it reports that in Python's own words
-    node = _declared_in(tree, attr)
+    node = declared_in(tree, attr)
     if node is None:
-        defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        defined = defined_names(tree)
         raise ConfigError(
             f"{source.name} defines no `{attr}`{did_you_mean(attr, defined)} (name a function or class of {module})"
         )

@@ -335,10 +335,13 @@ def check_loaded_data(run: Any, data: Any) -> None:
         raise FingerprintChanged(problem)
 
 
-def record(run_dir: Path, cfg: Any, resuming: bool) -> None:
-    """Write the fingerprint at a first start, on a resume that accepted changes, or when an earlier run lacks it."""
-    old = recorded(run_dir)
+def record(run_dir: Path, cfg: Any, resuming: bool, kept: Optional[Dict[str, Any]] = None) -> None:
+    """Write the fingerprint at a first start, on a resume that accepted changes, or when an earlier run lacks it;
+    with ``kept``: parts the file keeps but a resume does not compare here (the stack: ``rundir/stack.py``)."""
+    old, kept = recorded(run_dir), kept or {}
     if resuming and old is not None and not bool(cfg.trainer.get("resume_despite_changes", False)):
+        if any(old.get(k) != v for k, v in kept.items()):
+            write_json(Path(run_dir) / FINGERPRINT, {**old, **kept})
         return
     loaded = {"data_loaded": old["data_loaded"]} if resuming and old and "data_loaded" in old else {}
-    write_json(Path(run_dir) / FINGERPRINT, {**fingerprint(cfg, (old or {}).get(CACHE)), **loaded})
+    write_json(Path(run_dir) / FINGERPRINT, {**fingerprint(cfg, (old or {}).get(CACHE)), **loaded, **kept})

@@ -59,6 +59,8 @@ from cifar_dist.config.schema import engine_of
 from cifar_dist.rundir.checkpoints import find_saved_model, list_checkpoints
 from cifar_dist.rundir.fingerprint import check_resume, record
 from cifar_dist.rundir.run_code import refuse_inside, targets
+from cifar_dist.rundir.saved_config import load_saved
+from cifar_dist.rundir.stack import stack_record
 
 FIXED_GROUPS = ("data", "model", "optimizer", "trainer")
 FREE = frozenset(
@@ -183,7 +185,7 @@ def check_rerun(run_dir: Path, cfg: DictConfig) -> None:
             "or start a new run dir (hydra.run.dir=...)"
         )
     saved = run_dir / SAVED_CONFIG
-    differing = differences(OmegaConf.load(saved), cfg) if saved.is_file() else []  # none: written by hand
+    differing = differences(load_saved(saved), cfg) if saved.is_file() else []  # none: written by hand
     if differing:
         raise ResumeConflict(
             f"{run_dir} holds checkpoints of another experiment; a resume must keep its settings, but these "
@@ -223,6 +225,8 @@ def is_training(cfg: DictConfig) -> bool:
 
 
 def record_start(run_dir: Path, cfg: DictConfig) -> None:
-    """Once the re-run is allowed: record the code and data a training run starts (or resumes) with."""
+    """Once the re-run is allowed: record the code, the data and the stack a training run starts (or resumes)
+    with."""
     if is_training(cfg):
-        record(run_dir, cfg, resuming=bool(list_checkpoints(run_dir / "checkpoints")))
+        resuming = bool(list_checkpoints(run_dir / "checkpoints"))
+        record(run_dir, cfg, resuming, kept=stack_record(run_dir, cfg, resuming))

@@ -18,6 +18,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterator
 
+from cifar_dist.common.uri_userinfo import well_formed
 from cifar_dist.tracking.settings import sqlite_path
 
 OPEN_TIMEOUT_S = 10.0  # how long sqlite3 waits for another writer's lock while probing
@@ -28,11 +29,13 @@ class StoreUnavailable(Exception):
 
 
 def client_for(uri: str):
+    """The client of ``uri``; a server's URI with its ``user:password@`` percent-encoded, as the user may not have
+    typed it (a raw ``/`` in a password would move the host: ``common/uri_userinfo.py``)."""
     from mlflow.tracking import MlflowClient  # lazy: MLflow
 
     path = sqlite_path(uri)
     if path is None:
-        return MlflowClient(tracking_uri=uri)
+        return MlflowClient(tracking_uri=well_formed(uri))
     with schema_lock(path):
         probe_sqlite(path)
         return MlflowClient(tracking_uri=uri)  # creates the tables of a new file, under the lock

@@ -159,8 +159,10 @@ def test_every_form_hydra_writes_an_override_in_is_masked(typed, secret, tmp_pat
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_path):
-    """Issue 47, item 1, as the user ran it: ``-m`` with ``tracking.uri=http://alice:PW@host/`` on mpirun. The
-    ranks' interpreter is a stand-in that records its command line (what ``ps`` shows) and environment."""
+    """Issue 47, item 1, as the user ran it: ``-m`` with ``tracking.uri=http://alice:PW@host/`` on mpirun; the
+    password typed with a raw ``/`` (issue 57, item 1). The ranks' interpreter is a stand-in that records its
+    command line (what ``ps`` shows) and environment."""
+    typed = f"{PASSWORD}/w9"
     records = tmp_path / "ranks"
     python = tmp_path / "python"
     python.write_text(RECORDING_PYTHON.format(records=records, python=sys.executable))
@@ -170,7 +172,7 @@ def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_pat
         "-m",
         SWEPT,
         "tracking=mlflow",
-        f"tracking.uri=http://alice:{PASSWORD}@127.0.0.1:9/",
+        f"tracking.uri=http://alice:{typed}@127.0.0.1:9/",
         "launcher=mpirun",
         "launcher.np=1",
         f"launcher.python={python}",
@@ -188,7 +190,7 @@ def test_a_sweep_hands_a_tracking_password_to_the_ranks_environment_only(tmp_pat
     for rank in ranks:
         argv, env = (rank / "argv").read_text(), (rank / "env").read_text().splitlines()
         assert PASSWORD not in argv and "tracking.uri=http\\://127.0.0.1\\:9/" in argv, argv
-        assert f"MLFLOW_TRACKING_PASSWORD={PASSWORD}" in env and "MLFLOW_TRACKING_USERNAME=alice" in env
+        assert f"MLFLOW_TRACKING_PASSWORD={typed}" in env and "MLFLOW_TRACKING_USERNAME=alice" in env
 
 
 # The ranks' interpreter for the test above: a rank's start records its argv and environment, anything else is real.
@@ -214,13 +216,25 @@ COMMON_SECRET_NAMES = [
     "gcp_credentials",
     "DB_PASSWORD",
     "api_key",
+    # issue 57, item 12: a secret word anywhere in the name (``key`` as a word)
+    "SECRET_KEY_BASE",
+    "AWS_ACCESS_KEY_ID",
+    "MY_TOKEN_FILE",
+    "DB_PASSWORD_2",
+    "PASSWD_FILE",
+    "api_key_v2",
+    "credentials_json",
+    "accessToken",
 ]
 LOOK_ALIKES = ["path", "compass", "bypass", "patience", "sass", "keyring", "monkey", "passes", "pwd_dir", "tokens_seen"]
+LOOK_ALIKES += ["TOKENIZERS_PARALLELISM", "secretary", "pass_through", "hotkeys", "exclude_keys", "KEYRING_BACKEND"]
 
 
 def test_the_common_secret_names_are_secret_and_their_look_alikes_are_not(tmp_path):
     """Issue 47, item 5: ``sas``, ``DB_PASS``, ``APIKEY``, ``*_PAT``, ``*_PWD``, ``*_CONNECTION_STRING`` stayed in
-    ``.hydra/``; the shell's ``PWD`` (the working directory) is no secret."""
+    ``.hydra/``; the shell's ``PWD`` (the working directory) is no secret. Issue 57, item 12: ``SECRET_KEY_BASE``
+    (a secret word not at the end) stayed in ``.hydra/`` and on the console; Batch AI's ``key_vault_*`` settings
+    (where the key is, not the key) stay, so that a saved config re-runs."""
     assert [n for n in COMMON_SECRET_NAMES if not is_secret_key(f"launcher.env.{n}")] == []
     assert [n for n in LOOK_ALIKES if is_secret_key(f"data.{n}")] == []
     assert all(is_secret_env(n) for n in COMMON_SECRET_NAMES) and not is_secret_env("PWD")
@@ -230,6 +244,11 @@ def test_the_common_secret_names_are_secret_and_their_look_alikes_are_not(tmp_pa
     OmegaConf.save(OmegaConf.create({"launcher": {"env": env}, "overrides": overrides}), path)
     redact_yaml_file(path)
     assert TOKEN not in path.read_text(), path.read_text()
+    assert redact_text(f"[HYDRA] #0 : +launcher.env.SECRET_KEY_BASE={TOKEN}") == (
+        f"[HYDRA] #0 : +launcher.env.SECRET_KEY_BASE={MASK}"
+    )
+    vault = {"key_vault_id": "/subscriptions/s/vaults/v", "key_vault_secret_url": "https://v.vault.azure.net/secrets/k"}
+    assert redact_config({"launcher": vault}) == {"launcher": vault}
 
 
 def test_a_secret_variables_value_is_masked_as_a_whole_value_never_inside_another(monkeypatch, tmp_path):
@@ -272,6 +291,24 @@ def test_a_secret_in_hydra_job_env_set_is_refused_for_the_ranks_not_handed_on_ma
         job.child_overrides()
     job.hydra_overrides = hydra[1:]
     assert "+hydra.job.env_set.MODE=fast" in job.child_overrides()
+
+
+def test_a_secret_in_hydra_job_env_set_in_dict_form_is_refused_as_the_dotted_form_is(tmp_path):
+    """Issue 57, item 11: ``+hydra.job.env_set={MY_TOKEN: ...}`` got past the refusal, reached the ranks as
+    ``{MY_TOKEN: <redacted>}`` and Hydra's parser refused it there; its value was in clear in ``overrides.yaml``."""
+    from cifar_dist.launchers.base import JobSpec, LaunchError
+
+    dict_form = f"+hydra.job.env_set={{MY_TOKEN: {TOKEN}, MODE: fast}}"
+    job = JobSpec(cfg=compose_cfg("launcher=mpirun"), output_dir=tmp_path, hydra_overrides=[dict_form])
+    with pytest.raises(LaunchError, match=r"^hydra.job.env_set.MY_TOKEN: a value named as a secret .*\(launcher\.env"):
+        job.child_overrides()
+    job.hydra_overrides = ["+hydra.job.env_set={MODE: fast, MONKEY: x}"]
+    assert "+hydra.job.env_set={MODE: fast, MONKEY: x}" in job.child_overrides()
+    assert redact_text(dict_form) == f"+hydra.job.env_set={{MY_TOKEN: {MASK}, MODE: fast}}"
+    run_dir = tmp_path / "run"
+    line = one_error_line(run_cli("launcher=mpirun", dict_form, "data=sample", f"hydra.run.dir={run_dir}"))
+    assert line.startswith("cifar_dist: error: hydra.job.env_set.MY_TOKEN: a value named as a secret"), line
+    assert TOKEN not in line and not run_dir.exists()
 
 
 def test_hydras_own_error_does_not_echo_a_secret():

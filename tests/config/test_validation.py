@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from cifar_dist.config.validation import ConfigError, is_validated, validate
-from helpers.cli import cli_env, compose_cfg, run_cli
+from helpers.cli import cli_env, compose_cfg, one_error_line, run_cli
+from helpers.no_horovod import as_the_jax_stack
 
 
 def test_every_bad_value_is_listed_in_one_line():
@@ -193,3 +194,70 @@ def test_a_copy_of_a_validated_config_is_trusted_and_a_changed_engine_is_checked
     monkeypatch.setattr(choice, "horovod_installed", lambda: False)
     with pytest.raises(ConfigError, match=r"^bad config: launcher=gloo starts Horovod's Gloo ranks, which"):
         choice.resolve_engine(cfg)
+
+
+@pytest.mark.jax_stack
+def test_the_jax_stack_refuses_the_engines_that_need_tensorflow_naming_the_stack(monkeypatch):
+    """Issue 57, item 3: without TensorFlow, ``engine=tensorflow`` started anyway (a ``ModuleNotFoundError``
+    traceback), and ``engine=horovod``'s refusal said "(the current stack)"."""
+    from cifar_dist.config.validation import launcher_problems
+
+    configs = {name: compose_cfg(f"engine={name}") for name in ("tensorflow", "horovod", "jax")}
+    as_the_jax_stack(monkeypatch)
+    (tensorflow,) = launcher_problems(configs["tensorflow"])
+    assert tensorflow.startswith("engine=tensorflow needs TensorFlow: TensorFlow is not installed in this environment")
+    assert "(the jax stack)" in tensorflow and "tensorflow extra" in tensorflow and "engine=jax" in tensorflow
+    (horovod,) = launcher_problems(configs["horovod"])
+    assert horovod.startswith("engine=horovod: Horovod is not installed in this environment (the jax stack)")
+    assert launcher_problems(configs["jax"]) == []
+
+
+@pytest.mark.jax_stack
+@pytest.mark.parametrize(
+    "tensorflow, horovod, stack",
+    [(True, True, "the horovod stack"), (True, False, "the current stack"), (False, False, "the jax stack")],
+)
+def test_the_stack_is_named_by_what_is_installed(monkeypatch, tensorflow, horovod, stack):
+    from cifar_dist.training.engines import choice
+
+    monkeypatch.setattr(choice, "tensorflow_installed", lambda: tensorflow)
+    monkeypatch.setattr(choice, "horovod_installed", lambda: horovod)
+    assert choice.installed_stack() == stack
+
+
+@pytest.mark.jax_stack
+def test_engine_tensorflow_without_tensorflow_is_one_line_for_real(tmp_path):
+    """The same in a process where TensorFlow cannot be imported (``env_without_tensorflow``), as the CLI runs."""
+    from helpers.no_horovod import env_without_tensorflow
+
+    site = tmp_path / "site"
+    site.mkdir()
+    run_dir = tmp_path / "run"
+    proc = run_cli("engine=tensorflow", "data=sample", f"hydra.run.dir={run_dir}", env=env_without_tensorflow(site))
+    line = one_error_line(proc)
+    assert "engine=tensorflow needs TensorFlow" in line and "(the jax stack)" in line and not run_dir.exists(), line
+
+
+def test_jit_compile_on_several_tensorflow_processes_is_refused_before_anything_starts(monkeypatch, tmp_path):
+    """Issue 57, item 14: ``trainer.jit_compile=true`` on several engine=tensorflow processes was refused by the
+    engine once both ranks had started: the line twice, mpirun's abort banner, a run dir left."""
+    from cifar_dist.training.engines import choice
+
+    several = ("engine=tensorflow", "trainer.jit_compile=true", "launcher=mpirun", "launcher.np=2")
+    with pytest.raises(ConfigError, match=r"trainer.jit_compile=true cannot run on 2 engine=tensorflow processes: XLA"):
+        validate(compose_cfg(*several))
+    validate(compose_cfg(*several[:3], "launcher.np=1"))  # one process: the engine's own rule (its GPU)
+    validate(compose_cfg("engine=jax", *several[1:]))  # every JAX step is compiled by XLA anyway
+    # engine=auto choosing TensorFlow for 2 processes on CPUs (no Horovod): refused when it is chosen.
+    auto = compose_cfg("trainer.jit_compile=true", "launcher=mpirun", "launcher.np=2", "trainer.accelerator=cpu")
+    validate(auto)
+    monkeypatch.setattr(choice, "horovod_installed", lambda: False)
+    monkeypatch.setattr(choice, "tensorflow_installed", lambda: True)
+    with pytest.raises(ConfigError, match=r"trainer.jit_compile=true cannot run on 2 engine=tensorflow processes"):
+        choice.resolve_engine(auto)
+    monkeypatch.undo()
+    run_dir = tmp_path / "run"
+    proc = run_cli(*several, "data=sample", f"hydra.run.dir={run_dir}")
+    line = one_error_line(proc)
+    assert "trainer.jit_compile=true cannot run on 2 engine=tensorflow processes" in line and not run_dir.exists()
+    assert "mpirun" not in proc.stderr.replace("launcher=mpirun", ""), proc.stderr  # no rank started

@@ -239,7 +239,8 @@ def test_a_factory_is_called_with_the_seed_and_its_kwargs(factory_module):
     [
         (
             "nosuchmodule.make",
-            r"^data._target_=nosuchmodule.make cannot be imported \(.*\); put its module on PYTHONPATH",
+            r"^data._target_=nosuchmodule.make cannot be imported: no module named 'nosuchmodule'; put its module on "
+            "PYTHONPATH",
         ),
         (
             "myfactory.wrong",

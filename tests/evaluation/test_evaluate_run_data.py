@@ -116,3 +116,59 @@ def test_which_data_the_command_and_the_run_dir_decide(tmp_path):
     assert evaluation_data(cfg, model, None)[1] == "data=cifar10, as the config given says"
     elsewhere = tmp_path / "model.h5"
     assert evaluation_data(cfg, elsewhere, [])[1].startswith("data=cifar10 (the default: ")
+
+
+def horovod_run_dir(root, keras: int):
+    """A run dir of the horovod stack as it arrives elsewhere: its saved config (engine=horovod) and its model."""
+    from omegaconf import OmegaConf
+
+    from helpers.cli import compose_cfg
+
+    run = root / f"keras{keras}"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(
+        compose_cfg("engine=horovod", f"engine.keras={keras}", "data=sample"), run / ".hydra" / "config.yaml"
+    )
+    (run / "saved_models").mkdir()
+    (run / "saved_models" / "keras_cifar10_trained_model.h5").write_bytes(b"not read before the engine is chosen")
+    return run
+
+
+@pytest.mark.jax_stack
+def test_a_horovod_run_scored_without_tensorflow_is_one_line_saying_what_to_do(monkeypatch, tmp_path):
+    """Issue 57, item 3: evaluating a run trained on the horovod stack, on the jax stack, started the TensorFlow
+    engine anyway (a ``ModuleNotFoundError`` traceback)."""
+    from cifar_dist.config.schema import typed
+    from cifar_dist.evaluation.run_data import EngineMissing, evaluation_engine
+    from helpers.cli import compose_cfg
+    from helpers.no_horovod import as_the_jax_stack
+
+    runs = {keras: horovod_run_dir(tmp_path, keras) for keras in (2, 3)}
+    cfgs = {keras: typed(compose_cfg("task=evaluate", f"evaluate.model={run}")) for keras, run in runs.items()}
+    models = {keras: run / "saved_models" / "keras_cifar10_trained_model.h5" for keras, run in runs.items()}
+    as_the_jax_stack(monkeypatch)
+    for keras, instead in (
+        (2, "Keras 2 (tf.keras) one, which only TensorFlow loads"),
+        (3, "score it on JAX: engine=jax"),
+    ):
+        with pytest.raises(EngineMissing) as refused:
+            evaluation_engine(cfgs[keras], models[keras], [f"evaluate.model={runs[keras]}"])
+        line = str(refused.value)
+        assert line.startswith(f"{models[keras]} was trained on engine=horovod, which scores it on TensorFlow")
+        assert "(the jax stack)" in line and "tensorflow extra" in line and instead in line, line
+    assert evaluation_engine(cfgs[3], models[3], ["engine=jax"]) == "jax"  # what the line says to do
+
+
+@pytest.mark.jax_stack
+def test_the_jax_stack_refuses_a_horovod_run_in_one_line_for_real(tmp_path):
+    """The same in a process where TensorFlow cannot be imported (``env_without_tensorflow``), as the CLI runs."""
+    from helpers.cli import one_error_line
+    from helpers.no_horovod import env_without_tensorflow
+
+    run = horovod_run_dir(tmp_path, 2)
+    site = tmp_path / "site"
+    site.mkdir()
+    out = tmp_path / "scored"
+    proc = run_cli("task=evaluate", f"evaluate.model={run}", f"hydra.run.dir={out}", env=env_without_tensorflow(site))
+    line = one_error_line(proc)
+    assert "was trained on engine=horovod" in line and "(the jax stack)" in line and not out.exists(), line

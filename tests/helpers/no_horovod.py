@@ -33,6 +33,17 @@ def env_without_tensorflow(site: Path) -> dict:
     return env_without(site, *NOT_ON_THE_JAX_STACK)
 
 
+def as_the_jax_stack(monkeypatch) -> None:
+    """This process as the jax stack has it, for a check made in-process: ``importlib`` finds no TensorFlow,
+    tf-keras or Horovod (what ``choice.tensorflow_installed``/``horovod_installed`` read)."""
+    found = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name in NOT_ON_THE_JAX_STACK else found(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+
+
 def skipped_where_horovod_is(reason: str):
     """A test that the passes without Horovod run (make test-current, make test-jax): skipped in the horovod
     stack's pass, saying ``reason``."""

@@ -128,3 +128,47 @@ def test_a_resume_on_the_same_stack_records_no_earlier_one():
         {"engine": "jax", "tensorflow": "2.18.1", "keras": "3.15.1", "jax": "0.7.1", "until_epoch": 3},
         {"engine": "jax", "tensorflow": "2.18.1", "keras": "3.12.0", "jax": "0.10.2", "until_epoch": 5},
     ]
+
+
+def test_the_stack_a_run_starts_with_is_recorded_where_a_resume_reads_it_without_metrics_json(tmp_path):
+    """Issue 57, item 7: with metrics.json gone, a resume crossed stacks silently (no ``earlier_stacks``); with it,
+    the same resume was refused. The fingerprint file a resume always reads records the stack at the start."""
+    from cifar_dist.rundir.fingerprint import FINGERPRINT
+    from cifar_dist.rundir.resume_policy import record_start
+    from cifar_dist.rundir.stack import StackChanged, started_stack
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = compose_cfg("engine=tensorflow", "data=sample")
+    record_start(run_dir, cfg)  # a first start
+    started = json.loads((run_dir / FINGERPRINT).read_text())["stack"]
+    assert started == started_stack(cfg) and started["engine"] == "tensorflow" and started["tensorflow"] == TENSORFLOW
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "checkpoint-003.h5").write_bytes(b"")
+    other = {**started, "tensorflow": OTHER_TENSORFLOW}  # as if the run had started on the other stack
+    (run_dir / FINGERPRINT).write_text(json.dumps({**json.loads((run_dir / FINGERPRINT).read_text()), "stack": other}))
+    with pytest.raises(StackChanged, match=f"checkpoints were written with TensorFlow {OTHER_TENSORFLOW}, Keras"):
+        check_stack(run_dir, cfg)
+    going_on = compose_cfg("engine=tensorflow", "data=sample", "trainer.resume_despite_changes=true")
+    check_stack(run_dir, going_on)  # says so on stderr
+    record_start(run_dir, going_on)
+    kept = json.loads((run_dir / FINGERPRINT).read_text())
+    assert kept["stack"] == started and kept["earlier_stacks"] == [{**other, "until_epoch": 3}]
+    check_stack(run_dir, cfg)  # the checkpoints are this stack's from now on
+    record_start(run_dir, cfg)
+    assert json.loads((run_dir / FINGERPRINT).read_text()) == kept  # a resume on the same stack changes nothing
+
+
+def test_a_real_run_records_the_stack_its_metrics_name_and_a_resume_without_metrics_json_is_refused(
+    resumable, half_run_overrides
+):
+    from cifar_dist.rundir.fingerprint import FINGERPRINT
+    from cifar_dist.rundir.stack import same_stack, stack_of
+
+    fingerprint = json.loads((resumable / FINGERPRINT).read_text())
+    assert same_stack(fingerprint["stack"], stack_of(read_metrics(resumable)["run"])), fingerprint["stack"]
+    (resumable / "metrics.json").unlink()
+    fingerprint["stack"]["tensorflow" if "tensorflow" in fingerprint["stack"] else "keras"] = "9.9.0"
+    (resumable / FINGERPRINT).write_text(json.dumps(fingerprint))
+    line = one_error_line(run_cli(*half_run_overrides, f"hydra.run.dir={resumable}", timeout=120))
+    assert f"{resumable}'s checkpoints were written with " in line and " 9.9.0" in line, line

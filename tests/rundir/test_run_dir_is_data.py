@@ -181,3 +181,70 @@ def test_an_evaluations_own_dir_may_be_evaluated_into_again(tmp_path):
     OmegaConf.save(compose_cfg(), ev / ".hydra" / "config.yaml")  # a training job's, killed before its first epoch
     with pytest.raises(ResumeConflict, match="holds a training run"):
         check_rerun(ev, cfg)
+
+
+# --- issue 57, item 16: a received run dir whose saved config was edited or damaged -----------------------------
+
+
+def malformed_run(folder: Path, **edits) -> Path:
+    """A run dir as received: a saved config (edited with ``edits``, dotted keys), a checkpoint and a saved model."""
+    run = folder / "received"
+    (run / ".hydra").mkdir(parents=True)
+    cfg = OmegaConf.to_container(compose_cfg("data=sample", "engine=horovod"), resolve=False)
+    saved = OmegaConf.create(cfg)
+    for key, value in edits.items():
+        OmegaConf.update(saved, key, value, force_add=True)
+    OmegaConf.save(saved, run / ".hydra" / "config.yaml")
+    for name in ("checkpoints/checkpoint-001.h5", "saved_models/keras_cifar10_trained_model.h5"):
+        (run / name).parent.mkdir(exist_ok=True)
+        (run / name).write_bytes(b"not read: the config is checked first")
+    return run
+
+
+MALFORMED = {
+    "engine-target": ({"engine._target_": "x"}, "engine._target_: Key '_target_' not in 'HorovodEngineConfig'"),
+    "folder-target": (
+        {"data": {"name": "folder", "path": "/nowhere", "_target_": None}},
+        "data._target_: Key '_target_' not in 'FolderDataConfig'",
+    ),
+    "wrong-type": ({"data.augment.translate": "big"}, "data.augment.translate: Value 'big' of type 'str' could not be"),
+}
+
+
+@pytest.mark.parametrize("edits, said", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_saved_config_is_one_line_naming_the_file_and_key_wherever_it_is_read(edits, said, tmp_path):
+    """Re-run (a resume: engine=auto keeps the checkpoints' engine, the resume policy compares) or evaluated, it
+    gave a 22-line ``ConfigKeyError`` traceback, and Hydra let the run-dir guard fail open."""
+    from cifar_dist.config.schema import typed
+    from cifar_dist.evaluation.run_data import evaluation_data, evaluation_engine
+    from cifar_dist.rundir.resume_policy import check_rerun
+    from cifar_dist.rundir.saved_config import SavedConfigError
+    from cifar_dist.training.engines.choice import trained_engine
+
+    run = malformed_run(tmp_path, **edits)
+    model = run / "saved_models" / "keras_cifar10_trained_model.h5"
+    cfg = typed(compose_cfg("task=evaluate", f"evaluate.model={run}"))
+    calls = {
+        "trained_engine": lambda: trained_engine(run),
+        "check_rerun": lambda: check_rerun(run, compose_cfg("data=sample", "engine=horovod")),
+        "evaluation_engine": lambda: evaluation_engine(cfg, model, [f"evaluate.model={run}"]),
+        "evaluation_data": lambda: evaluation_data(cfg, model, [f"evaluate.model={run}"]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(SavedConfigError) as refused:
+            call()
+        assert str(refused.value).startswith(f"{run}/.hydra/config.yaml: {said}"), (name, str(refused.value))
+        assert "\n" not in str(refused.value)
+
+
+def test_the_cli_says_it_in_one_line_and_the_received_run_dir_stays_as_it_was(tmp_path):
+    run = malformed_run(tmp_path, **{"engine._target_": "x"})
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    out = tmp_path / "scored"
+    for proc in (
+        run_cli("task=evaluate", f"evaluate.model={run}", f"hydra.run.dir={out}"),
+        run_cli("data=sample", f"hydra.run.dir={run}"),  # a resume into it
+    ):
+        line = one_error_line(proc)
+        assert line.startswith(f"cifar_dist: error: {run}/.hydra/config.yaml: engine._target_: Key"), line
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before and not out.exists()

@@ -1,11 +1,14 @@
 """A tracking URI's secrets (password, SAS query tokens) are masked everywhere the rest of the URI appears
 (issue 31, hostile 7): the console, the job log, the run dir's ``.hydra/*.yaml`` (issue 37), ``--cfg job``
-and a typo's one-line error."""
+and a typo's one-line error; the password as typed, with a raw ``/`` and a space (issue 57, item 1)."""
 
 from helpers.cli import assert_ok, one_error_line, run_cli, tiny_cifar
 
-URI = "http://alice:S3cretPW@127.0.0.1:9/x?sig=SIGsecret&se=2031-01-01T00%3A00Z&sp=racwdl&sv=2022-11-02&token=TOKsecret"
-SECRETS = ("S3cretPW", "SIGsecret", "2031-01-01", "racwdl", "2022-11-02", "TOKsecret")
+URI = (
+    "http://alice:S3cretPW/w9 x@127.0.0.1:9/x"
+    "?sig=SIGsecret&se=2031-01-01T00%3A00Z&sp=racwdl&sv=2022-11-02&token=TOKsecret"
+)
+SECRETS = ("S3cretPW", "w9 x", "SIGsecret", "2031-01-01", "racwdl", "2022-11-02", "TOKsecret")
 
 
 def leaked(text: str) -> list:

@@ -49,14 +49,19 @@ from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
 from cifar_dist.config.validation import check_chosen_engine, is_validated
 from cifar_dist.rundir.checkpoints import list_checkpoints
 from cifar_dist.rundir.resume_policy import SAVED_CONFIG
+from cifar_dist.rundir.saved_config import load_saved
 from cifar_dist.training.engines.world import processes_from_env
 from cifar_dist.training.process.gpu_env import host_gpu_count, visible_gpus
 
 log = logging.getLogger(__name__)
 
-HOROVOD_HINT = (
-    "Horovod is not installed in this environment (the current stack); install the horovod stack "
-    "(`CIFAR_DIST_STACK=horovod make install`, Python 3.10/3.11: docs/install.md)"
+# How to get what an engine needs (docs/install.md's stacks).
+HOROVOD_INSTALL = (
+    "install the horovod stack (`CIFAR_DIST_STACK=horovod make install`, Python 3.10/3.11: docs/install.md)"
+)
+TENSORFLOW_INSTALL = (
+    "install cifar_dist's tensorflow extra (`pip install -e '.[tensorflow]'`, Python < 3.14; or the current stack: "
+    "`CIFAR_DIST_STACK=current make install`, docs/install.md)"
 )
 
 
@@ -74,6 +79,22 @@ def tensorflow_installed() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
+def installed_stack() -> str:
+    """Which of docs/install.md's stacks this environment is, by what it has: Horovod (the horovod stack),
+    TensorFlow without it (the current stack), no TensorFlow (the jax stack)."""
+    if not tensorflow_installed():
+        return "the jax stack"
+    return "the horovod stack" if horovod_installed() else "the current stack"
+
+
+def missing_hint(package: str) -> str:
+    """``<package> is not installed in this environment (<its stack>); <how to install it>``, for an engine that
+    needs Horovod or TensorFlow where it is missing."""
+    how = HOROVOD_INSTALL if package == "horovod" else TENSORFLOW_INSTALL
+    name = "Horovod" if package == "horovod" else "TensorFlow"
+    return f"{name} is not installed in this environment ({installed_stack()}); {how}"
+
+
 def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = None, gpus: int = 0) -> tuple:
     """(engine name, reason) for a new job of ``processes`` processes (the rule's steps 2 and 3);
     ``horovod_where``: why the job has Horovod (``horovod_reason``), None when it has not; ``gpus``: the GPUs each
@@ -83,8 +104,8 @@ def choose(processes: int, horovod_where: Optional[str], keras: Optional[int] = 
     if not tensorflow_installed():
         if keras == 2:
             raise EngineChoiceError(
-                "engine.keras=2 asks for Keras 2 (tf.keras) models, which need TensorFlow, and it is not installed "
-                "here (the jax stack); install cifar_dist's tensorflow extra, or drop engine.keras=2"
+                "engine.keras=2 asks for Keras 2 (tf.keras) models, which need TensorFlow: "
+                f"{missing_hint('tensorflow')}; or drop engine.keras=2"
             )
         return JAX.name, f"engine=auto: TensorFlow is not installed; {processes} process(es) train on JAX (Keras 3)"
     if processes == 1 and (gpus < 2 or keras == 2):
@@ -141,7 +162,7 @@ def trained_engine(run_dir: Optional[Path]) -> Optional[str]:
     if run_dir is None or not list_checkpoints(run_dir / "checkpoints"):
         return None
     saved = run_dir / SAVED_CONFIG
-    name = engine_of(OmegaConf.load(saved)).name if saved.is_file() else None
+    name = engine_of(load_saved(saved)).name if saved.is_file() else None
     return name if engine_facts(name) is not None else None  # (auto, or no engine: None)
 
 

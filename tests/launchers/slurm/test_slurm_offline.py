@@ -75,15 +75,17 @@ def test_every_allocation_key_becomes_its_sbatch_option(tmp_path):
 
 @pytest.mark.parametrize(
     "forward_env, export",
-    [(["ALL"], "ALL"), (["PATH", "HOME"], "PATH,HOME,DB_PASS"), (["NONE"], "DB_PASS")],
+    [(["ALL"], "ALL"), (["PATH", "HOME"], "PATH,HOME,DB_PASS,SECRET_KEY_BASE"), (["NONE"], "DB_PASS,SECRET_KEY_BASE")],
 )
 def test_a_secret_in_launcher_env_is_exported_by_name_and_never_written(tmp_path, forward_env, export):
-    """Issue 47, item 5: sbatch passes a secret-named ``launcher.env`` entry from its own environment."""
-    conf = conf_from_kwargs(dict(env={"DB_PASS": "Pa55-value", "NCCL_DEBUG": "INFO"}, forward_env=forward_env))
+    """Issue 47, item 5: sbatch passes a secret-named ``launcher.env`` entry from its own environment; issue 57,
+    item 12: ``SECRET_KEY_BASE`` (a secret word not at the end) was written into the script."""
+    secrets = {"DB_PASS": "Pa55-value", "SECRET_KEY_BASE": "Base-value"}
+    conf = conf_from_kwargs(dict(env={**secrets, "NCCL_DEBUG": "INFO"}, forward_env=forward_env))
     assert f"--export={export}" in sbatch_options(conf, job(tmp_path))
     script = batch_script(conf, job(tmp_path), python="/usr/bin/python3")
-    assert "Pa55-value" not in script and "export NCCL_DEBUG=INFO" in script.splitlines()
-    assert SlurmLauncher(env=conf.env, forward_env=forward_env).client.job_env == {"DB_PASS": "Pa55-value"}
+    assert "Pa55-value" not in script and "Base-value" not in script and "export NCCL_DEBUG=INFO" in script.splitlines()
+    assert SlurmLauncher(env=conf.env, forward_env=forward_env).client.job_env == secrets
 
 
 @pytest.mark.parametrize(
