@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from cifar_dist.common.errors import ConfigError
+from cifar_dist.data.batches import DataError
 
 # Keeps the seed streams of (epoch, rank) pairs apart.
 EPOCH_STRIDE = 1_000_003
@@ -56,9 +57,20 @@ def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> np.ndarray
     False (the final test): rank r takes images r, r + size, ... so together the
     ranks cover every image exactly once."""
     if equal_shards:
-        per_rank = n // size
+        per_rank = validation_share(n, size)
         return np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
     return np.arange(rank, n, size)
+
+
+def validation_share(n: int, size: int) -> int:
+    """The test images each of ``size`` ranks validates on (n // size), refused in one line when that is none: the
+    ranks would validate on nothing, and no epoch would have a validation score."""
+    if n // size < 1:
+        raise DataError(
+            f"the test split holds {n} image(s), fewer than the {size} ranks that share it for validation: give it "
+            f"at least {size} (a held-out part of the data), or train on fewer ranks"
+        )
+    return n // size
 
 
 def flip_bits(n: int, seed: int) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError, reason
+from cifar_dist.data.checks import empty_split
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,15 @@ def host_memory_budget() -> int:
 def read_sources(sources: DataSources, where: str, budget: Optional[int] = None) -> DataArrays:
     """Both splits of ``sources`` read into memory, in order."""
     budget = host_memory_budget() if budget is None else budget
-    x_train, y_train = read_split(sources.train, f"the train source of {where}", budget)
-    x_test, y_test = read_split(sources.test, f"the test source of {where}", budget - x_train.nbytes)
+    x_train, y_train = read_split(sources.train, "train", where, budget)
+    x_test, y_test = read_split(sources.test, "test", where, budget - x_train.nbytes)
     return DataArrays(x_train, y_train, x_test, y_test, tuple(sources.class_names), sources.source)
 
 
-def read_split(source, what: str, budget: int):
-    """(images, labels) of one source: every record (or every batch of a PyDataset), stacked."""
+def read_split(source, split: str, where: str, budget: int):
+    """(images, labels) of one source (the ``split`` one of ``where``): every record (or every batch of a
+    PyDataset), stacked."""
+    what = f"the {split} source of {where}"
     if not hasattr(source, "__len__") or not hasattr(source, "__getitem__"):
         raise DataError(
             f"{what} is a {type(source).__name__}, not a random-access source (len() and [i]); see docs/data.md"
@@ -55,7 +58,7 @@ def read_split(source, what: str, budget: int):
     batched = _is_py_dataset(source)
     count = len(source)
     if count == 0:
-        raise DataError(f"{what} is empty; check the data it reads")
+        raise DataError(f"{what} is empty; {empty_split(split)}")
     images, labels = [], []
     for index in range(count):
         image, label = _record(source[index], what, index)
