@@ -43,23 +43,23 @@ def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
     return steps
 
 
-def rank_images(n: int, rank: int, size: int, shard: bool) -> np.ndarray:
-    """The indices of the training images rank ``rank`` of ``size`` walks each epoch (in the set's order)."""
-    if not shard:
-        return np.arange(n)
-    return np.arange(rank, (n // size) * size, size)
+def rank_images(n: int, rank: int, size: int, shard: bool) -> slice:
+    """The training images rank ``rank`` of ``size`` walks each epoch (in the set's order), as a slice: ``x[rows]``
+    is a view of the set, not a copy of it (a copy of the whole training set per process, on top of the set)."""
+    return slice(rank, (n // size) * size, size) if shard else slice(0, n)
 
 
-def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> np.ndarray:
-    """The indices of the evaluation images rank ``rank`` scores, in order.
+def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> slice:
+    """The evaluation images rank ``rank`` scores, in order, as a slice (a view of the set, as ``rank_images``;
+    ``len(range(n)[rows])`` counts them).
 
-    equal_shards=True (validation during fit): every rank gets n // size images;
-    False (the final test): rank r takes images r, r + size, ... so together the
-    ranks cover every image exactly once."""
+    equal_shards=True (validation during fit): every rank gets n // size images
+    (images rank, rank + size, ... of the first (n // size) * size); False (the
+    final test): rank r takes images r, r + size, ... so together the ranks
+    cover every image exactly once."""
     if equal_shards:
-        per_rank = validation_share(n, size)
-        return np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
-    return np.arange(rank, n, size)
+        return slice(rank, validation_share(n, size) * size, size)
+    return slice(rank, n, size)
 
 
 def validation_share(n: int, size: int) -> int:

@@ -119,12 +119,14 @@ class DataStreams:
         return DataArrays(x_train, y_train, x_test, y_test, self.class_names, self.source)
 
     def arrays(self, split: str = "test"):
-        """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate)."""
-        xs, ys = [], []
+        """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate): each
+        batch read is copied into one array made up front (the split's images in memory once, never stacked)."""
+        n = self.test_size if split == "test" else self.train_size
+        images, labels, filled = np.empty((n, *self.image_shape), np.float32), np.empty(n, np.int64), 0
         for x, y in self.images(self.test if split == "test" else self.train).batch(256):
-            xs.append(x.numpy())
-            ys.append(y.numpy())
-        return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
+            images[filled : filled + len(x)], labels[filled : filled + len(x)] = x.numpy(), y.numpy()
+            filled += len(x)
+        return images, labels
 
 
 def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
