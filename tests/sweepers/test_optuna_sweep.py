@@ -285,6 +285,20 @@ def test_a_trial_another_sweep_finished_meanwhile_is_not_told_again(caplog):
 
 
 @needs_optuna
+def test_a_nan_bound_is_one_line_and_leaves_no_sweep_dir(tmp_path):
+    """Issue 57 item 9: ``interval(nan, 1)`` was taken, its trials ran and left a sweep dir."""
+    sweep = tmp_path / "sweep"
+    proc = fake_optuna_sweep(sweep, "optimizer.lr=interval(nan, 1)")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if "interval(nan, 1)" in line]
+    assert lines == [
+        "optimizer.lr=interval(nan, 1): its bounds must be finite numbers (not nan or inf); give numbers such as 1e-4"
+    ], out[-3000:]
+    assert not sweep.exists()
+
+
+@needs_optuna
 def test_a_storage_optuna_cannot_open_is_one_line_before_any_trial(tmp_path):
     sweep = tmp_path / "sweep"
     proc = fake_optuna_sweep(
