@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import List, Sequence
 
 from cifar_dist.common.results import METRICS_FILE
@@ -14,6 +15,14 @@ from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 # until the test kills the sweep, or writes <its dir>/release: a slow point). An environment variable, so that the
 # re-run is the same command.
 HANG_AT_JOB = "SWEEP_FAKES_HANG_AT_JOB"
+
+
+def fake_sweep_env(**extra: str) -> dict:
+    """The CLI's environment, with tests/ on the path (for this module's launcher)."""
+    from helpers.cli import cli_env
+
+    tests = str(Path(__file__).resolve().parents[1])
+    return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])), **extra)
 
 
 class RecordingLauncher(Launcher):

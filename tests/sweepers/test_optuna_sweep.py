@@ -9,13 +9,12 @@ import re
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from helpers.cli import assert_ok, cli_env, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
-from helpers.sweep_fakes import HANG_AT_JOB
+from helpers.cli import assert_ok, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
+from helpers.sweep_fakes import HANG_AT_JOB, fake_sweep_env
 
 
 @pytest.mark.mpi
@@ -90,12 +89,6 @@ FAKE_SWEEP = (
     "launcher._target_=helpers.sweep_fakes.RecordingLauncher",
     "data=sample",
 )
-
-
-def fake_sweep_env(**extra: str) -> dict:
-    """The CLI's environment, with tests/ on the path (for helpers.sweep_fakes)."""
-    tests = str(Path(__file__).resolve().parents[1])
-    return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])), **extra)
 
 
 def fake_optuna_sweep(sweep, *overrides):
