@@ -64,7 +64,10 @@ def cgroup_limits(root: Path = Path("/sys/fs/cgroup"), membership: Path = Path("
         return []
     limits = []
     for line in lines:  # "0::/path" (v2), "4:memory:/path" (v1), "1:name=systemd:/path" (neither)
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if controllers == "":  # v2: one hierarchy, at the root (or in unified/, beside v1's)
             bases, name = (root, root / "unified"), "memory.max"
         elif "memory" in controllers.split(","):
