@@ -182,6 +182,8 @@ class OptunaSweeper(Sweeper):
             size = min(self.n_jobs, to_run)
             # an interrupted trial goes on as the same trial: Trial(study, id) is the object study.ask() returns
             batch = [optuna.trial.Trial(study, t._trial_id) for t in rerun[:size]]
+            for trial in batch:  # run here now (a stopped sweep's from another dir too): another sweep leaves it
+                mark_owner(trial, sweep_dir)
             rerun = rerun[size:]
             batch += [self.ask(study, sweep_dir) for _ in range(size - len(batch))]
             failed = self.run_batch(study, space, batch)

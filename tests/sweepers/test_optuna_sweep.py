@@ -255,6 +255,7 @@ def test_a_killed_sweeps_running_trials_are_run_again_from_another_sweep_dir(tmp
     assert launches(second) == [[0, 1]]
     study = optuna.load_study(study_name=None, storage=storage)
     assert [(t.number, t.state.name) for t in study.trials] == [(0, "COMPLETE"), (1, "COMPLETE")]
+    assert {t.user_attrs["cifar_dist_sweep_dir"] for t in study.trials} == {str(second)}  # taken over: marked
 
 
 @needs_optuna
