@@ -17,7 +17,9 @@ for every point of the batch, before any of them runs:
 Each bad point is one line naming the point and its overrides. When every
 point of the batch is bad, the sweep is refused as a single run is: those
 lines, exit 2, and nothing this command created is left (point dirs, the sweep
-dir with Hydra's ``multirun.yaml``). Otherwise the bad points fail alone,
+dir with Hydra's ``multirun.yaml``); in a sweep dir of an earlier sweep, its
+``multirun.yaml``, which the sweeper replaced before the first batch, is put
+back as it was (``RecordBefore``). Otherwise the bad points fail alone,
 untouched, and the others run.
 
 Only apps whose config has cifar_dist's run-dir callbacks are checked (Hydra's
@@ -27,13 +29,15 @@ own launcher test apps have none).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.atomic_files import atomic_path
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import redact_text
 from cifar_dist.common.sweep_errors import PointFailed
@@ -100,12 +104,42 @@ def refused_points(points: List[DictConfig], guard: RunDirGuard) -> Dict[int, st
     return refused
 
 
-def check_points(points: List[DictConfig], guard: RunDirGuard, sweep_dir: Path, existed: Path) -> Dict[int, str]:
-    """Refused points (index -> one line); exits 2 when it is all of them, leaving nothing this command made."""
+@dataclass(frozen=True)
+class RecordBefore:
+    """A sweep dir's ``multirun.yaml`` as it was before this command's sweeper replaced it (``text`` None: there
+    was none), read when the launcher is set up, before the sweeper writes."""
+
+    path: Path
+    text: Optional[bytes]
+
+    @classmethod
+    def of(cls, sweep_dir: Path) -> RecordBefore:
+        path = Path(sweep_dir).absolute() / SWEEP_RECORD
+        try:
+            return cls(path, path.read_bytes())
+        except OSError:  # none (or none this command could read, so none it could have replaced)
+            return cls(path, None)
+
+    def put_back(self) -> None:
+        """The record as it was: an earlier sweep's back in place (whole, never half written), or none."""
+        if self.text is None:
+            self.path.unlink(missing_ok=True)
+            return
+        with atomic_path(self.path) as tmp:
+            Path(tmp).write_bytes(self.text)
+
+
+def check_points(
+    points: List[DictConfig], guard: RunDirGuard, sweep_dir: Path, existed: Path, record: Optional[RecordBefore] = None
+) -> Dict[int, str]:
+    """Refused points (index -> one line); exits 2 when it is all of them, leaving nothing this command made:
+    ``record``, the sweep dir's ``multirun.yaml`` before this command (its first batch only), is put back."""
     refused = refused_points(points, guard)
     if not refused or len(refused) < len(points):
         return refused
     release_unstarted(points, guard)
+    if record is not None:
+        record.put_back()
     remove_new_sweep_dir(sweep_dir, existed)
     for i, problem in sorted(refused.items()):
         print(f"cifar_dist: error: {point_label(points[i])}: {problem}", file=sys.stderr, flush=True)

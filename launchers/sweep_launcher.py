@@ -55,7 +55,13 @@ from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
 from cifar_dist.config.validation import validate
 from cifar_dist.launchers.base import JobSpec, LaunchResult
 from cifar_dist.launchers.local import LocalLauncherConf
-from cifar_dist.launchers.sweep_checks import check_points, point_label, refused_return, release_unstarted
+from cifar_dist.launchers.sweep_checks import (
+    RecordBefore,
+    check_points,
+    point_label,
+    refused_return,
+    release_unstarted,
+)
 from cifar_dist.launchers.sweep_summary import summarize
 from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import existing_ancestor
@@ -119,13 +125,16 @@ class SweepLauncher(HydraLauncher):
         self.hydra_context: Optional[HydraContext] = None
         self.guard = RunDirGuard()  # the locks of the points' dirs, held while their batch runs
         self.existed: Optional[Path] = None  # the nearest folder of the sweep dir that existed before the sweep
+        self.record: Optional[RecordBefore] = None  # the sweep dir's multirun.yaml before the sweep; None once started
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
-        # Before the sweeper creates the sweep dir (and writes multirun.yaml there): a refused sweep removes it.
+        # Before the sweeper creates the sweep dir (and writes multirun.yaml there): a refused sweep removes it, or
+        # puts back the multirun.yaml an earlier sweep left there.
         self.existed = existing_ancestor(Path(str(config.hydra.sweep.dir)))
+        self.record = RecordBefore.of(Path(str(config.hydra.sweep.dir)))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -137,7 +146,8 @@ class SweepLauncher(HydraLauncher):
         log.info("Launching %d jobs", len(job_overrides))
         points = [self.sweep_config(list(o), initial_job_idx + i) for i, o in enumerate(job_overrides)]
         try:
-            refused = check_points(points, self.guard, sweep_dir, self.existed or sweep_dir)
+            refused = check_points(points, self.guard, sweep_dir, self.existed or sweep_dir, self.record)
+            self.record = None  # the sweep has started: the record is its own now
             for i, why in sorted(refused.items()):
                 log.error("%s: %s", point_label(points[i]), why)
             return self.launch_points(points, sweep_dir, refused)

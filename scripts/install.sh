@@ -16,7 +16,8 @@
 # newest: the two ends the suite was run at.
 #
 #   1. system OpenMPI (apt, when missing; needs root), and Slurm + munge for the
-#      Slurm launcher's tests (apt; skipped without root)
+#      Slurm launcher's tests (apt; skipped, saying why, without root or when apt-get fails); apt-get
+#      waits for another apt or dpkg to finish (CIFAR_DIST_APT_LOCK_WAIT seconds, 600)
 #   2. a virtualenv; horovod stack: TensorFlow 2.18.1 + tf-keras first, then Horovod built from
 #      source against it, with MPI and Gloo; the wheel is cached in $CIFAR_DIST_WHEEL_CACHE
 #      (default ~/.cache/cifar_dist/wheels) so reinstalls and CI reuse it (3-15 minutes once)
@@ -33,8 +34,10 @@ STACK=${CIFAR_DIST_STACK:-auto}
 CACHE_ROOT=${CIFAR_DIST_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cifar_dist/wheels}
 STACK_FILE="$VENV/cifar_dist_stack"  # which stack the venv holds: a venv never mixes the two
 
-say() { printf '[install] %s\n' "$*"; }
-die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
+# say, die, and the apt steps: scripts/install_system.sh (tests/project/test_install_system.py runs them with a
+# fake apt-get)
+# shellcheck source=scripts/install_system.sh
+source scripts/install_system.sh
 
 # 0. The stack, said first ------------------------------------------------------
 # scripts/install_stack.py reads setup.cfg's extras' Python markers (the one home of "where a stack installs")
@@ -47,42 +50,11 @@ if [ -f "$STACK_FILE" ] && [ "$(cat "$STACK_FILE")" != "$STACK" ]; then
 fi
 
 # 1. System packages ----------------------------------------------------------------
-as_root() {  # run "$@" as root (directly, or with passwordless sudo); 1 when neither is possible
-    if [ "$(id -u)" = 0 ]; then
-        env DEBIAN_FRONTEND=noninteractive "$@"
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        sudo -n env DEBIAN_FRONTEND=noninteractive "$@"
-    else
-        return 1
-    fi
-}
-apt_install() {  # apt_install WHAT PACKAGE...: 1 without root
-    local what=$1; shift
-    as_root true || return 1
-    say "installing $what (apt-get: $*)"
-    as_root apt-get update -q
-    as_root apt-get install -y -q --no-install-recommends "$@"
-}
-
-# OpenMPI: mpirun starts the ranks of either engine; the horovod stack also compiles against it.
-mpi_pkgs="openmpi-bin"
-[ "$STACK" = horovod ] && mpi_pkgs="libopenmpi-dev openmpi-bin"
-if ! command -v mpirun >/dev/null 2>&1 || { [ "$STACK" = horovod ] && ! command -v mpicxx >/dev/null 2>&1; }; then
-    # shellcheck disable=SC2086
-    apt_install OpenMPI $mpi_pkgs || die "OpenMPI is missing; run 'sudo apt-get install $mpi_pkgs' and re-run"
-fi
-
-# Slurm, for the Slurm launcher's tests against a real single-node cluster
-# (tests/helpers/slurm_cluster.py starts it; nothing runs as a service). Optional: the
-# tests skip, saying why, where it cannot be installed.
-slurm_missing() {
-    [ ! -x /usr/sbin/slurmctld ] || [ ! -x /usr/sbin/slurmd ] || [ ! -x /usr/sbin/munged ] \
-        || ! command -v sbatch >/dev/null 2>&1
-}
-if slurm_missing; then
-    apt_install "Slurm for the tests" slurmctld slurmd slurm-client munge \
-        || say "Slurm not installed (needs root): the Slurm launcher's real-cluster tests will be skipped"
-fi
+# OpenMPI: mpirun starts the ranks of either engine; the horovod stack also compiles against it. Slurm, for the
+# Slurm launcher's tests against a real single-node cluster (tests/helpers/slurm_cluster.py starts it; nothing
+# runs as a service): optional, the tests skip, saying why, where it cannot be installed.
+install_openmpi "$STACK"
+install_slurm
 
 # 2. Virtualenv, and the horovod stack's TensorFlow and Horovod -------------------------
 if [ ! -x "$VENV/bin/python" ]; then

@@ -9,7 +9,8 @@ under SQLAlchemy 2. What it does beyond the plugin:
 - a study in a database (``hydra.sweeper.storage=sqlite:///optuna.db``) is continued by the same command: the
   trials it finished are not run again, those a killed sweep left running are run again under their own numbers
   (so in their own run dirs, where a run resumes from its checkpoints), and new ones are asked until the study
-  has ``n_trials`` (``optuna_study.py``);
+  has ``n_trials`` (``optuna_study.py``); a sweep from another sweep dir on the same study while the first runs
+  leaves the first's running trials to it, and numbers its own after every stored one;
 - trial N runs as point N of the sweep (its run dir is ``<sweep dir>/N``), so a trial in optuna-dashboard is the
   run dir of the same number;
 - a failed trial is recorded FAIL and printed once; when more trials of a batch fail than
@@ -39,9 +40,12 @@ from cifar_dist.rundir.owner import SWEEP_RECORD
 from cifar_dist.rundir.saved_config import redact_yaml_file
 from cifar_dist.sweepers.optuna_space import SearchSpace, params_lines, search_space
 from cifar_dist.sweepers.optuna_study import (
+    SWEEP_DIR,
+    finished_already,
     finished_count,
-    interrupted_trials,
+    mark_owner,
     open_study,
+    running_trials,
     save_results,
     stopped,
     storage_label,
@@ -169,17 +173,19 @@ class OptunaSweeper(Sweeper):
             type(sampler).__name__,
             self.directions,
         )
-        rerun = interrupted_trials(study)
-        to_run = n_trials - finished_count(study)
-        self.report_progress(study, rerun, to_run, n_trials)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        rerun, elsewhere = running_trials(study, sweep_dir)
+        to_run = n_trials - finished_count(study) - len(elsewhere)
+        self.report_progress(study, rerun, elsewhere, to_run, n_trials)
         save_sweep_record(self.config, sweep_dir)
         while to_run > 0:
             size = min(self.n_jobs, to_run)
             # an interrupted trial goes on as the same trial: Trial(study, id) is the object study.ask() returns
             batch = [optuna.trial.Trial(study, t._trial_id) for t in rerun[:size]]
+            for trial in batch:  # run here now (a stopped sweep's from another dir too): another sweep leaves it
+                mark_owner(trial, sweep_dir)
             rerun = rerun[size:]
-            batch += [study.ask() for _ in range(size - len(batch))]
+            batch += [self.ask(study, sweep_dir) for _ in range(size - len(batch))]
             failed = self.run_batch(study, space, batch)
             if failed / len(batch) > self.max_failure_rate:
                 raise stopped(study, self.max_failure_rate, save_results(study, sweep_dir))
@@ -227,6 +233,9 @@ class OptunaSweeper(Sweeper):
             problem = f"it returned {ret.return_value!r}, not {len(self.directions)} finite number(s)"
         else:  # the exception the point failed with (the property would print Hydra's "Error executing job")
             values, problem = None, str(ret._return_value)
+        if finished_already(study, trial):  # another sweep of the study took it (it thought this one stopped)
+            log.warning("trial #%d was finished by another sweep of the study meanwhile: not told again", trial.number)
+            return False
         try:
             study.tell(trial, state=state.COMPLETE if values else state.FAIL, values=values)
         except RuntimeError as exc:  # GridSampler calls study.stop() once its grid is done: told all the same
@@ -236,14 +245,30 @@ class OptunaSweeper(Sweeper):
             log.warning("trial #%d failed: %s", trial.number, problem)
         return values is None
 
-    def report_progress(self, study: Any, rerun: List[Any], to_run: int, n_trials: int) -> None:
+    @staticmethod
+    def ask(study: Any, sweep_dir: Path) -> Any:
+        """A new trial (numbered after every trial the study holds), marked as this sweep dir's."""
+        trial = study.ask()
+        mark_owner(trial, sweep_dir)
+        return trial
+
+    def report_progress(self, study: Any, rerun: List[Any], elsewhere: List[Any], to_run: int, n_trials: int) -> None:
         finished = finished_count(study)
+        if elsewhere:
+            dirs = sorted({str(t.user_attrs[SWEEP_DIR]) for t in elsewhere})
+            log.info(
+                "%d trial(s) of the study run now in another sweep dir (%s in %s): left to that sweep, counted as "
+                "the study's",
+                len(elsewhere),
+                ", ".join(f"#{t.number}" for t in elsewhere),
+                ", ".join(dirs),
+            )
         if not finished and not rerun:
             return
         if to_run <= 0:
             log.info(
                 "the study has its %d trials (hydra.sweeper.n_trials=%d): nothing to run; raise n_trials to go on",
-                finished,
+                finished + len(elsewhere),
                 n_trials,
             )
             return

@@ -15,6 +15,7 @@ Lazy: Optuna is imported only when a sweep reads its space.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
@@ -67,6 +68,18 @@ def params_lines(params: Any) -> List[str]:
 
 
 def distribution_of(override: Override) -> Any:
+    """The Optuna distribution of one sweep override; one line (``SweepRefused``) for bounds Optuna cannot draw
+    from, before anything is written."""
+    try:
+        return _distribution(override)
+    except (ValueError, ArithmeticError) as exc:  # what Hydra's range (decimal) or Optuna still refuse
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SweepRefused(
+            f"{override.input_line}: Optuna cannot draw from it ({first}); see docs/launchers.md"
+        ) from None
+
+
+def _distribution(override: Override) -> Any:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution  # lazy: Optuna
 
     value = override.value()
@@ -75,15 +88,34 @@ def distribution_of(override: Override) -> Any:
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
         return CategoricalDistribution(list(override.sweep_iterator(transformer=Transformer.encode)))
     if override.is_range_sweep():
+        _check_bounds(override.input_line, value.start, value.stop, value.step, log=False)
         if any(isinstance(bound, float) for bound in (value.start, value.stop, value.step)):
             return FloatDistribution(float(value.start), float(value.stop), step=float(value.step))
         return IntDistribution(int(value.start), int(value.stop), step=int(value.step))
     if override.is_interval_sweep():
         log = "log" in value.tags
+        _check_bounds(override.input_line, value.start, value.end, None, log)
         if isinstance(value.start, int) and isinstance(value.end, int):
             return IntDistribution(value.start, value.end, log=log)
         return FloatDistribution(float(value.start), float(value.end), log=log)
     raise SweepRefused(f"{override.input_line}: the Optuna sweeper takes {SWEEPS} sweeps")
+
+
+def _check_bounds(line: str, low: Any, high: Any, step: Any, log: bool) -> None:
+    """One line for bounds no value can be drawn between: not finite numbers (nan, inf), the low end above the
+    high one (an empty range), a step not above 0, a log scale from 0 or below."""
+    bounds = [low, high] + ([] if step is None else [step])
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) for b in bounds):
+        raise SweepRefused(f"{line}: its bounds must be finite numbers (not nan or inf); give numbers such as 1e-4")
+    if step is not None and step < 0:
+        raise SweepRefused(f"{line}: Optuna draws a range upwards; write range({high}, {low}, {-step})")
+    if step == 0:
+        raise SweepRefused(f"{line}: a step of 0 never moves; give a step above 0, e.g. range({low}, {high}, 1)")
+    if low > high:
+        kind = "range" if step is not None else "interval"
+        raise SweepRefused(f"{line}: it starts above its end, so it holds no value; write {kind}({high}, {low})")
+    if log and low <= 0:
+        raise SweepRefused(f"{line}: a log scale needs a low end above 0 (not {low}); e.g. interval(1e-5, {high})")
 
 
 def suggest(trial: Any, key: str, distribution: Any) -> Any:

@@ -3,8 +3,11 @@
 A study is found by its name in its storage (``hydra.sweeper.study_name``, ``hydra.sweeper.storage``). Without
 a name, it is named after the command's search (the overrides and ``hydra.sweeper.params``, and the
 directions), so that the same command, run again, continues the same study: with a database storage
-(``sqlite:///optuna.db``) a sweep that was killed or stopped goes on where it was. A study is driven by one
-sweep at a time: the trials it left RUNNING are the ones the stopped sweep was running, and are run again.
+(``sqlite:///optuna.db``) a sweep that was killed or stopped goes on where it was. Each trial records the sweep
+dir that runs it (``SWEEP_DIR``): the trials a stopped sweep left RUNNING are run again (in their own run dirs
+when the sweep dir is the same); those another sweep is running now (from another sweep dir on the same study:
+the lock of its point's run dir is held) are left to it and counted as the study's, and new trials are numbered
+after every stored one.
 
 Lazy: Optuna (and SQLAlchemy) are imported only when a sweep opens its study.
 """
@@ -13,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from omegaconf import OmegaConf
 
 from cifar_dist.common.redaction import redact_text, redact_uri
 from cifar_dist.common.sweep_errors import StudyStopped, SweepRefused
+from cifar_dist.rundir.lock import in_use
 
 RESULTS_FILE = "optimization_results.yaml"
 EXAMPLE_STORAGE = "sqlite:///optuna.db"
@@ -75,11 +79,32 @@ def open_study(storage: Any, name: str, sampler: Any, directions: List[str]) -> 
     return study
 
 
-def interrupted_trials(study: Any) -> List[Any]:
-    """The trials a stopped sweep left running (their points are run again, under their own numbers)."""
+# The user attribute that names the sweep dir whose point a trial is (a trial of the study is run there, as point N).
+SWEEP_DIR = "cifar_dist_sweep_dir"
+
+
+def mark_owner(trial: Any, sweep_dir: Path) -> None:
+    """Record on a new trial which sweep dir runs it: another sweep of the study leaves it alone while it runs."""
+    trial.set_user_attr(SWEEP_DIR, str(Path(sweep_dir).absolute()))
+
+
+def running_trials(study: Any, sweep_dir: Path) -> Tuple[List[Any], List[Any]]:
+    """(to run again, elsewhere): the RUNNING trials a stopped sweep left (this sweep dir's, or another dir's whose
+    point nobody holds any more: run again here, under their own numbers), and those another sweep runs now (the
+    lock of its point's run dir is held: running them here would train them twice, and its telling them would
+    then fail)."""
     import optuna  # lazy: Optuna
 
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    here = str(Path(sweep_dir).absolute())
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    owners = {t.number: t.user_attrs.get(SWEEP_DIR, here) for t in running}  # unmarked: a study from before marks
+    elsewhere = [t for t in running if owners[t.number] != here and in_use(Path(owners[t.number]) / str(t.number))]
+    return [t for t in running if t not in elsewhere], elsewhere
+
+
+def finished_already(study: Any, trial: Any) -> bool:
+    """Whether ``trial`` has its outcome in the study already (told by another sweep): telling it again fails."""
+    return any(t.number == trial.number and t.state.is_finished() for t in study.get_trials(deepcopy=False))
 
 
 def finished_count(study: Any) -> int:

@@ -36,7 +36,7 @@ from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, ass
 from cifar_dist.data.cache import cached_folder, ensure_cached
 from cifar_dist.data.custom import load_custom
 from cifar_dist.data.folder import load_folder_arrays, load_folder_streams
-from cifar_dist.data.sources import DataSources, host_memory_budget
+from cifar_dist.data.sources import DataSources
 
 __all__ = ["CifarArrays", "DataArrays", "DataSources", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
 
@@ -59,9 +59,7 @@ def load_dataset(data_cfg, seed: int = 0, arrays: bool = False):
     elif name == "folder":
         data = load_folder_arrays(data_cfg) if arrays else load_folder_streams(data_cfg)
     elif name == "custom":
-        data = load_custom(data_cfg, seed)
-        if arrays and not isinstance(data, DataArrays):
-            data = data.as_arrays(host_memory_budget())
+        data = load_custom(data_cfg, seed, arrays)
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
     log.info(

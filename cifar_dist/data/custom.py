@@ -40,7 +40,7 @@ from cifar_dist.common.target_source import (
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import check_arrays, check_elements
-from cifar_dist.data.sources import DataSources, read_sources
+from cifar_dist.data.sources import DataSources, host_memory_budget, read_sources
 
 RETURNS = "cifar_dist.data.DataArrays, DataSources or (with TensorFlow) DataStreams"
 ON_PYTHONPATH = "put its module on PYTHONPATH (or run from the directory that holds it)"
@@ -50,8 +50,9 @@ NO_TENSORFLOW = (
 )
 
 
-def load_custom(data_cfg, seed: int):
-    """What ``data._target_`` returns for ``seed``, checked; one-line DataErrors when it cannot."""
+def load_custom(data_cfg, seed: int, arrays: bool = False):
+    """What ``data._target_`` returns for ``seed``, checked; one-line DataErrors when it cannot. ``arrays``: a
+    tf.data factory's datasets read into memory too (engine=jax, scoring), and then checked whole."""
     target = str(data_cfg.get("_target_") or "")
     if not target or OmegaConf.is_missing(data_cfg, "_target_"):
         raise DataError(
@@ -76,7 +77,12 @@ def load_custom(data_cfg, seed: int):
         check_arrays(data, where)
         return data
     if _is_streams(data):
-        return _checked_streams(data, target)
+        streams = _checked_streams(data, target)
+        if not arrays:
+            return streams  # too big to read whole here: its batches are checked as they are read
+        data = streams.as_arrays(host_memory_budget())
+        check_arrays(data, where)  # every image now: a NaN past the first elements too
+        return data
     raise DataError(f"{where} returned {type(data).__name__}, not {RETURNS}; see docs/data.md")
 
 

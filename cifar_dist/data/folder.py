@@ -163,7 +163,7 @@ def folder_split(data_cfg):
 
 def load_folder_arrays(data_cfg):
     """``DataArrays`` of the tree at ``data.path``: every image decoded into memory once (engine=jax keeps them on
-    the device); refused in one line when they would not fit in half of this machine's memory."""
+    the device); refused in one line when they would take more than ``sources.host_memory_budget``."""
     train, test, names, root = folder_split(data_cfg)
     size = int(data_cfg.image_size)
     needed, budget = (len(train) + len(test)) * size * size * 3, host_memory_budget()

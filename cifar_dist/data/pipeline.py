@@ -43,6 +43,13 @@ def to_float(images: tf.Tensor) -> tf.Tensor:
     return tf.cast(images, tf.float32)
 
 
+def host_rows(x: np.ndarray, index: tf.Tensor) -> tf.Tensor:
+    """``x[index]``, gathered by numpy from the array where it lies: the images are never copied into TensorFlow
+    whole (``tf.constant`` of the set holds a copy and, while making it, a second one: 3x the set in memory)."""
+    rows = tf.numpy_function(lambda i: x[i], [index], tf.as_dtype(x.dtype), stateful=False)
+    return tf.ensure_shape(rows, [None, *x.shape[1:]])
+
+
 def augment_batch(images: tf.Tensor, seed: tf.Tensor, width_shift: float, height_shift: float, flip: bool) -> tf.Tensor:
     """The seed's ImageDataGenerator(width_shift_range, height_shift_range,
     horizontal_flip, fill_mode="nearest") on a whole float batch at once.
@@ -178,8 +185,7 @@ def train_stream(
     per_rank = n // size if shard else n
     steps = checked_steps(n, batch_size, size, shard)
     used = steps * batch_size
-    images = tf.constant(x)
-    labels = tf.one_hot(tf.constant(y, tf.int32), num_classes)
+    labels = tf.constant(y, tf.int32)
     seed_t = tf.constant(seed, tf.int64)
     # One fixed bit per image for alternating flips, from the seed alone (the same on every rank).
     image_bits = tf.random.stateless_uniform([n], tf.stack([seed_t ^ 0xF11F, tf.constant(0, tf.int64)])) < 0.5
@@ -200,12 +206,12 @@ def train_stream(
         )
 
     def load(epoch, step, index):
-        batch = to_float(tf.gather(images, index))
+        batch = to_float(host_rows(x, index))
         if augment.enabled:
             batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
             batch = augment_batch_all(batch, index, epoch, batch_seed, augment, image_bits)
         batch = tf.ensure_shape(batch, [batch_size, *x.shape[1:]])
-        return batch, tf.gather(labels, index)
+        return batch, tf.one_hot(tf.gather(labels, index), num_classes)
 
     ds = (
         tf.data.Dataset.range(initial_epoch, epochs)
@@ -235,12 +241,15 @@ def eval_stream(
     the trainer reduces sums, not means.
     """
     idx = eval_indices(int(x.shape[0]), rank, size, equal_shards)
-    xs, ys = x[idx], y[idx]
-    steps = max(1, math.ceil(len(idx) / batch_size)) if len(idx) else 0
+    xs, ys = x[idx], tf.constant(y[idx], tf.int32)  # xs: a view of the set
+    steps = max(1, math.ceil(len(ys) / batch_size)) if len(ys) else 0
     ds = (
-        tf.data.Dataset.from_tensor_slices((xs, tf.one_hot(ys.astype(np.int32), num_classes)))
+        tf.data.Dataset.range(len(ys))
         .batch(batch_size)
-        .map(lambda a, b: (to_float(a), b), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(
+            lambda index: (to_float(host_rows(xs, index)), tf.one_hot(tf.gather(ys, index), num_classes)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
         .prefetch(tf.data.AUTOTUNE)
     )
-    return EvalStream(without_model_thread(ds), steps, len(idx))
+    return EvalStream(without_model_thread(ds), steps, len(ys))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from cifar_dist.common.errors import ConfigError
+from cifar_dist.data.batches import DataError
 
 # Keeps the seed streams of (epoch, rank) pairs apart.
 EPOCH_STRIDE = 1_000_003
@@ -42,23 +43,34 @@ def checked_steps(n: int, batch_size: int, size: int, shard: bool) -> int:
     return steps
 
 
-def rank_images(n: int, rank: int, size: int, shard: bool) -> np.ndarray:
-    """The indices of the training images rank ``rank`` of ``size`` walks each epoch (in the set's order)."""
-    if not shard:
-        return np.arange(n)
-    return np.arange(rank, (n // size) * size, size)
+def rank_images(n: int, rank: int, size: int, shard: bool) -> slice:
+    """The training images rank ``rank`` of ``size`` walks each epoch (in the set's order), as a slice: ``x[rows]``
+    is a view of the set, not a copy of it (a copy of the whole training set per process, on top of the set)."""
+    return slice(rank, (n // size) * size, size) if shard else slice(0, n)
 
 
-def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> np.ndarray:
-    """The indices of the evaluation images rank ``rank`` scores, in order.
+def eval_indices(n: int, rank: int, size: int, equal_shards: bool) -> slice:
+    """The evaluation images rank ``rank`` scores, in order, as a slice (a view of the set, as ``rank_images``;
+    ``len(range(n)[rows])`` counts them).
 
-    equal_shards=True (validation during fit): every rank gets n // size images;
-    False (the final test): rank r takes images r, r + size, ... so together the
-    ranks cover every image exactly once."""
+    equal_shards=True (validation during fit): every rank gets n // size images
+    (images rank, rank + size, ... of the first (n // size) * size); False (the
+    final test): rank r takes images r, r + size, ... so together the ranks
+    cover every image exactly once."""
     if equal_shards:
-        per_rank = n // size
-        return np.arange(per_rank * size).reshape(per_rank, size)[:, rank]
-    return np.arange(rank, n, size)
+        return slice(rank, validation_share(n, size) * size, size)
+    return slice(rank, n, size)
+
+
+def validation_share(n: int, size: int) -> int:
+    """The test images each of ``size`` ranks validates on (n // size), refused in one line when that is none: the
+    ranks would validate on nothing, and no epoch would have a validation score."""
+    if n // size < 1:
+        raise DataError(
+            f"the test split holds {n} image(s), fewer than the {size} ranks that share it for validation: give it "
+            f"at least {size} (a held-out part of the data), or train on fewer ranks"
+        )
+    return n // size
 
 
 def flip_bits(n: int, seed: int) -> np.ndarray:

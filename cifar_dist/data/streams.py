@@ -22,20 +22,27 @@ The per-rank contract of a data factory (``data=custom data._target_=mydata.make
   asserted (``assert_cardinality``): a dataset that holds more or fewer
   elements stops with TensorFlow's error when reached, not a stall.
 - The first elements of each split are checked (``checks.check_elements``):
-  HxWx3 images in [0, 1], integer labels in [0, num_classes), unbatched.
+  HxWx3 images in [0, 1], integer labels in [0, num_classes), unbatched. A
+  stream is not read whole before training: every batch of float images is
+  checked for NaN and inf as it is read (``finite_images``), and one that holds
+  one stops the run in one line naming the element
+  (``non_finite_input_in_one_line``), not as a diverged loss.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
+from cifar_dist.data.checks import empty_split, non_finite_element
 from cifar_dist.data.pipeline import (
     _EPOCH_STRIDE,
     EvalStream,
@@ -47,6 +54,7 @@ from cifar_dist.data.pipeline import (
     train_stream,
     without_model_thread,
 )
+from cifar_dist.data.sampling import validation_share
 
 
 @dataclass(frozen=True)
@@ -81,12 +89,11 @@ class DataStreams:
 
     def images(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """``dataset`` with ``decode`` applied: (float32 image, int label) pairs."""
-        decode = self.decode or (lambda x: x)
-        return dataset.map(
-            lambda x, y: (tf.image.convert_image_dtype(decode(x), tf.float32), y),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
+        return dataset.map(lambda x, y: (self.image(x), y), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def image(self, x: tf.Tensor) -> tf.Tensor:
+        """The first element of a pair as a float32 image: ``decode`` applied, uint8 scaled to [0, 1]."""
+        return tf.image.convert_image_dtype((self.decode or (lambda x: x))(x), tf.float32)
 
     @property
     def image_shape(self) -> tuple:
@@ -112,12 +119,14 @@ class DataStreams:
         return DataArrays(x_train, y_train, x_test, y_test, self.class_names, self.source)
 
     def arrays(self, split: str = "test"):
-        """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate)."""
-        xs, ys = [], []
+        """A whole split ("test" or "train") as (float32 images, int64 labels), for scoring (task=evaluate): each
+        batch read is copied into one array made up front (the split's images in memory once, never stacked)."""
+        n = self.test_size if split == "test" else self.train_size
+        images, labels, filled = np.empty((n, *self.image_shape), np.float32), np.empty(n, np.int64), 0
         for x, y in self.images(self.test if split == "test" else self.train).batch(256):
-            xs.append(x.numpy())
-            ys.append(y.numpy())
-        return np.concatenate(xs), np.concatenate(ys).astype(np.int64)
+            images[filled : filled + len(x)], labels[filled : filled + len(x)] = x.numpy(), y.numpy()
+            filled += len(x)
+        return images, labels
 
 
 def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
@@ -140,8 +149,43 @@ def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
         )
     n = int(stated) if stated else n
     if n <= 0:
-        raise DataError(f"the {split} dataset of the data factory is empty; check the data it reads")
+        raise DataError(f"the {split} dataset of the data factory is empty; {empty_split(split)}")
     return n
+
+
+# Starts the message of the assertion ``finite_images`` adds (then "<split>|<source>", then the element's index).
+NON_FINITE = "cifar_dist: non-finite input: "
+
+
+def finite_images(images: tf.Tensor, index: tf.Tensor, split: str, source: str) -> tf.Tensor:
+    """A batch of decoded images (``index``: their elements' numbers), asserted to hold no NaN or infinite pixel.
+    One reduction per batch: a stream cannot be read whole before training as arrays are (``checks.check_arrays``),
+    and a NaN image would otherwise end as a diverged loss, blamed on the learning rate."""
+    finite = tf.reduce_all(tf.math.is_finite(tf.reshape(images, [tf.shape(images)[0], -1])), axis=1)
+    first_bad = tf.boolean_mask(index, tf.logical_not(finite))[:1]
+    check = tf.debugging.Assert(tf.reduce_all(finite), [f"{NON_FINITE}{split}|{source}", first_bad])
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
+
+
+@contextmanager
+def non_finite_input_in_one_line() -> Iterator[None]:
+    """Keras' fit or evaluate over streams: a batch that failed ``finite_images``'s assertion becomes the one-line
+    DataError that names the split, the data and the element; any other error passes unchanged."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as exc:
+        found = re.search(rf"\[{re.escape(NON_FINITE)}(\w+)\|(.*?)\] \[(\d+)\]", str(exc.message))
+        if found is None:
+            raise
+        split, source, index = found.groups()
+        raise DataError(f"the {split} dataset of {source} {non_finite_element(int(index))} (docs/data.md)") from None
+
+
+def _floating(data: DataStreams, dataset: tf.data.Dataset) -> bool:
+    """Whether ``dataset``'s images are float once decoded (uint8 ones cannot hold a NaN: nothing to check)."""
+    decode = data.decode or (lambda x: x)
+    return dataset.map(lambda x, y: (decode(x), y)).element_spec[0].dtype.is_floating
 
 
 def streamed_train(
@@ -173,15 +217,13 @@ def streamed_train(
     if shard:
         mine = mine.shard(size, rank)
     buffer = shuffle_buffer or (math.ceil(n / size) if shard else n)
-    decode = data.decode or (lambda x: x)
+    check = _floating(data, data.train)
 
     def epoch_batches(epoch):
         stream = epoch * _EPOCH_STRIDE + rank
         order = mine.shuffle(buffer, seed=seed * _EPOCH_STRIDE + stream, reshuffle_each_iteration=False).take(used)
         images = order.map(
-            lambda i, xy: (i, tf.image.convert_image_dtype(decode(xy[0]), tf.float32), xy[1]),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
+            lambda i, xy: (i, data.image(xy[0]), xy[1]), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
         return tf.data.Dataset.zip(
             (
@@ -193,6 +235,8 @@ def streamed_train(
 
     def load(epoch, step, batch):
         index, images, labels = batch
+        if check:
+            images = finite_images(images, index, "train", data.source)
         if augment.enabled:
             batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
             images = augment_batch_all(images, index, epoch, batch_seed, augment, image_bits)
@@ -210,15 +254,21 @@ def streamed_train(
 def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, equal_shards: bool) -> EvalStream:
     """This rank's part of ``data.test``, in order: as ``pipeline.eval_stream`` does for arrays."""
     n = int(data.test_size)
-    mine = data.test.shard(size, rank)
+    mine = data.test.enumerate().shard(size, rank)
     count = len(range(rank, n, size))
     if equal_shards:
-        count = n // size
+        count = validation_share(n, size)
         mine = mine.take(count)
+    check = _floating(data, data.test)
+
+    def batch(index, images, labels):
+        images = finite_images(images, index, "test", data.source) if check else images
+        return images, tf.one_hot(tf.cast(labels, tf.int32), data.num_classes)
+
     ds = (
-        data.images(mine)
+        mine.map(lambda i, xy: (i, data.image(xy[0]), xy[1]), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .batch(batch_size)
-        .map(lambda x, y: (x, tf.one_hot(tf.cast(y, tf.int32), data.num_classes)), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(batch, num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
     return EvalStream(without_model_thread(ds), max(1, math.ceil(count / batch_size)) if count else 0, count)

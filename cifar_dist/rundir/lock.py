@@ -63,6 +63,22 @@ def lock_fd(fd: int, run_dir: Path, job: Optional[str] = None) -> None:
     write_holder(fd, job)
 
 
+def in_use(run_dir: Path) -> bool:
+    """Whether a live process (or a cluster job) holds ``run_dir``'s lock now; looked at without taking it for
+    long and without writing anything there (a sweep asking whether another sweep still runs a point)."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False  # no lock file: nobody ever launched into it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the lock it may have taken
+    return False
+
+
 def read_holder(fd: int) -> str:
     return os.pread(fd, 512, 0).decode(errors="replace").strip() or "an unknown process"
 

@@ -3,12 +3,14 @@ files, a factory's labels, image range, batching and size. Issue 31: new user 3,
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import textwrap
 import time
 
 import pytest
+from omegaconf import OmegaConf
 
 from cifar_dist.config.data_options import CustomDataConfig, FolderDataConfig
 from cifar_dist.data import DataError, load_dataset
@@ -102,6 +104,8 @@ FACTORY = textwrap.dedent("""
             images[6, 3, 4, 1] = np.nan
         elif kind == "inf_pixels":
             images[2, 0, 0, 0] = -np.inf
+        elif kind == "nan_late":  # issue 57 item 2: past the first 256 elements, the ones checked before training
+            images[300:, 1, 1, 1] = np.nan
         elif kind == "int_images":
             images = (images * 255).astype(np.int64)
         elif kind == "per_rank":  # a factory that reads a different share of its data on each rank
@@ -172,6 +176,48 @@ def test_a_factorys_labels_outside_the_classes_stop_two_ranks_in_one_line_before
     assert proc.returncode != 0
     assert "yields label 4, outside [0, 4) for num_classes=4" in proc.stdout + proc.stderr
     assert "Epoch 1/1" not in proc.stdout and not list((factory / "run").glob("checkpoints/*"))
+
+
+def _late_nan(**kwargs):
+    return _cfg(CustomDataConfig, _target_="checkfactory.make", kwargs={"kind": "nan_late", "n": 512, **kwargs})
+
+
+def test_a_factorys_nan_images_past_the_checked_ones_are_refused_when_read_into_memory(factory):
+    """Issue 57 item 2, engine=jax and scoring: the datasets read into memory are checked whole, before training."""
+    with pytest.raises(DataError) as err:
+        load_dataset(_late_nan(), arrays=True)
+    assert str(err.value) == (
+        "the train arrays of data._target_=checkfactory.make hold NaN or infinite pixels (image 300 is the first); "
+        "replace or drop those images (docs/data.md)"
+    )
+
+
+def test_a_streamed_batch_with_a_nan_image_stops_fit_in_one_line_naming_the_element(factory):
+    """Issue 57 item 2, the TensorFlow engines: a stream is not read whole before training; each batch of float
+    images is checked as it is read, and Keras' fit (``TfDataLoop.fit``, here with a one-layer model) stops with
+    the element named, not "training diverged ... lower optimizer.lr" (nor, in the test split, a score)."""
+    import keras
+
+    from cifar_dist.data.streams import streamed_eval, streamed_train
+    from cifar_dist.training.engines.tf_data_loop import TfDataLoop
+
+    data = load_dataset(_late_nan())  # the first 256 elements pass check_elements
+    augment = OmegaConf.create({"enabled": False})
+    train = streamed_train(
+        data, batch_size=64, rank=0, size=1, shard=True, seed=0, initial_epoch=0, epochs=1, augment=augment
+    )
+    test = streamed_eval(data, batch_size=64, rank=0, size=1, equal_shards=False)
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    expected = "yields an image with NaN or infinite pixels (element {}); replace or drop them (docs/data.md)"
+    with pytest.raises(DataError) as err:
+        TfDataLoop.fit(None, model, train, test, epochs=1, initial_epoch=0, validation_freq=1, callbacks=[], verbose=0)
+    first_bad = re.search(r"element (\d+)", str(err.value))
+    assert first_bad and int(first_bad[1]) >= 300, str(err.value)  # the first in the batch that held one
+    assert str(err.value) == "the train dataset of tf.data factory checkfactory.make " + expected.format(first_bad[1])
+    with pytest.raises(DataError) as err:
+        TfDataLoop.evaluate(None, model, test)
+    assert str(err.value) == "the test dataset of tf.data factory checkfactory.make " + expected.format(300)
 
 
 def test_a_good_factory_passes_and_a_size_tensorflow_cannot_know_must_be_stated(factory):

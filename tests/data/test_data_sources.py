@@ -42,6 +42,17 @@ FACTORIES = textwrap.dedent(
         x, y = images(40, seed)
         return DataArrays(x.astype(np.float32), y, x.astype(np.float32), y, ("a", "b", "c", "d"))
 
+    def non_finite(seed, split, first, value):  # issue 57 item 2: past the first 256 images, which were all checked
+        (x, y), (xt, yt) = images(4500, seed), images(512, seed + 1)
+        x, xt = x.astype(np.float32) / 255, xt.astype(np.float32) / 255
+        (x if split == "train" else xt)[first:, 5] = float(value)
+        return DataArrays(x, y, xt, yt, ("a", "b", "c", "d"))
+
+    def empty(seed, split):  # issue 57 item 13
+        (x, y), (xt, yt) = images(40, seed), images(12, seed + 1)
+        x, y = (x[:0], y[:0]) if split == "train" else (x, y)
+        return DataArrays(x, y, *((xt[:0], yt[:0]) if split == "test" else (xt, yt)), ("a", "b", "c", "d"))
+
     class Records:  # grain's RandomAccessDataSource: len() and [i] -> a record
         def __init__(self, x, y, as_dict):
             self.x, self.y, self.as_dict = x, y, as_dict
@@ -88,12 +99,43 @@ def test_a_factorys_arrays_are_a_data_set_as_cifars_are(factories):
     "factory, message",
     [
         ("bad_labels", r"^the train arrays of data._target_=myfactories.bad_labels hold labels in \[10, 13\], outside"),
-        ("floats_out_of_range", r"^the train arrays of data._target_=myfactories.floats_out_of_range yields float "),
+        (
+            "floats_out_of_range",
+            r"^the train arrays of data._target_=myfactories.floats_out_of_range hold float images with values "
+            r"outside \[0, 1\] \(image 0: \[\d+, \d+\]\); divide them by 255",
+        ),
     ],
 )
 def test_arrays_that_break_the_contract_are_one_line(factories, factory, message):
     with pytest.raises(DataError, match=message):
         load_dataset(custom(f"{factories}.{factory}"), seed=0)
+
+
+@pytest.mark.parametrize(
+    "split, first, value",
+    [("test", 300, "nan"), ("train", 4200, "inf"), ("train", 4499, "-inf"), ("test", 257, "nan")],
+)
+def test_non_finite_images_anywhere_in_a_split_are_refused_naming_the_first(factories, split, first, value):
+    """Issue 57 item 2: test images 300-511 all NaN were scored (loss 0.626, accuracy 0.69, run complete), NaN
+    training images past the first 256 ended as "training diverged ... lower optimizer.lr"; every image of an
+    array split is looked at now (in chunks of 4096: 4200 is in the second)."""
+    cfg = custom(f"{factories}.non_finite", split=split, first=first, value=value)
+    with pytest.raises(DataError) as err:
+        load_dataset(cfg, seed=0)
+    assert str(err.value) == (
+        f"the {split} arrays of data._target_=myfactories.non_finite hold NaN or infinite pixels (image {first} is "
+        "the first); replace or drop those images (docs/data.md)"
+    )
+
+
+@pytest.mark.parametrize("split, means", [("train", "nothing to train on"), ("test", "validated on and the run")])
+def test_an_empty_split_is_refused_in_one_line_before_training(factories, split, means):
+    """Issue 57 item 13: an empty test split trained the whole run on jax, then a ZeroDivisionError (a ValueError
+    traceback on TensorFlow); an empty train split said to lower trainer.batch_size."""
+    with pytest.raises(DataError, match=rf"^the {split} arrays of data._target_=myfactories.empty hold no images; "):
+        load_dataset(custom(f"{factories}.empty", split=split), seed=0)
+    with pytest.raises(DataError, match=means):
+        load_dataset(custom(f"{factories}.empty", split=split), seed=0)
 
 
 def test_grain_style_record_sources_are_read_once_in_order(factories):

@@ -7,7 +7,9 @@ from omegaconf import OmegaConf
 
 import cifar_dist  # noqa: F401
 from cifar_dist.config.schema import AugmentConfig
+from cifar_dist.data import DataError
 from cifar_dist.data.pipeline import augment_batch, eval_stream, train_stream
+from cifar_dist.data.streams import DataStreams, streamed_eval
 
 pytestmark = pytest.mark.both_stacks  # also run on the current stack (Makefile: test-current)
 
@@ -115,6 +117,28 @@ def test_eval_stream_slices_cover_the_set_exactly_once(arrays):
     assert sorted(seen) == list(range(N))
     equal = [eval_stream(x, y, batch_size=10, rank=r, size=4, equal_shards=True) for r in range(4)]
     assert len({(s.samples, s.steps) for s in equal}) == 1
+
+
+def test_a_test_split_smaller_than_the_ranks_is_refused_for_validation_not_for_the_final_test(arrays):
+    """Issue 57 item 13: validation gives every rank n // size test images; with fewer images than ranks that is
+    none, refused in one line (arrays and streams alike); the final test's cover of the set still takes them."""
+    x, y = arrays
+    message = (
+        r"^the test split holds 3 image\(s\), fewer than the 4 ranks that share it for validation: give it at least 4"
+    )
+    with pytest.raises(DataError, match=message):
+        eval_stream(x[:3], y[:3], batch_size=10, rank=0, size=4, equal_shards=True)
+    streams = DataStreams(
+        tf.data.Dataset.from_tensor_slices((x, y)), tf.data.Dataset.from_tensor_slices((x[:3], y[:3])), 10
+    )
+    with pytest.raises(DataError, match=message):
+        streamed_eval(streams, batch_size=10, rank=0, size=4, equal_shards=True)
+    assert [eval_stream(x[:3], y[:3], batch_size=10, rank=r, size=4, equal_shards=False).samples for r in range(4)] == [
+        1,
+        1,
+        1,
+        0,
+    ]
 
 
 def test_every_stream_keras_iterates_runs_without_the_autotune_model_thread(arrays):

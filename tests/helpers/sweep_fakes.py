@@ -5,14 +5,24 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import List, Sequence
 
 from cifar_dist.common.results import METRICS_FILE
 from cifar_dist.launchers.base import JobSpec, Launcher, LaunchResult
 
 # A machine that dies mid-sweep: the point of this job number never returns (it writes <its dir>/hanging and sleeps
-# until the test kills the sweep). An environment variable, so that the re-run is the same command.
+# until the test kills the sweep, or writes <its dir>/release: a slow point). An environment variable, so that the
+# re-run is the same command.
 HANG_AT_JOB = "SWEEP_FAKES_HANG_AT_JOB"
+
+
+def fake_sweep_env(**extra: str) -> dict:
+    """The CLI's environment, with tests/ on the path (for this module's launcher)."""
+    from helpers.cli import cli_env
+
+    tests = str(Path(__file__).resolve().parents[1])
+    return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])), **extra)
 
 
 class RecordingLauncher(Launcher):
@@ -43,7 +53,9 @@ class RecordingLauncher(Launcher):
     def _one(job: JobSpec) -> LaunchResult:
         if os.environ.get(HANG_AT_JOB) == str(job.job_num):
             (job.output_dir / "hanging").touch()
-            time.sleep(3600)
+            deadline = time.time() + 3600
+            while not (job.output_dir / "release").exists() and time.time() < deadline:
+                time.sleep(0.1)
         lr = float(job.cfg.optimizer.lr)
         if lr >= 0.5:
             return LaunchResult(exit_code=3, message=f"lr {lr} too high")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from helpers.cli import assert_ok, error_lines, one_error_line, run_cli
+from helpers.sweep_fakes import fake_sweep_env
 
 SAMPLE = ("data=sample", "trainer.verbose=0")
 
@@ -94,3 +95,21 @@ def test_an_error_found_at_the_start_leaves_no_run_dir(tmp_path, empty_class_fol
     line = one_error_line(proc)
     assert any(word in line for word in ("missing", "download", "holds no images")), line
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("sweeper", ["basic", "optuna"])
+def test_a_sweep_refused_whole_in_an_earlier_sweeps_dir_puts_its_multirun_yaml_back(tmp_path, sweeper):
+    """Issue 57 item 10: the sweeper writes multirun.yaml before the first batch; a batch whose every point is
+    refused left the refused command's there, in place of the earlier sweep's description of its points."""
+    if sweeper == "optuna":
+        pytest.importorskip("optuna")
+    sweep = tmp_path / "sweep"
+    fake = ("launcher._target_=helpers.sweep_fakes.RecordingLauncher", *SAMPLE, f"hydra.sweep.dir={sweep}")
+    search = ("hydra/sweeper=optuna", "hydra.sweeper.n_trials=2") if sweeper == "optuna" else ()
+    lrs = "optimizer.lr=choice(0.01,0.02)" if sweeper == "optuna" else "optimizer.lr=0.01,0.02"
+    env = fake_sweep_env()
+    assert_ok(run_cli("-m", *fake, *search, lrs, env=env, timeout=120))
+    before = {p.name: p.read_bytes() for p in sweep.iterdir() if p.is_file()}
+    refused = run_cli("-m", *fake, *search, lrs, "trainer.epochs=-1", env=env, timeout=120)
+    assert refused.returncode == 2 and len(error_lines(refused)) == 2, refused.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in sweep.iterdir() if p.is_file()} == before  # multirun.yaml included

@@ -74,3 +74,32 @@ def test_the_same_search_finds_the_same_study_whatever_the_order():
     assert study_name(None, search, ["minimize"]) != name
     assert study_name(None, search + ["trainer.epochs=2"], ["maximize"]) != name
     assert study_name("lr", search, ["maximize"]) == "lr"
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        (
+            "optimizer.lr=interval(1e-2, 1e-4)",
+            "it starts above its end, so it holds no value; write interval(0.0001, 0.01)",
+        ),
+        (
+            "optimizer.lr=tag(log, interval(0, 1))",
+            "a log scale needs a low end above 0 (not 0.0); e.g. interval(1e-5, 1.0)",
+        ),
+        ("trainer.epochs=range(1,0)", "it starts above its end, so it holds no value; write range(0, 1)"),
+        ("trainer.epochs=range(5, 1, -1)", "Optuna draws a range upwards; write range(1, 5, 1)"),
+        ("trainer.epochs=range(1, 5, 0)", "a step of 0 never moves; give a step above 0, e.g. range(1, 5, 1)"),
+        ("optimizer.lr=interval(nan, 1)", "its bounds must be finite numbers (not nan or inf)"),
+        ("optimizer.lr=interval(0, inf)", "its bounds must be finite numbers (not nan or inf)"),
+        ("trainer.epochs=range(0, inf)", "its bounds must be finite numbers (not nan or inf)"),
+        ("optimizer.lr=range(0.0, 1.0, nan)", "its bounds must be finite numbers (not nan or inf)"),
+        ("trainer.epochs=shuffle(range(1, 0))", "Optuna cannot draw from it (The `choices` must contain one or more"),
+    ],
+)
+def test_impossible_bounds_are_one_line_naming_the_override(line, says):
+    """Issue 57 item 9: Optuna's (or Hydra's decimal) tracebacks of 22-47 lines; nan and inf were taken, and the
+    sweep ran trials with them. The sweeper reads the space before it writes anything (the CLI test below)."""
+    with pytest.raises(SweepRefused) as refused:
+        search_space([line])
+    assert str(refused.value).startswith(f"{line}: {says}") and "\n" not in str(refused.value)

@@ -9,13 +9,12 @@ import re
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from helpers.cli import assert_ok, cli_env, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
-from helpers.sweep_fakes import HANG_AT_JOB
+from helpers.cli import assert_ok, read_metrics, run_cli, start_cli, tiny_cifar, wait_for
+from helpers.sweep_fakes import HANG_AT_JOB, fake_sweep_env
 
 
 @pytest.mark.mpi
@@ -90,12 +89,6 @@ FAKE_SWEEP = (
     "launcher._target_=helpers.sweep_fakes.RecordingLauncher",
     "data=sample",
 )
-
-
-def fake_sweep_env(**extra: str) -> dict:
-    """The CLI's environment, with tests/ on the path (for helpers.sweep_fakes)."""
-    tests = str(Path(__file__).resolve().parents[1])
-    return cli_env(PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), tests])), **extra)
 
 
 def fake_optuna_sweep(sweep, *overrides):
@@ -193,6 +186,110 @@ def test_a_killed_sweep_run_again_continues_its_study(tmp_path):
         assert trial.value == pytest.approx(10 * trial.params["optimizer.lr"])
     results = OmegaConf.load(sweep / "optimization_results.yaml")
     assert results.best_value == pytest.approx(max(t.value for t in study.trials))
+
+
+@needs_optuna
+def test_a_second_sweep_dir_on_a_running_study_trains_and_tells_nothing_twice(tmp_path):
+    """Issue 57 item 8: a second sweep on the study from another sweep dir took the first one's running trials for
+    a killed sweep's: it trained trial #0 again, and the first sweep then crashed (``Cannot tell a COMPLETE
+    trial``). Each trial now names its sweep dir: the second leaves the first's running trials to it, counts them,
+    and numbers its own after them."""
+    import optuna
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    storage = f"sqlite:///{tmp_path / 'lr.db'}"
+    command = (f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=lr", "optimizer.lr=interval(0.01, 0.04)")
+    running = start_cli(  # trial #1 is slow: the study holds #0 and #1 RUNNING while the second sweep starts
+        *FAKE_SWEEP,
+        f"hydra.sweep.dir={first}",
+        "hydra.sweeper.n_trials=2",
+        *command,
+        env=fake_sweep_env(**{HANG_AT_JOB: "1"}),
+    )
+    try:
+        wait_for(lambda: (first / "1" / "hanging").exists(), 240, proc=running, what="trial #1 to start")
+        proc = fake_optuna_sweep(second, "hydra.sweeper.n_trials=4", *command)
+        (first / "1" / "release").touch()
+        out, _ = running.communicate(timeout=240)
+    finally:
+        running.kill()
+    assert running.returncode == 0, out[-3000:]
+    assert_ok(proc)
+    assert f"2 trial(s) of the study run now in another sweep dir (#0, #1 in {first})" in proc.stdout + proc.stderr
+    assert launches(first) == [[0, 1]] and launches(second) == [[2, 3]]  # nothing trained twice
+    study = optuna.load_study(study_name="lr", storage=storage)
+    assert [(t.number, t.state.name) for t in study.trials] == [(n, "COMPLETE") for n in range(4)]
+    owners = [t.user_attrs["cifar_dist_sweep_dir"] for t in study.trials]
+    assert owners == [str(first)] * 2 + [str(second)] * 2
+    for trial in study.trials:  # each told once, by its own sweep: its own point's accuracy (10 x its lr)
+        assert trial.value == pytest.approx(10 * trial.params["optimizer.lr"])
+
+
+@needs_optuna
+def test_a_killed_sweeps_running_trials_are_run_again_from_another_sweep_dir(tmp_path):
+    """The default hydra.sweep.dir has the time in it: the same command run again after a kill -9 is another sweep
+    dir. Nobody holds the killed sweep's points any more, so its running trials are run again there, as
+    themselves, and told once."""
+    import optuna
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    storage = f"sqlite:///{tmp_path / 'lr.db'}"
+    command = (f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=2", "optimizer.lr=interval(0.01, 0.04)")
+    killed = start_cli(
+        *FAKE_SWEEP,
+        f"hydra.sweep.dir={first}",
+        *command,
+        env=fake_sweep_env(**{HANG_AT_JOB: "1"}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        new_session=True,
+    )
+    try:
+        wait_for(lambda: (first / "1" / "hanging").exists(), 240, proc=killed, what="trial #1 to start")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+    proc = fake_optuna_sweep(second, *command)
+    assert_ok(proc)
+    assert "2 interrupted (#0, #1: run again)" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert launches(second) == [[0, 1]]
+    study = optuna.load_study(study_name=None, storage=storage)
+    assert [(t.number, t.state.name) for t in study.trials] == [(0, "COMPLETE"), (1, "COMPLETE")]
+    assert {t.user_attrs["cifar_dist_sweep_dir"] for t in study.trials} == {str(second)}  # taken over: marked
+
+
+@needs_optuna
+def test_a_trial_another_sweep_finished_meanwhile_is_not_told_again(caplog):
+    """The last guard against telling twice: a trial told by another sweep between its point's end and this sweep's
+    tell (``Cannot tell a COMPLETE trial`` ended the sweep) is left as told, in one warning line."""
+    import optuna
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from cifar_dist.sweepers.optuna import OptunaSweeper
+
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    study.tell(trial, 0.5)  # by the other sweep
+    ret = JobReturn(status=JobStatus.COMPLETED)
+    ret.return_value = 0.7
+    sweeper = OptunaSweeper(None, "maximize", None, None, 1, 1, 0.0, None, None)
+    assert sweeper.record(study, trial, ret) is False
+    assert study.trials[0].value == 0.5
+    assert "trial #0 was finished by another sweep of the study meanwhile: not told again" in caplog.text
+
+
+@needs_optuna
+def test_a_nan_bound_is_one_line_and_leaves_no_sweep_dir(tmp_path):
+    """Issue 57 item 9: ``interval(nan, 1)`` was taken, its trials ran and left a sweep dir."""
+    sweep = tmp_path / "sweep"
+    proc = fake_optuna_sweep(sweep, "optimizer.lr=interval(nan, 1)")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if "interval(nan, 1)" in line]
+    assert lines == [
+        "optimizer.lr=interval(nan, 1): its bounds must be finite numbers (not nan or inf); give numbers such as 1e-4"
+    ], out[-3000:]
+    assert not sweep.exists()
 
 
 @needs_optuna

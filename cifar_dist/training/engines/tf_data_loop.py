@@ -33,24 +33,30 @@ class TfDataLoop(Engine):
         return eval_input(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
 
     def fit(self, model, train, validation, *, epochs, initial_epoch, validation_freq, callbacks, verbose, **_):
-        """Keras' ``fit`` over the two streams."""
-        return model.fit(
-            train.dataset,
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            steps_per_epoch=train.steps_per_epoch,
-            validation_data=validation.dataset,
-            validation_steps=validation.steps,
-            validation_freq=validation_freq,
-            callbacks=callbacks,
-            shuffle=False,  # the stream is shuffled already (data/pipeline.py); Keras 3 warns otherwise
-            verbose=verbose,
-        )
+        """Keras' ``fit`` over the two streams (a streamed batch holding a NaN image: one line, ``streams.py``)."""
+        from cifar_dist.data.streams import non_finite_input_in_one_line  # lazy: TensorFlow
+
+        with non_finite_input_in_one_line():
+            return model.fit(
+                train.dataset,
+                epochs=epochs,
+                initial_epoch=initial_epoch,
+                steps_per_epoch=train.steps_per_epoch,
+                validation_data=validation.dataset,
+                validation_steps=validation.steps,
+                validation_freq=validation_freq,
+                callbacks=callbacks,
+                shuffle=False,  # the stream is shuffled already (data/pipeline.py); Keras 3 warns otherwise
+                verbose=verbose,
+            )
 
     def evaluate(self, model, stream, outputs=("",)) -> dict:
         """``model.evaluate(..., return_dict=True)`` of ``stream``, its labels given once per output."""
+        from cifar_dist.data.streams import non_finite_input_in_one_line  # lazy: TensorFlow
+
         dataset = stream.dataset
         if len(outputs) > 1:  # Keras 2 took one label tensor for all outputs; Keras 3 wants the outputs' structure
             names = [o.rstrip("_") for o in outputs]
             dataset = dataset.map(lambda images, labels: (images, {name: labels for name in names}))
-        return model.evaluate(dataset, steps=stream.steps, verbose=0, return_dict=True)
+        with non_finite_input_in_one_line():
+            return model.evaluate(dataset, steps=stream.steps, verbose=0, return_dict=True)
