@@ -43,6 +43,38 @@ BENCHMARKS: Tuple[Benchmark, ...] = (
         "docs/benchmarks.md#engine=jax on one device",
     ),
     Benchmark(
+        "layouts",
+        "bench_layouts.py",
+        "engine=jax's layouts of ranks on one machine, P processes of M devices (a rank is a device): images/s and "
+        "wall time of each; on a CPU, what splitting it into XLA's devices costs",
+        "python -m benchmarks layouts --layouts 1x1 1x2 2x1 --epochs 3 --out layouts.json",
+        "docs/benchmarks.md#Ranks as devices on a CPU",
+    ),
+    Benchmark(
+        "fixed-cost",
+        "bench_fixed_cost.py",
+        "a short engine=jax run's wall time outside its epochs (start-up, final test, writes, exit), warm "
+        "compilation cache, interpreters alternated (before/after a change)",
+        "python -m benchmarks fixed-cost --variant after=.venv-jax/bin/python --reps 5 --out fixed_cost.json",
+        "docs/benchmarks.md#The fixed cost of a short run",
+    ),
+    Benchmark(
+        "cifar10-sized",
+        "cifar10_sized.py",
+        "no measurement: 50,000 training and 10,000 test images in CIFAR-10's own format, made from the packaged "
+        "sample by shifts and flips, for measuring at CIFAR-10's scale without the network",
+        "python -m benchmarks cifar10-sized /tmp/cifar10",
+        "docs/benchmarks.md#CIFAR-10 at airbench's scale",
+    ),
+    Benchmark(
+        "airbench",
+        "bench_airbench.py",
+        "airbench94 itself (its net, training loop and torch.compile, from its own file, never committed) on the "
+        "images cifar_dist trains on: images/s of its steady epochs, wall time, precision (CUDA only)",
+        "python -m benchmarks airbench --data /tmp/cifar10 --out airbench.json",
+        "docs/benchmarks.md#CIFAR-10 at airbench's scale",
+    ),
+    Benchmark(
         "device-report",
         "bench_device_report.py",
         "the table of device's JSON results, each row against bare Keras on JAX of the same model and batch",

@@ -11,6 +11,8 @@
 #       bash scripts/gpu_check.sh   # JAX's GPU start overlapping Keras' import (-overlap) or not (-default): pays?
 #   ONLY="first-epoch-seed-32 first-epoch-seed-32-cached first-epoch-tiny first-epoch-tiny-cached" \
 #       bash scripts/gpu_check.sh   # where a (cached) run's first epoch goes against a later one (also: -speedrun)
+#   ONLY="cifar_dist-speedrun cifar_dist-speedrun-cached cifar_dist-cifar10 cifar_dist-cifar10-cached airbench94" \
+#       bash scripts/gpu_check.sh   # the speedrun's wall time, and CIFAR-10's scale against airbench94 itself
 #
 # A GPU image with JAX and its CUDA plugin (and PyTorch, for the second reference) but without Keras or Hydra
 # takes them from .whl/ (wheels carried with the checkout; `pip download` them beside it: docs/install.md, "GPUs"),
@@ -55,6 +57,25 @@ bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
 bench cifar_dist-speedrun --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
 bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases  # where its wall time goes (cached)
+# CIFAR-10's scale: 50,000 training images in CIFAR-10's format, made from the sample (python -m benchmarks
+# cifar10-sized), trained by the speedrun recipe on airbench94's net and batch (10 epochs), then airbench94 itself
+# on the same images (benchmarks/external/airbench94_muon.py, carried with the checkout: never committed).
+CIFAR10="$OUT/cifar10"
+if selected cifar10-sized || selected cifar_dist-cifar10 || selected cifar_dist-cifar10-cached || selected airbench94 \
+        || selected airbench94-default; then
+    [ -d "$CIFAR10/cifar-10-batches-py" ] || "$PY" -m benchmarks cifar10-sized "$CIFAR10" | tee "$OUT/cifar10-sized.log"
+fi
+AIRBENCH_RECIPE=(--speedrun --data "$CIFAR10" trainer.epochs=10 trainer.batch_size=2000 "model.widths=[64,256,256]")
+bench cifar_dist-cifar10 --variant cifar_dist "${AIRBENCH_RECIPE[@]}"
+bench cifar_dist-cifar10-cached --variant cifar_dist "${AIRBENCH_RECIPE[@]}"  # its programs from the cache
+airbench() {  # airbench NAME ARGS...: airbench94 on the same images (python -m benchmarks airbench), one JSON line
+    local name=$1; shift
+    selected "$name" || return 0
+    timeout 420 "$PY" -m benchmarks airbench --data "$CIFAR10" --out "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1 \
+        && tail -n 1 "$OUT/$name.log" || { echo "$name failed:"; tail -n 5 "$OUT/$name.log"; }
+}
+airbench airbench94 --compile-mode max-autotune  # its own torch.compile mode: minutes of autotuning, once
+airbench airbench94-default --compile-mode default  # torch.compile's default mode: where the autotuning does not fit
 build() {  # build NAME WHERE [ARGS...]: where the first model build's time goes (benchmarks model-build), one JSON line
     local name=$1 where=$2
     shift 2

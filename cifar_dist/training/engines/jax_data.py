@@ -102,7 +102,7 @@ class DeviceTrainSet:
     images_per_rank_epoch: int
     block: Optional[tuple]  # (images, labels, flip bits), each device its rank's images; None when streamed
     host: tuple  # (images, labels, flip bits) on the host (numpy): what the devices' blocks are taken from
-    rows: List[Optional[np.ndarray]]  # per local device, the rows of ``host`` its rank owns (None: all of them)
+    rows: List[slice]  # per local device, the rows of ``host`` its rank owns (``sampling.rank_images``)
     ranks: jax.Array  # (devices,): each device's rank
 
     def __post_init__(self):
@@ -113,17 +113,16 @@ class DeviceTrainSet:
     @property
     def owned_images(self) -> int:
         """The images each rank walks in an epoch (all of them, or its shard)."""
-        rows = self.rows[0]
-        return int(self.host[0].shape[0]) if rows is None else len(rows)
+        return len(range(len(self.host[0]))[self.rows[0]])
 
-    def rank_part(self, local: int) -> tuple:
-        """(images, labels, flip bits) of local device ``local``'s rank, on the host."""
-        return rank_part(self.host, self.rows[local])
+    def owned_rows(self, local: int) -> np.ndarray:
+        """The indices into ``host`` of the images local device ``local``'s rank owns, in order."""
+        return np.arange(len(self.host[0]))[self.rows[local]]
 
 
-def rank_part(host: tuple, rows: Optional[np.ndarray]) -> tuple:
-    """The part of ``host`` (images, labels, flip bits) a rank owns: all of it (``rows`` None), or its rows."""
-    return host if rows is None else tuple(part[rows] for part in host)
+def rank_part(host: tuple, rows) -> tuple:
+    """The part of ``host`` (images, labels, flip bits) at ``rows`` (a slice: views of it, no copy; indices)."""
+    return tuple(part[rows] for part in host)
 
 
 def job_mesh() -> Mesh:
@@ -168,7 +167,7 @@ def train_set(data, *, batch_size, rank, size, shard, seed, augment_cfg, placeme
     n = int(data.x_train.shape[0])
     steps = checked_steps(n, batch_size, size, shard)
     host = (np.asarray(data.x_train), np.asarray(data.y_train, np.int32), flip_bits(n, seed))
-    rows = [rank_images(n, r, size, shard) if shard else None for r in mine]
+    rows = [rank_images(n, r, size, shard) for r in mine]
     parts = [rank_part(host, r) for r in rows]
     streamed = stream_instead(parts[0][0].nbytes, placement, mesh)
     plan = StepPlan(batch_size, len(mine), int(data.num_classes), AugmentPlan.of(augment_cfg), streamed)
@@ -273,8 +272,7 @@ def streamed_block(train: DeviceTrainSet, orders: Sequence[np.ndarray], first_st
     parts = []
     for local, order in enumerate(orders):
         picked = np.concatenate([order[min(s, last) * batch :][:batch] for s in range(first_step, first_step + steps)])
-        owned = train.rows[local]
-        parts.append(rank_part(train.host, picked if owned is None else owned[picked]))
+        parts.append(rank_part(train.host, train.owned_rows(local)[picked]))
     block = tuple(per_device([part[i] for part in parts], train.mesh) for i in range(3))
     identity = np.arange(steps * batch, dtype=np.int32)
     return (*block, per_device([identity] * len(orders), train.mesh))
