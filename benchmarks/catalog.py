@@ -87,7 +87,7 @@ BENCHMARKS: Tuple[Benchmark, ...] = (
         "engine=jax's first model build cut into JAX's start, Keras' import, the probe build and the real one, the "
         "initializers on the device or on the host (--where), JAX's start beside Keras' import (--start overlap)",
         "python -m benchmarks model-build --where host --out build.json",
-        "docs/benchmarks.md#The H200 again",
+        "docs/benchmarks.md#The speedrun on the H200",
     ),
     Benchmark(
         "first-epoch",
@@ -103,7 +103,7 @@ BENCHMARKS: Tuple[Benchmark, ...] = (
         "each stack's python -m cifar_dist side by side, one variant per engine and process count: training "
         "images/s, peak RSS, test accuracy, ranks in sync",
         "python -m benchmarks stacks --stack horovod=.venv/bin/python --stack current=.venv-current/bin/python",
-        "docs/benchmarks.md#Today's numbers: the two stacks",
+        "docs/benchmarks.md#The stacks side by side",
     ),
     Benchmark(
         "allreduce",
@@ -119,7 +119,7 @@ BENCHMARKS: Tuple[Benchmark, ...] = (
         "the CPU-seconds and wall time of one short command, every process it starts included (what an "
         "end-to-end test costs)",
         "python -m benchmarks run-cost --reps 6 --label now --out /tmp/cost.json",
-        "docs/benchmarks.md#The cost of a short run",
+        "docs/benchmarks-history.md#2026-11-27 (07:10-07:20 UTC): the cost of a short run",
     ),
     Benchmark(
         "collector",

@@ -430,7 +430,9 @@ def test_the_readmes_jax_line_says_what_it_costs():
     from helpers.paths import REPO
 
     (line,) = [
-        x for x in (REPO / "README.md").read_text("utf-8").splitlines() if "python -m cifar_dist engine=jax" in x
+        x
+        for x in (REPO / "README.md").read_text("utf-8").splitlines()
+        if x.startswith("python -m cifar_dist engine=jax launcher=mpirun")
     ]
     assert "trainer.epochs=6" in line and "minutes" in line.split("#", 1)[1], line
 
