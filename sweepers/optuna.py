@@ -35,6 +35,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from cifar_dist.common.hydra_internals import failure_of
 from cifar_dist.common.sweep_errors import SweepRefused
 from cifar_dist.rundir.owner import SWEEP_RECORD
 from cifar_dist.rundir.saved_config import redact_yaml_file
@@ -232,7 +233,7 @@ class OptunaSweeper(Sweeper):
             values = objective_values(ret.return_value, len(self.directions))
             problem = f"it returned {ret.return_value!r}, not {len(self.directions)} finite number(s)"
         else:  # the exception the point failed with (the property would print Hydra's "Error executing job")
-            values, problem = None, str(ret._return_value)
+            values, problem = None, str(failure_of(ret))
         if finished_already(study, trial):  # another sweep of the study took it (it thought this one stopped)
             log.warning("trial #%d was finished by another sweep of the study meanwhile: not told again", trial.number)
             return False

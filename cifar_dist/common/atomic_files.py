@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,6 +97,22 @@ def publish_dir(staged: Path, target: Path) -> None:
         if not Path(target).is_dir():
             raise
     fsync_dir(Path(target).parent)
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """Put the finished folder ``staged`` at ``target`` (same file system), durably, replacing a folder there only
+    once the new one is in place: the old one is moved aside first and deleted last, so a crash at any point
+    leaves a whole folder under ``target`` (the old or the new) or the old one aside (deleted by the next
+    replacement), never half of one."""
+    target = Path(target)
+    aside = None
+    if target.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+        os.rename(target, aside / target.name)
+    os.rename(staged, target)
+    fsync_dir(target.parent)
+    for old in target.parent.glob(f".{target.name}.*.old"):  # this one's, and any a crash left aside before
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager

@@ -89,3 +89,9 @@ def primary_config(loader: Any, config_name: str) -> Any:
     ``repository.load_config(name).config``."""
     loaded = loader.repository.load_config(config_name)
     return loaded.config if loaded is not None else None
+
+
+def failure_of(job_return: Any) -> Optional[BaseException]:
+    """The exception a failed job of a sweep raised, read without raising it: ``JobReturn._return_value`` (the
+    public ``return_value`` property re-raises a failed job's exception, printing Hydra's "Error executing job")."""
+    return job_return._return_value

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from cifar_dist.common.atomic_files import fsync_dir
+from cifar_dist.common.atomic_files import replace_dir
 from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, assemble, read_bounded, reason
 
 log = logging.getLogger("cifar_dist.data")
@@ -139,10 +139,7 @@ def extract(tar_path: Path, dest_dir: Path, fix: str, layout: Layout = CIFAR10) 
             raise DataError(f"{tar_path} is not a readable tar.gz ({reason(exc)}); {fix}") from None
         if not written:
             raise DataError(f"{tar_path} holds no {layout.folder}/ files; {fix}")
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(out, target)
-        fsync_dir(dest_dir)
+        replace_dir(out, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("extracted %s to %s", tar_path, target)

@@ -17,6 +17,7 @@ import runpy
 import sys
 from typing import List, Optional, Sequence
 
+from cifar_dist.common.environment import snapshot
 from cifar_dist.config.override_syntax import quote_override_value, searchpath_override
 from cifar_dist.launchers.ranks.rank_env import rank_environment
 from cifar_dist.launchers.ranks.rank_exec import RANK_VARS, env_int
@@ -61,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     # lack (a job sent by an older launcher) is filled in here, the guard always.
     from cifar_dist.launchers.base import RANK_GUARD_ENV
 
-    os.environ.update({**rank_environment(), **os.environ, RANK_GUARD_ENV: "1"})
+    os.environ.update({**rank_environment(), **snapshot(), RANK_GUARD_ENV: "1"})
     sys.path[:0] = args.code_dir  # the app runs in this process: the user's modules import from here
     sys.argv = [sys.argv[0], *hydra_argv(args.config_dir, args.config_name, args.run_dir, _rank(), args.search_dir)]
     # The app through its command line, `python -m cifar_dist`, as every launcher starts its ranks: in this

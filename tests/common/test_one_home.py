@@ -3,6 +3,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +50,31 @@ def test_the_package_and_its_ranks_decide_tf_use_legacy_keras_alike(value, expec
     assert_ok(package)
     ranks = rank_environment(environ=env)["TF_USE_LEGACY_KERAS"]
     assert (package.stdout.strip(), ranks) == (expected, expected)
+
+
+def test_a_folder_replaced_is_whole_at_every_point(tmp_path, monkeypatch):
+    """atomic_files.replace_dir (the extracted CIFAR-10 folder's publication): the old folder stays under its name
+    until the new one is complete and renamed; a crash at the rename leaves the old one whole, aside or in place."""
+    from cifar_dist.common import atomic_files
+
+    target, staged = tmp_path / "cifar-10-batches-py", tmp_path / "staging"
+    target.mkdir()
+    (target / "data_batch_1").write_text("old")
+    staged.mkdir()
+    (staged / "data_batch_1").write_text("new")
+    real_rename = atomic_files.os.rename
+
+    def crash_on_the_new_one(src, dst):
+        if Path(src) == staged:
+            raise OSError("killed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(atomic_files.os, "rename", crash_on_the_new_one)
+    with pytest.raises(OSError):
+        atomic_files.replace_dir(staged, target)
+    kept = [p for p in tmp_path.rglob("data_batch_1") if p.read_text() == "old"]
+    assert kept and (staged / "data_batch_1").read_text() == "new"  # nothing lost: old aside, new still staged
+    monkeypatch.setattr(atomic_files.os, "rename", real_rename)
+    atomic_files.replace_dir(staged, target)
+    assert (target / "data_batch_1").read_text() == "new" and not staged.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".old")] == []

@@ -521,6 +521,17 @@ def test_hydra__internal_config_loader_impl_ConfigLoaderImpl(tmp_path):  # noqa:
         assert hydra_internals.primary_config(loader, "none_such") is None
 
 
+def test_hydra_job_return__return_value():
+    from hydra.core.utils import JobReturn, JobStatus
+
+    with hydra_api("JobReturn._return_value (a failed job's exception, unraised)"):
+        failed = JobReturn()
+        failed.status, failed._return_value = JobStatus.FAILED, ValueError("diverged")
+        assert isinstance(hydra_internals.failure_of(failed), ValueError)
+        with pytest.raises(ValueError):
+            failed.return_value  # noqa: B018  (the public property raises it: why failure_of reads the field)
+
+
 def test_hydra_config_loader__parse_overrides_and_create_caching_repo():
     with hydra_api("ConfigLoaderImpl._parse_overrides_and_create_caching_repo"):
         loader = hydra_internals.config_loader(hydra_internals.app_search_path("cifar_dist.app", "conf"))
