@@ -37,7 +37,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf
 
-from cifar_dist.common.atomic_files import atomic_path
+from cifar_dist.common.atomic_files import atomic_write_text
 from cifar_dist.common.errors import CifarDistError
 from cifar_dist.common.redaction import redact_text
 from cifar_dist.common.sweep_errors import PointFailed
@@ -110,14 +110,14 @@ class RecordBefore:
     was none), read when the launcher is set up, before the sweeper writes."""
 
     path: Path
-    text: Optional[bytes]
+    text: Optional[str]
 
     @classmethod
     def of(cls, sweep_dir: Path) -> RecordBefore:
         path = Path(sweep_dir).absolute() / SWEEP_RECORD
         try:
-            return cls(path, path.read_bytes())
-        except OSError:  # none (or none this command could read, so none it could have replaced)
+            return cls(path, path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError):  # none (or none this command could read, so none it could replace)
             return cls(path, None)
 
     def put_back(self) -> None:
@@ -125,8 +125,7 @@ class RecordBefore:
         if self.text is None:
             self.path.unlink(missing_ok=True)
             return
-        with atomic_path(self.path) as tmp:
-            Path(tmp).write_bytes(self.text)
+        atomic_write_text(self.path, self.text)
 
 
 def check_points(

@@ -77,7 +77,7 @@ def unused_loaded(records):
 
 
 def is_trainer(record) -> bool:
-    return "tensorflow" in record["modules"]
+    return "cifar_dist.training.trainer" in record["modules"]
 
 
 def test_a_plain_run_loads_no_optional_sdk(tmp_path, tiny_data):
@@ -108,6 +108,7 @@ def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path, tiny_data):
     trainers = [r for r in records if is_trainer(r)]
     assert trainers and all(loaded(r, "jax") for r in trainers)
     assert [" ".join(r["argv"][:3]) for r in records if loaded(r, "horovod")] == []
+    assert [" ".join(r["argv"][:3]) for r in trainers if loaded(r, "tensorflow")] == []  # installed, kept out
 
 
 # What each rank's wrapper may load of cifar_dist: its own imports, what they import of common/, and the packages

@@ -229,12 +229,13 @@ def test_a_jax_process_on_gpus_says_when_tensorflow_was_loaded_into_it():
 
 
 def test_processes_bringing_different_kinds_of_device_are_one_line_before_any_backend_starts(monkeypatch):
+    from cifar_dist.common import jax_internals
     from cifar_dist.training.engines import jax as engine
 
-    monkeypatch.setattr(engine, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "cpu"])
+    monkeypatch.setattr(jax_internals, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "cpu"])
     with pytest.raises(engine.JaxEngineError, match=r"different devices \(process 0: gpu:2, process 1: cpu\)"):
         engine.check_same_devices(None, "cpu")
-    monkeypatch.setattr(engine, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "gpu:2"])
+    monkeypatch.setattr(jax_internals, "exchange_before_backend", lambda jax, key, value: ["gpu:2", "gpu:2"])
     engine.check_same_devices(None, "gpu:2")
 
 

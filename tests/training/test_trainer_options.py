@@ -41,7 +41,7 @@ def test_each_engine_carries_its_listed_facts_and_answers_the_jit_check_itself()
     on_cpu = {}
     for name, cls in classes.items():
         engine = object.__new__(cls)  # not started: the check reads only the world's GPU and size
-        engine.world = SimpleNamespace(gpu="", size=1)  # one process (several: tensorflow refuses any jit)
+        engine.world = SimpleNamespace(gpu="", processes=1)  # one process (several: tensorflow refuses any jit)
         engine.check_jit_compile(False)
         try:
             engine.check_jit_compile(True)

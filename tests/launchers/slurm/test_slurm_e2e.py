@@ -91,7 +91,7 @@ def test_two_ranks_under_srun_pmix_stream_rank_0(two_rank_run):
     out = proc.stdout + proc.stderr
     assert_ok(proc)
     jid = job_id(run_dir)
-    assert f"submitted Slurm job {jid}: 1 node(s) x 2 rank(s)" in out
+    assert f"submitted Slurm job {jid}: 1 node(s) x 2 process(es)" in out
     assert f"Slurm job {jid}: RUNNING on localhost" in out and f"Slurm job {jid} completed" in out
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"]  # Horovod saw a 2-rank world
