@@ -117,6 +117,8 @@ def load_airbench(script: Path):
 
 
 def run(args) -> dict:
+    if importlib.util.find_spec("torch") is None:
+        sys.exit("bench_airbench: airbench needs PyTorch with CUDA, and PyTorch is not installed here")
     import torch
 
     if not torch.cuda.is_available():

@@ -60,12 +60,16 @@ bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases  # whe
 # CIFAR-10's scale: 50,000 training images in CIFAR-10's format, made from the sample (python -m benchmarks
 # cifar10-sized), trained by the speedrun recipe on airbench94's net and batch (10 epochs), then airbench94 itself
 # on the same images (benchmarks/external/airbench94_muon.py, carried with the checkout: never committed).
+# Without a GPU (the CPU mode: the script checked on a CPU machine) the set is 5,000 + 1,000 images, the recipe
+# 2 epochs, and airbench's rows say they need CUDA.
 CIFAR10="$OUT/cifar10"
+if command -v nvidia-smi >/dev/null 2>&1; then SIZES=(); EPOCHS10=10; else SIZES=(--train 5000 --test 1000); EPOCHS10=2; fi
 if selected cifar10-sized || selected cifar_dist-cifar10 || selected cifar_dist-cifar10-cached || selected airbench94 \
         || selected airbench94-default; then
-    [ -d "$CIFAR10/cifar-10-batches-py" ] || "$PY" -m benchmarks cifar10-sized "$CIFAR10" | tee "$OUT/cifar10-sized.log"
+    [ -d "$CIFAR10/cifar-10-batches-py" ] \
+        || "$PY" -m benchmarks cifar10-sized "$CIFAR10" "${SIZES[@]}" | tee "$OUT/cifar10-sized.log"
 fi
-AIRBENCH_RECIPE=(--speedrun --data "$CIFAR10" trainer.epochs=10 trainer.batch_size=2000 "model.widths=[64,256,256]")
+AIRBENCH_RECIPE=(--speedrun --data "$CIFAR10" trainer.epochs=$EPOCHS10 trainer.batch_size=2000 "model.widths=[64,256,256]")
 bench cifar_dist-cifar10 --variant cifar_dist "${AIRBENCH_RECIPE[@]}"
 bench cifar_dist-cifar10-cached --variant cifar_dist "${AIRBENCH_RECIPE[@]}"  # its programs from the cache
 airbench() {  # airbench NAME ARGS...: airbench94 on the same images (python -m benchmarks airbench), one JSON line
