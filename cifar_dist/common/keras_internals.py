@@ -19,6 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Any, BinaryIO, Iterator, Optional, Sequence, Tuple
 
+from cifar_dist.common.optional_imports import hidden
+
 JaxState = Tuple[list, list, list, list]  # (trainable, non-trainable, optimizer, metrics) variables' values
 
 
@@ -68,22 +70,11 @@ KERAS_OPTIONAL_IMPORTS = ("sklearn", "pandas", "matplotlib")
 
 def import_keras_for_training():
     """``import keras`` in a training process, without its optional integrations' imports
-    (``KERAS_OPTIONAL_IMPORTS``): while Keras imports, those not loaded yet are marked not installed
-    (``sys.modules[name] = None``, what ``import`` reads as missing), so Keras' own fallbacks apply (its scikit-learn
-    wrappers then say they need scikit-learn if called), and the marks are removed afterwards: the packages import
-    as before for anyone who asks (a model builder, MLflow, cifar_dist's plots). Relies on Keras importing them in
-    ``try: ... except ImportError`` blocks, in the modules named above."""
-    if "keras" in sys.modules:
-        return sys.modules["keras"]
-    hidden = [name for name in KERAS_OPTIONAL_IMPORTS if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None
-    try:
+    (``KERAS_OPTIONAL_IMPORTS``, hidden while Keras loads: ``common/optional_imports.py``), so that Keras' own
+    fallbacks apply. Relies on Keras importing them in ``try: ... except ImportError`` blocks, in the modules
+    named above."""
+    with hidden(*KERAS_OPTIONAL_IMPORTS):
         import keras  # lazy: Keras 3 (its backend chosen by then)
-    finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
     return keras
 
 

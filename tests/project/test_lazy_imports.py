@@ -24,7 +24,7 @@ import pytest
 
 from helpers.cli import assert_ok, cli_env, run_cli, tiny_cifar
 
-UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "matplotlib", "jax")
+UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "pandas", "matplotlib", "jax")
 
 MODULES_HOOK = textwrap.dedent(
     """

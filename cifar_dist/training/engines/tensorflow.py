@@ -38,7 +38,7 @@ from cifar_dist.training.engines.mpi_peers import join_peers, mpi_error_line
 from cifar_dist.training.engines.tf_data_loop import TfDataLoop
 from cifar_dist.training.engines.world import World
 from cifar_dist.training.process.hardware import onednn_enabled, use_onednn
-from cifar_dist.training.process.horovod_env import tensorflow_without_jax
+from cifar_dist.training.process.horovod_env import tensorflow_for_training
 from cifar_dist.training.process.tf_console import filtered_native_stderr
 from cifar_dist.training.process.tf_devices import use_gpu_and_threads
 
@@ -64,7 +64,7 @@ class TensorflowEngine(TfDataLoop):
         the Horovod engine does, one GPU per local rank and the thread pools sized to this process's share."""
         t = trainer_cfg
         use_onednn(t.onednn)  # must precede TensorFlow's import
-        with filtered_native_stderr(), tensorflow_without_jax():  # CUDA start-up noise on CPU machines; no JAX here
+        with filtered_native_stderr(), tensorflow_for_training():  # CUDA start-up noise on CPU machines; no JAX here
             import tensorflow as tf  # lazy: TensorFlow
 
         peers = join_peers()

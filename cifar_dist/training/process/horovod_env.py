@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import sys
 
+from cifar_dist.common.optional_imports import hidden
 from cifar_dist.training.process.hardware import use_onednn
 from cifar_dist.training.process.mpi_groups import join_sweep_group
 from cifar_dist.training.process.tf_console import filtered_native_stderr
@@ -63,23 +64,16 @@ def bind_horovod_to_tf_keras() -> None:
             module.K = tf.keras.backend
 
 
-@contextlib.contextmanager
-def tensorflow_without_jax():
-    """While TensorFlow loads, ``import jax`` fails, unless JAX or TensorFlow is loaded already.
+# What TensorFlow imports, when installed, for what a training process never does: JAX for TensorFlow Lite's
+# converter (tensorflow/lite/python/util.py: ~1.4 s more per rank, and JAX's own threads in every Horovod run; JAX is
+# engine=jax's alone: tests/project/test_lazy_imports.py), pandas for tf-keras' data adapter (fit's DataFrames;
+# cifar_dist feeds tf.data: ~0.3-0.9 s).
+TENSORFLOW_OPTIONAL_IMPORTS = ("jax", "pandas")
 
-    TensorFlow Lite's converter (``tensorflow/lite/python/util.py``) imports
-    JAX whenever it is installed, for a JAX-model conversion this project never
-    makes: ~1.4 s more per rank and JAX's own threads in every Horovod run.
-    JAX is engine=jax's alone (``tests/project/test_lazy_imports.py``)."""
-    if "tensorflow" in sys.modules or "jax" in sys.modules:
-        yield
-        return
-    sys.modules["jax"] = None  # what Python's import system reads as "not importable"
-    try:
-        yield
-    finally:
-        if "jax" in sys.modules and sys.modules["jax"] is None:
-            del sys.modules["jax"]
+
+def tensorflow_for_training():
+    """While TensorFlow loads, JAX and pandas look missing to it, unless loaded already (``optional_imports``)."""
+    return hidden(*TENSORFLOW_OPTIONAL_IMPORTS) if "tensorflow" not in sys.modules else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -109,7 +103,7 @@ def join_horovod(onednn: bool = True) -> tuple:
     whole mpirun: ``hvd.init(comm=<group communicator>)``; the other groups' ranks on this host share its cores.
     """
     use_onednn(onednn)  # must precede TensorFlow's import (the check below imports it)
-    with filtered_native_stderr(), tensorflow_without_jax():  # CUDA start-up noise on CPU machines; no JAX here
+    with filtered_native_stderr(), tensorflow_for_training():  # CUDA start-up noise on CPU machines; no JAX here
         if tf_keras_is_keras2():  # (TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3, trained as Keras 3 models are)
             bind_horovod_to_tf_keras()
     # Only now: TensorFlow loads with the CPU kernels chosen above, and tf.keras is known to be Keras 2.
