@@ -23,7 +23,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from helpers import dying_model
 from helpers.cli import (
     assert_ok,
     cli_env,
+    compose_cfg,
     one_error_line,
     read_metrics,
     run_as_two_task_slurm_job,
@@ -73,6 +73,7 @@ OPTIONS = (
 )
 RUN = (*OPTIONS, "data=sample")
 TWO = ("launcher=mpirun", "launcher.np=2")
+TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "absl::InitializeLog")
 
 
 def devices_per_process(count: int) -> dict:
@@ -184,7 +185,13 @@ def test_one_process_of_two_devices_trains_what_two_processes_of_one_do_and_a_re
     trains epoch 1 as 2 processes, then resumes as 1 process of 2 devices and ends as the first did."""
     same = (*tiny_run, "trainer.epochs=4", "trainer.deterministic=true")  # divide: 4 / 2 ranks = 2 epochs
     one = tmp_path / "one"
-    assert_ok(run_cli(*same, f"hydra.run.dir={one}", cwd=project, env=devices_per_process(2)))
+    quiet_by_itself = devices_per_process(2)
+    quiet_by_itself.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist quiets TensorFlow itself
+    proc = assert_ok(run_cli(*same, f"hydra.run.dir={one}", cwd=project, env=quiet_by_itself))
+    # Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
+    # "failed call to cuInit") on the console and in the log, which the README says are hidden.
+    console = proc.stdout + proc.stderr + (one / "cifar_dist.log").read_text()
+    assert not [n for n in TF_NOISE if n in console], console[:3000]
     two = tmp_path / "two"
     assert_ok(run_cli(*same, *TWO, "trainer.max_epochs_per_run=1", f"hydra.run.dir={two}", cwd=project))
     after_one_epoch = read_metrics(two)
@@ -293,15 +300,28 @@ def test_engine_jax_runs_as_an_azure_ml_job(fake_aml, snapshot_cache, project, t
         (("engine.keras=2",), ["engine=jax trains Keras 3", "engine.keras=2", "engine=horovod"]),
     ],
 )
-def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, tmp_path, overrides, words):
-    run_dir = tmp_path / "run"
-    proc = run_cli(*RUN, *overrides, f"hydra.run.dir={run_dir}", cwd=project, timeout=120)
-    line = one_error_line(proc)
+def test_what_does_not_apply_to_jax_is_refused_with_the_config(overrides, words):
+    """Checked by the config's validation (in-process here), before anything starts: the command's one line and
+    its empty run dir are the next test's."""
+    from cifar_dist.common.errors import ConfigError
+    from cifar_dist.config.validation import validate
+
+    with pytest.raises(ConfigError) as refused:
+        validate(compose_cfg("engine=jax", *overrides))
     for word in words:
+        assert word in str(refused.value), str(refused.value)
+
+
+def test_what_does_not_apply_to_jax_is_one_line_before_anything_starts(project, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_cli(*RUN, "launcher=gloo", "launcher.np=2", f"hydra.run.dir={run_dir}", cwd=project, timeout=120)
+    line = one_error_line(proc)
+    for word in ("launcher=gloo", "engine=jax", "launcher=mpirun"):
         assert word in line, line
     assert not run_dir.exists()  # refused with the config: no run dir written
 
 
+@ONCE_ON_THE_CURRENT_STACK  # (the horovod stack has the same TensorFlow-run check; one real command is enough)
 def test_a_tf_keras_model_on_engine_jax_is_one_line_before_any_data_is_read(project, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
@@ -380,50 +400,19 @@ def test_under_open_mpi_5_the_processes_meet_where_launcher_mpirun_says(tmp_path
     assert meeting_host(["localhost:1", "nodeb:1"]) == socket.gethostname()
 
 
-def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line():
-    code = (
-        "import os; os.environ['KERAS_BACKEND'] = 'tensorflow'; import keras\n"
-        "from cifar_dist.training.engines.jax import select_keras_backend\n"
-        "try:\n    select_keras_backend()\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert_ok(proc)
-    line = proc.stdout.strip()
-    assert line.startswith("JaxEngineError") and "on tensorflow already" in line and "own process" in line, line
+def test_a_process_with_keras_on_tensorflow_already_is_refused_in_one_line(monkeypatch):
+    """This test process loads Keras on TensorFlow (where TensorFlow is installed), as an in-process sweep over
+    engines would; engine=jax's start is then refused in one line, before it sets KERAS_BACKEND."""
+    pytest.importorskip("tensorflow")
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip(f"this process loaded Keras on {keras.backend.backend()} already")
+    from cifar_dist.training.engines.jax import JaxEngineError, select_keras_backend
 
-
-TF_NOISE = ("cuda drivers", "cuInit", "Unable to register", "CUDA error", "absl::InitializeLog")
-TINY_MODEL = textwrap.dedent("""
-    import keras
-
-
-    def build(num_classes):
-        inputs = keras.Input(shape=(32, 32, 3))
-        x = keras.layers.Flatten()(inputs)
-        return keras.Model(inputs, keras.layers.Dense(num_classes, activation="softmax")(x))
-""")
-
-
-def test_one_jax_process_prints_no_cuda_noise_where_no_gpu_is_asked_for(tiny_run, tmp_path):
-    """Issue 37, item 9: engine=jax printed TensorFlow's CUDA start-up noise (cuFFT/cuDNN/cuBLAS registration,
-    "failed call to cuInit") on the console and in the rank logs, which the README says are hidden."""
-    (tmp_path / "tiny3.py").write_text(TINY_MODEL)
-    (tmp_path / "myconf" / "model").mkdir(parents=True)
-    (tmp_path / "myconf" / "model" / "tiny3.yaml").write_text("_target_: tiny3.build\n")
-    env = cli_env()
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # what a user's shell has: cifar_dist must quiet TensorFlow itself
-    run_dir = tmp_path / "run"
-    proc = run_cli(
-        *("--config-dir", "myconf", "model=tiny3", *tiny_run[3:]),
-        "trainer.epochs=1",
-        f"hydra.run.dir={run_dir}",
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-    )
-    assert_ok(proc)
-    console = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
-    assert not [n for n in TF_NOISE if n in console], console[:3000]
+    with pytest.raises(JaxEngineError, match="on tensorflow already.*own process"):
+        select_keras_backend()
+    assert os.environ["KERAS_BACKEND"] == "tensorflow"  # untouched
 
 
 def test_the_readmes_jax_line_says_what_it_costs():
