@@ -65,6 +65,26 @@ fi
 echo "$STACK" > "$STACK_FILE"
 PY="$VENV/bin/python"
 pip_install() { "$PY" -m pip install --disable-pip-version-check -q "$@"; }
+# This package's editable install, done again only when what it installs from changed: its metadata, the extras
+# asked, the checkout it points at (pip rebuilds the editable wheel every time: ~1 min, three times a `make test`).
+INSTALLED_STAMP="$VENV/cifar_dist_installed"
+package_stamp() {  # package_stamp EXTRAS: what an install of this checkout with EXTRAS depends on
+    { cat setup.cfg setup.py pyproject.toml; echo "$1 $PWD"; } | sha256sum | cut -d' ' -f1
+}
+package_installed() {  # package_installed EXTRAS: the stamp matches and cifar_dist imports from this checkout
+    [ "$(cat "$INSTALLED_STAMP" 2>/dev/null)" = "$(package_stamp "$1")" ] \
+        && "$PY" -c 'import cifar_dist, pathlib, sys; sys.exit(pathlib.Path(cifar_dist.__file__).resolve().parents[1] != pathlib.Path.cwd().resolve())' 2>/dev/null
+}
+install_package() {  # install_package EXTRAS PIP-OPTIONS...: this checkout, editable, unless it is already
+    local extras=$1; shift
+    if package_installed "$extras"; then
+        say "cifar_dist[$extras] is installed from this checkout, its metadata unchanged"
+        return 0
+    fi
+    rm -f "$INSTALLED_STAMP"
+    pip_install "$@" -e ".[$extras]"
+    package_stamp "$extras" > "$INSTALLED_STAMP"
+}
 
 # The horovod stack's constraints: the lower end of every range of setup.cfg's install_requires
 # (and the horovod extra's pins), so that this stack runs the suite at the ranges' lower ends.
@@ -101,7 +121,13 @@ import horovod.tensorflow as hvd
 assert hvd.mpi_built() and hvd.gloo_built()
 PYEOF
     }
-    if ! horovod_ok; then
+    # Importing Horovod (and TensorFlow) to check it takes seconds: done again only when the installed versions
+    # changed since it last passed (its stamp: the versions, read from the metadata without importing anything).
+    HOROVOD_STAMP="$VENV/horovod_checked"
+    installed_versions() { "$PY" -c 'import importlib.metadata as m; print(*(m.version(p) for p in ("tensorflow", "horovod")))' 2>/dev/null; }
+    if [ "$(cat "$HOROVOD_STAMP" 2>/dev/null)" = "$(installed_versions)" ] && [ -n "$(installed_versions)" ]; then
+        say "horovod $HOROVOD_VERSION checked before (MPI and Gloo) against these versions"
+    elif ! horovod_ok; then
         wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
         if [ -z "$wheel" ]; then
             say "building horovod==$HOROVOD_VERSION against TensorFlow $TF_VERSION (3-15 minutes, once; cached in $WHEEL_DIR)"
@@ -123,16 +149,17 @@ PYEOF
         pip_install -c "$CONSTRAINTS" "$wheel"   # horovod's own small dependencies
         horovod_ok || die "horovod installed but does not import with MPI and Gloo; delete $WHEEL_DIR and re-run"
     fi
+    installed_versions > "$HOROVOD_STAMP"  # (checked now, or before: the same versions)
     # 3. This package, at the ranges' lower ends
-    pip_install -c "$CONSTRAINTS" -e ".[azure,dev,horovod,jax,mpi,optuna,tensorflow,tracking]"
-    say "ready (horovod stack): $("$PY" -c 'import tensorflow as tf, horovod; print(f"tensorflow {tf.__version__}, horovod {horovod.__version__}")' 2>/dev/null)"
+    install_package azure,dev,horovod,jax,mpi,optuna,tensorflow,tracking -c "$CONSTRAINTS"
+    say "ready (horovod stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("tensorflow", "horovod")))')"
 elif [ "$STACK" = current ]; then
     # 3. This package and the newest TensorFlow, Keras and JAX its ranges allow (wheels; pure-Python sdists only)
-    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,mpi,optuna,tensorflow,tracking]"
+    install_package azure,dev,jax,mpi,optuna,tensorflow,tracking --upgrade --upgrade-strategy only-if-needed --prefer-binary
     say "ready (current stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("tensorflow", "tf-keras", "keras", "jax")))')"
 else
     # 3. This package, Keras 3 and the newest JAX, without TensorFlow (no extra asks for it)
-    pip_install --upgrade --upgrade-strategy only-if-needed --prefer-binary -e ".[azure,dev,jax,optuna,tracking]"
+    install_package azure,dev,jax,optuna,tracking --upgrade --upgrade-strategy only-if-needed --prefer-binary
     "$PY" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is not None)' \
         || die "$VENV holds TensorFlow, which the jax stack must not: remove $VENV and re-run"
     say "ready (jax stack): $("$PY" -c 'import importlib.metadata as m; print(", ".join(f"{p} {m.version(p)}" for p in ("keras", "jax")))'), no TensorFlow"
