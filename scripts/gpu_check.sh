@@ -34,6 +34,14 @@ fi
   KERAS_BACKEND=jax "$PY" -c 'import keras, torch; print("keras", keras.__version__, "torch", torch.__version__)' 2>&1
 } | tee "$OUT/machine.txt"
 
+# Without a GPU (the CPU mode: the script checked on a CPU machine) the runs are cut to what a 2-core CPU trains in a
+# few minutes: the speedrun 2 epochs, the CIFAR-10-sized set 4,000 + 1,000 images for 1 epoch; airbench's rows (CUDA
+# only) say so in one line.
+if command -v nvidia-smi >/dev/null 2>&1; then
+    CPU_MODE=(); SIZES=(); EPOCHS10=10
+else
+    CPU_MODE=(trainer.epochs=2); SIZES=(--train 4000 --test 1000); EPOCHS10=1
+fi
 selected() {  # selected NAME: whether this run is wanted (ONLY unset, or ONLY names it)
     [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]
 }
@@ -54,16 +62,13 @@ bench cifar_dist-seed-32-cached --variant cifar_dist --batch-size 32  # the same
 bench cifar_dist-seed-32-plain --variant cifar_dist --batch-size 32 --no-augment
 bench cifar_dist-seed-32-steps --variant cifar_dist --batch-size 32 trainer.execution=steps
 bench cifar_dist-seed-256 --variant cifar_dist --batch-size 256
-bench cifar_dist-speedrun --variant cifar_dist --speedrun
-bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun
-bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases  # where its wall time goes (cached)
+bench cifar_dist-speedrun --variant cifar_dist --speedrun "${CPU_MODE[@]}"
+bench cifar_dist-speedrun-cached --variant cifar_dist --speedrun "${CPU_MODE[@]}"
+bench cifar_dist-speedrun-phases --variant cifar_dist --speedrun --phases "${CPU_MODE[@]}"  # where its wall time goes (cached)
 # CIFAR-10's scale: 50,000 training images in CIFAR-10's format, made from the sample (python -m benchmarks
 # cifar10-sized), trained by the speedrun recipe on airbench94's net and batch (10 epochs), then airbench94 itself
 # on the same images (benchmarks/external/airbench94_muon.py, carried with the checkout: never committed).
-# Without a GPU (the CPU mode: the script checked on a CPU machine) the set is 5,000 + 1,000 images, the recipe
-# 2 epochs, and airbench's rows say they need CUDA.
 CIFAR10="$OUT/cifar10"
-if command -v nvidia-smi >/dev/null 2>&1; then SIZES=(); EPOCHS10=10; else SIZES=(--train 5000 --test 1000); EPOCHS10=2; fi
 if selected cifar10-sized || selected cifar_dist-cifar10 || selected cifar_dist-cifar10-cached || selected airbench94 \
         || selected airbench94-default; then
     [ -d "$CIFAR10/cifar-10-batches-py" ] \
