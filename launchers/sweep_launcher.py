@@ -45,7 +45,7 @@ from hydra.plugins.launcher import Launcher as HydraLauncher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.errors import CifarDistError, LaunchError
 from cifar_dist.common.redaction import redact_logs, redact_text
 from cifar_dist.common.results import final_accuracy, read_results
 from cifar_dist.common.sweep_errors import PointFailed
@@ -67,7 +67,7 @@ from cifar_dist.rundir.guard import RunDirGuard
 from cifar_dist.rundir.owner import existing_ancestor
 from cifar_dist.rundir.preflight import check_run_dir
 from cifar_dist.tracking.job_hooks import after_job
-from cifar_dist.tracking.settings import export_credentials
+from cifar_dist.tracking.settings import export_credentials, job_credentials
 from cifar_dist.tracking.sweep_parent import close_sweep
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,19 @@ def masked(ret: JobReturn) -> JobReturn:
     ("Error executing job with overrides: [...]") for a failed point; nothing else reads them."""
     ret.overrides = [redact_text(str(o)) for o in ret.overrides or []]
     return ret
+
+
+def one_set_of_credentials(jobs: Sequence[JobSpec]) -> None:
+    """The points of one launch share one environment (one mpirun, one Slurm job array), and so the tracking
+    credentials their URIs carry (``export_credentials``): points whose URIs carry different ones are refused in
+    one line, rather than all sent the last point's."""
+    found = {tuple(sorted(job_credentials(job.cfg).items())) for job in jobs}
+    if len(found) > 1:
+        raise LaunchError(
+            f"points {', '.join(f'#{j.job_num}' for j in jobs)} run in one launch, whose ranks share one environment, "
+            "but their tracking.uri carry different credentials; sweep over one server's URI at a time, or give "
+            "the credentials in MLflow's variables (MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD)"
+        )
 
 
 class SweepLauncher(HydraLauncher):
@@ -211,6 +224,7 @@ class SweepLauncher(HydraLauncher):
         jobs: List[JobSpec] = [prepared[i].return_value for i in ready]
 
         try:
+            one_set_of_credentials(jobs)
             launcher = configured_launcher(configs[ready[0]])  # the object the points' validation built
             results = launcher.launch_all(jobs)
         except (CifarDistError, InstantiationException) as exc:

@@ -108,15 +108,32 @@ def handed_on_uri_problems(cfg: Any) -> List[str]:
     ]
 
 
+# The names export_credentials set itself (not the user), so that the next job of a sweep replaces them.
+EXPORTED_ENV = "CIFAR_DIST_EXPORTED_CREDENTIALS"
+
+
 def export_credentials(cfg: Any, environ: MutableMapping[str, str] = os.environ) -> None:
     """The launching process: a tracking URI's ``user:password@`` into MLflow's own variables.
 
     The ranks get the URI without them (``JobSpec.child_overrides`` redacts
     every override) and inherit these variables instead, as ``launcher=mpirun``
-    and Slurm forward them; a variable the user set wins.
+    and Slurm forward them; a variable the user set wins. What an earlier job
+    of this process (a sweep's point) exported is replaced by this job's, or
+    removed where its URI has none: a point never sends another's credentials.
     """
+    for name in [n for n in environ.get(EXPORTED_ENV, "").split(",") if n]:
+        environ.pop(name, None)
+    environ.pop(EXPORTED_ENV, None)
+    exported = []
+    for name, value in job_credentials(cfg).items():
+        if name not in environ:  # (one the user set wins)
+            environ[name] = value
+            exported.append(name)
+    if exported:
+        environ[EXPORTED_ENV] = ",".join(exported)
+
+
+def job_credentials(cfg: Any) -> Dict[str, str]:
+    """The credentials a job's tracking URI carries, as MLflow's variables ({} without tracking or userinfo)."""
     conf = tracking_conf(cfg)
-    if conf is None:
-        return
-    for name, value in tracking_credentials(conf.uri).items():
-        environ.setdefault(name, value)
+    return tracking_credentials(conf.uri) if conf is not None else {}

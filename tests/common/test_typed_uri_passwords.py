@@ -123,7 +123,7 @@ def test_the_typed_password_reaches_mlflow_and_the_ranks_as_typed(password, tmp_
     assert not any(w in command for w in secret_words(password)), command
     env = {}
     export_credentials(cfg, env)
-    assert env == {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": meant}
+    assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("alice", meant)
 
 
 class RecordingTracker(BaseHTTPRequestHandler):

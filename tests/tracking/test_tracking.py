@@ -279,7 +279,36 @@ def test_ranks_get_the_tracking_uri_without_its_password_and_the_password_by_var
     assert "tracking.uri=https://mlflow.example/x" in command and "Pa55word-in-uri" not in command
     env = {"MLFLOW_TRACKING_USERNAME": "bob"}
     export_credentials(cfg, env)
-    assert env == {"MLFLOW_TRACKING_USERNAME": "bob", "MLFLOW_TRACKING_PASSWORD": "Pa55word-in-uri"}  # the user's wins
+    assert (
+        env["MLFLOW_TRACKING_USERNAME"] == "bob" and env["MLFLOW_TRACKING_PASSWORD"] == "Pa55word-in-uri"
+    )  # user's wins
+
+
+def test_each_point_of_a_sweep_sends_its_own_uris_credentials_or_none(tmp_path):
+    """export_credentials in one launching process, point after point: what it exported for one point is replaced
+    by the next's, or removed where the next's URI carries none (it set them with setdefault: the first point's
+    password went to every later point's server, and to a server given no userinfo at all)."""
+    from cifar_dist.launchers.base import JobSpec
+    from cifar_dist.launchers.sweep_launcher import one_set_of_credentials
+    from cifar_dist.tracking.settings import export_credentials
+
+    env = {"MLFLOW_TRACKING_TOKEN": "users-own"}
+    first = compose_cfg("tracking=mlflow", "tracking.uri=https://alice:Pw-one@one.example/x")
+    second = compose_cfg("tracking=mlflow", "tracking.uri=https://carol:Pw-two@two.example/x")
+    plain = compose_cfg("tracking=mlflow", "tracking.uri=https://three.example/x")
+    export_credentials(first, env)
+    assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("alice", "Pw-one")
+    export_credentials(second, env)
+    assert (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"]) == ("carol", "Pw-two")
+    export_credentials(plain, env)
+    assert env == {"MLFLOW_TRACKING_TOKEN": "users-own"}  # none of the points' left; the user's own kept
+
+    def job(cfg, num):
+        return JobSpec(cfg=cfg, output_dir=tmp_path / str(num), original_cwd=tmp_path, job_num=num, multirun=True)
+
+    one_set_of_credentials([job(first, 0), job(first, 1)])
+    with pytest.raises(Exception, match=r"points #0, #1 run in one launch.*different credentials"):
+        one_set_of_credentials([job(first, 0), job(second, 1)])
 
 
 def test_a_sqlite_store_that_cannot_be_opened_costs_seconds_and_one_warning(tmp_path, caplog):
