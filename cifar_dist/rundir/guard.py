@@ -43,6 +43,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.hydra_hooks import fails_closed
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.launcher_object import launcher_class
 from cifar_dist.config.plugin_names import SWEEP_LAUNCHER_CLASS
@@ -136,12 +137,14 @@ class RunDirGuard(Callback):
                 lock.release()
         self._locks.clear()
 
+    @fails_closed
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         self._guard(Path(str(config.hydra.run.dir)).absolute(), config)
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
         self.release_all()
 
+    @fails_closed
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         if config.hydra.mode == RunMode.MULTIRUN and not guarded_by_sweep_launcher(config):
             self._guard(Path(str(config.hydra.runtime.output_dir)).absolute(), config)

@@ -31,6 +31,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.hydra_hooks import fails_closed
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.validation import validate
 from cifar_dist.rundir.owner import Owner, owner, refuse_foreign_sweep_dir
@@ -114,6 +115,7 @@ def note_in_log(run_dir: Path, job_name: str, message: str) -> None:
 class RunDirCheck(Callback):
     """Hydra callback: check the values, then probe the run (or sweep) dir, before Hydra creates it."""
 
+    @fails_closed
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         run_dir = Path(str(config.hydra.run.dir)).absolute()
         try:
@@ -129,6 +131,7 @@ class RunDirCheck(Callback):
         except CifarDistError as error:
             _exit_with(error)
 
+    @fails_closed
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         try:

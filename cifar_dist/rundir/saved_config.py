@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cifar_dist.common.atomic_files import atomic_write_text
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.hydra_hooks import fails_closed
 from cifar_dist.common.redaction import redact_yaml
 from cifar_dist.config.schema import engine_of, typed_data
 
@@ -60,6 +61,7 @@ def saved_files(config: Any) -> Iterable[Path]:
 class RedactSavedConfig(Callback):
     """Masks the secrets of the files Hydra saved for the job (see the module doc)."""
 
+    @fails_closed
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         for path in saved_files(config):
             redact_yaml_file(path)

@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cifar_dist.common.engine_facts import AUTO, HOROVOD, JAX, TENSORFLOW, engine_facts
 from cifar_dist.common.errors import CifarDistError
+from cifar_dist.common.hydra_hooks import fails_closed
 from cifar_dist.common.process_role import in_child_process
 from cifar_dist.config.launcher_object import launching_launcher
 from cifar_dist.config.schema import ENGINE_SCHEMAS, engine_of
@@ -215,6 +216,7 @@ def resolve_engine(cfg: DictConfig, run_dir: Optional[Path] = None) -> Optional[
 class EngineChoice(Callback):
     """Hydra callback (``conf/hydra/default.yaml``): ``engine=auto`` resolved before Hydra saves the config."""
 
+    @fails_closed
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         if in_child_process():
             return
