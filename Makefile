@@ -23,7 +23,9 @@ STACK ?= auto
 # than 2 (docs/install.md). --dist loadgroup: a module whose module-scoped fixture trains a run marks itself
 # xdist_group, so that one worker runs all its tests and trains that run once (pytest-xdist's own scheduling).
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+# Each pass ends with its slowest tests (docs/install.md's table of them comes from these lines).
+PYTEST_DURATIONS ?= --durations=12
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_DURATIONS)
 
 .PHONY: install run lint format test test-current test-jax test-slow bench
 install:
