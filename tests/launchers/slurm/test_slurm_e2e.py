@@ -167,25 +167,6 @@ def test_ctrl_c_cancels_the_job(cluster, tiny_data, tmp_path):
     wait_for(lambda: job_state(cluster, jid) == "CANCELLED", 60, what="the job to be cancelled")
 
 
-def test_detach_leaves_the_job_and_a_rerun_follows_it_to_the_end(cluster, tiny_data, tmp_path):
-    run_dir = tmp_path / "run"
-    overrides = small(tiny_data, "trainer.epochs=2", "launcher.on_interrupt=detach", f"hydra.run.dir={run_dir}")
-    proc = start_cli(*overrides, env=env_for(cluster))
-    wait_for(lambda: running(cluster, run_dir), 300, proc, "the job to run")
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    jid = job_id(run_dir)
-    assert proc.returncode == 130, out[-3000:]
-    assert f"Slurm job {jid} keeps running: follow it with `squeue -j {jid}`" in out
-    assert job_state(cluster, jid) == "RUNNING"
-
-    rerun = run_cli(*overrides, env=env_for(cluster), timeout=600)
-    out = rerun.stdout + rerun.stderr
-    assert_ok(rerun)
-    assert f"Slurm job {jid} of this run dir is RUNNING: following it instead of submitting again" in out
-    assert job_id(run_dir) == jid and read_metrics(run_dir)["complete"]
-
-
 def test_wait_false_submits_and_says_how_to_follow(cluster, tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
