@@ -28,12 +28,14 @@ def snapshot(run_dir: Path) -> dict:
     }
 
 
-def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(half_run_overrides, tmp_path):
+def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(half_run, half_run_overrides, tmp_path):
+    """Point #0 of an earlier sweep holds one epoch of two with lr 1e-4: ``half_run`` (trained with the default lr,
+    1e-4) in a sweep's dir (its ``multirun.yaml``). A point is checked as a single run is (``guard_run_dir``), so
+    how its epoch was trained does not matter; the Slurm variant trains its sweep (test_slurm_rerun.py)."""
     sweep = tmp_path / "sweep"
-    first = run_cli(
-        "-m", *half_run_overrides, FIRST_EPOCH, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=300
-    )
-    assert_ok(first)
+    shutil.copytree(half_run, sweep / "0")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert OmegaConf.load(sweep / "0" / ".hydra" / "config.yaml").optimizer.lr == 1e-4
     before = snapshot(sweep / "0")
 
     again = run_cli(
