@@ -9,9 +9,9 @@ a requeued/preempted job reports the service's reasons
 no run-dir file, console output or request but the mount credentials
 (assert_key_only_in_the_mount_credentials), nor in the launcher's argv.
 Here: (launcher=azureml) the bearer token and SAS signatures nowhere they do not
-belong; (launcher=batchai) a service that never recovers (bounded total retry time), a response
-that never comes (read timeout, retried), and the planted key with debug
-logging on, on a failure path, and in the arguments of every process.
+belong, on a failed job (which reports the tail of its log); (launcher=batchai) a service that never
+recovers (bounded total retry time), a response that never comes (read timeout, retried), and the
+planted key with debug logging on, on a failure path, and in the arguments of every process.
 """
 
 import subprocess
@@ -137,7 +137,8 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     """launcher=azureml: a planted bearer token and the service's SAS signatures appear
     in no run-dir file (job.yml, logs, outputs), no console line (debug logging on, a 503
     retried, the job failing), no process's arguments, and on the wire only where they
-    belong (the Authorization header; the signature in the SAS query)."""
+    belong (the Authorization header; the signature in the SAS query). The failed job
+    exits 1 with the tail of its log (``launcher.log_tail_lines``) and where the whole log is."""
     import secrets
 
     from helpers.fake_azureml.fixtures import aml_env, aml_overrides
@@ -154,6 +155,7 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
             "data": "cifar10",
             "data.path": str(tmp_path / "missing"),
             "data.download": "false",
+            "launcher.log_tail_lines": "1",
         },
     )
     proc = start_cli(
@@ -162,6 +164,14 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     out, err, seen = _communicate_sampling_ps(proc, timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)
+    (job,) = fake_aml.jobs()
+    assert job.status == "Failed"
+    # A tail of 1 line of the job's log shows the limit holds and ends with the error.
+    assert f"--- last 1 lines of job {job.name}'s log ---" in err
+    tail = err.split("'s log ---", 1)[1].strip().splitlines()
+    assert len(tail) == 1 and str(tmp_path / "missing") in tail[0], tail
+    (summary,) = [line for line in (out + err).splitlines() if f"Azure ML job {job.name} failed" in line]
+    assert "exited with status code 2" in summary and str(run_dir / "azureml" / "std_log.txt") in summary
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()
     secrets_planted = [fake_aml.token, fake_aml.state.sas_sig]
     for secret in secrets_planted:
