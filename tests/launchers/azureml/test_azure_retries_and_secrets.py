@@ -1,11 +1,9 @@
 """Azure faults and secrets beyond tests/launchers/batchai/test_batchai_*.py, against the same local fakes.
 
-Already covered there: 429/503 with Retry-After retried by azure-core
-(test_happy_path_submits_a_valid_job_streams_output_and_downloads_results_and_a_rerun_follows_it),
-a requeued/preempted job reports the service's reasons
-(tests/launchers/batchai/test_batchai_preemption.py), a re-run neither resubmits nor re-uploads
-(test_happy_path_submits_a_valid_job_streams_output_and_downloads_results_and_a_rerun_follows_it), the key in
-no run-dir file, console output or request but the mount credentials
+Already covered there: 429/503 with Retry-After retried by azure-core and a re-run that neither resubmits nor
+re-uploads (test_happy_path_submits_a_valid_job_streams_output_and_downloads_results_and_a_rerun_follows_it),
+a requeued/preempted job reports the service's reasons (tests/launchers/batchai/test_batchai_preemption.py), the
+key in no run-dir file, console output or request but the mount credentials
 (assert_key_only_in_the_mount_credentials), nor in the launcher's argv.
 Here: (launcher=azureml) the bearer token and SAS signatures nowhere they do not
 belong, on a failed job (which reports the tail of its log); (launcher=batchai) a service that never
