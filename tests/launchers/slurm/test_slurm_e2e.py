@@ -27,33 +27,16 @@ def checkpoints(run_dir: Path):
     return sorted((run_dir / "checkpoints").glob("checkpoint-*.h5")) if (run_dir / "checkpoints").is_dir() else []
 
 
-EPOCHS = 6
-
-
 @pytest.fixture(scope="module")
 def two_rank_run(slurm, tiny_data, tmp_path_factory):
-    """The module's one 2-rank job: requeued by ``scontrol requeue`` after its first checkpoint (as a preemption
-    does: killed, back in the queue), then sent the stop signal after a later one (what Slurm sends
-    ``signal_grace_s`` before the time limit, ``--signal=B:USR1@N``). Its run dir, job id and the launcher's output."""
     run_dir = tmp_path_factory.mktemp("slurm-two") / "run"
-    proc = start_cli(
-        *small(tiny_data, "launcher.ntasks_per_node=2", f"trainer.epochs={EPOCHS}", f"hydra.run.dir={run_dir}"),
+    proc = run_cli(
+        *small(tiny_data, "launcher.ntasks_per_node=2", "trainer.epochs=2", f"hydra.run.dir={run_dir}"),
         env=env_for(slurm),
+        timeout=900,
     )
-    try:
-        wait_for(lambda: checkpoints(run_dir), 600, proc, "the first checkpoint")
-        jid = job_id(run_dir)
-        slurm.run("scontrol", "requeue", jid)
-        out_file = run_dir / "slurm" / f"slurm-{jid}.out"
-        wait_for(lambda: "(restart 1)" in out_file.read_text(), 300, proc, "the job to start again")
-        seen = len(checkpoints(run_dir))
-        wait_for(lambda: len(checkpoints(run_dir)) > seen and running(slurm, run_dir), 600, proc, "a new checkpoint")
-        slurm.run("scancel", "--signal=USR1", "--batch", jid)
-        out, _ = proc.communicate(timeout=900)
-    finally:
-        proc.kill()  # only where the job overran: it has ended otherwise
     slurm.cancel_all()
-    return run_dir, jid, proc, out
+    return run_dir, proc
 
 
 def test_dry_run_writes_the_batch_script_and_submits_nothing(cluster, tiny_data, tmp_path):
@@ -94,34 +77,23 @@ def test_a_submission_slurm_refuses_is_one_line_naming_its_reason(cluster, tiny_
 
 
 def test_two_ranks_under_srun_pmix_stream_rank_0(two_rank_run):
-    run_dir, jid, proc, out = two_rank_run
-    assert_ok(proc, out)
+    run_dir, proc = two_rank_run
+    out = proc.stdout + proc.stderr
+    assert_ok(proc)
+    jid = job_id(run_dir)
     assert f"submitted Slurm job {jid}: 1 node(s) x 2 process(es)" in out
     assert f"Slurm job {jid}: RUNNING on localhost" in out and f"Slurm job {jid} completed" in out
     m = read_metrics(run_dir)
     assert m["complete"] and m["ranks"] == 2 and m["ranks_in_sync"]  # Horovod saw a 2-rank world
-    assert [e["epoch"] for e in m["epochs"]] == list(range(1, EPOCHS + 1))
+    assert [e["epoch"] for e in m["epochs"]] == [1, 2]
     # Rank 0's output reached this console through the job's output file; rank 1 only its own log.
     assert "rank 0/2" in out and "rank 1/2" not in out
     assert "rank 1/2" in (run_dir / "logs" / "rank.1.log").read_text()
     assert "rank 0/2" in (run_dir / "slurm" / f"slurm-{jid}.out").read_text()
 
 
-def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(two_rank_run):
-    run_dir, jid, proc, out = two_rank_run
-    out_file = run_dir / "slurm" / f"slurm-{jid}.out"
-    assert_ok(proc, out)
-    assert f"Slurm job {jid} was requeued (restart 1" in out and f"Slurm job {jid} was requeued (restart 2" in out
-    assert "the ranks stop after this epoch" in out and "stop signal SIGUSR1: stopping after epoch" in out
-    assert f"requeueing job {jid} (restart 2 of 3)" in out_file.read_text()  # scontrol requeue was restart 1
-    assert "completed after 2 requeue(s)" in out
-    m = read_metrics(run_dir)
-    assert m["complete"] and m["resumed_from_epoch"] >= 2
-    assert [e["epoch"] for e in m["epochs"]] == list(range(1, EPOCHS + 1))
-
-
 def test_evaluate_runs_on_slurm(cluster, two_rank_run, tiny_data, tmp_path):
-    trained, *_ = two_rank_run
+    trained, _ = two_rank_run
     run_dir = tmp_path / "eval"
     proc = run_cli(
         *small(tiny_data, "task=evaluate", f"evaluate.model={trained}", f"hydra.run.dir={run_dir}"),
@@ -156,6 +128,31 @@ def test_a_multirun_sweep_on_slurm_returns_each_points_result(cluster, tiny_data
         m = read_metrics(sweep_dir / str(num))
         assert m["complete"] and m["run"]["lr_config"] == lr
     assert "Sweep summary" in out
+
+
+def test_requeue_and_the_stop_signal_resume_from_the_checkpoint(cluster, tiny_data, tmp_path):
+    run_dir = tmp_path / "run"
+    epochs = 6
+    proc = start_cli(*small(tiny_data, f"trainer.epochs={epochs}", f"hydra.run.dir={run_dir}"), env=env_for(cluster))
+    wait_for(lambda: checkpoints(run_dir), 600, proc, "the first checkpoint")
+    jid = job_id(run_dir)
+    cluster.run("scontrol", "requeue", jid)  # as a preemption does: killed, back in the queue
+    out_file = run_dir / "slurm" / f"slurm-{jid}.out"
+    wait_for(lambda: "(restart 1)" in out_file.read_text(), 300, proc, "the job to start again")
+    seen = len(checkpoints(run_dir))
+    wait_for(lambda: len(checkpoints(run_dir)) > seen and running(cluster, run_dir), 600, proc, "a new checkpoint")
+    # What Slurm sends signal_grace_s before the time limit (--signal=B:USR1@N).
+    cluster.run("scancel", "--signal=USR1", "--batch", jid)
+    out, _ = proc.communicate(timeout=900)
+
+    assert_ok(proc, out)
+    assert f"Slurm job {jid} was requeued (restart 1" in out and f"Slurm job {jid} was requeued (restart 2" in out
+    assert "the ranks stop after this epoch" in out and "stop signal SIGUSR1: stopping after epoch" in out
+    assert f"requeueing job {jid} (restart 2 of 3)" in out_file.read_text()  # scontrol requeue was restart 1
+    assert "completed after 2 requeue(s)" in out
+    m = read_metrics(run_dir)
+    assert m["complete"] and m["resumed_from_epoch"] >= 2
+    assert [e["epoch"] for e in m["epochs"]] == list(range(1, epochs + 1))
 
 
 def test_ctrl_c_cancels_the_job(cluster, tiny_data, tmp_path):
@@ -204,7 +201,7 @@ def test_a_failing_rank_is_named_with_the_tail_of_its_log(cluster, tiny_data, tm
 
 @pytest.mark.slow  # 1.4 min; requeue + resume on the real Slurm stays in the default suite
 def test_a_job_its_time_limit_ended_is_resubmitted_and_continues(cluster, two_rank_run, tiny_data, tmp_path):
-    trained, *_ = two_rank_run
+    trained, _ = two_rank_run
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     first = trained / "checkpoints" / "checkpoint-001.h5"
