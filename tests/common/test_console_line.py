@@ -12,7 +12,7 @@ import sys
 import time
 
 from cifar_dist.common.console_line import OpenLineTracker, end_open_line
-from helpers.cli import cli_env
+from helpers.cli import cli_env, tiny_cifar
 
 
 def run_in_a_terminal(*overrides: str, cwd, timeout: float = 300) -> tuple:
@@ -61,18 +61,23 @@ def test_the_tracker_ends_an_open_line_once_and_only_then():
     assert stream.getvalue() == "log line\n\r 3/16 [===>......]\n"
 
 
-def test_a_diverged_runs_error_starts_its_own_line_after_the_progress_bar(tmp_path):
+def test_a_diverged_run_keeps_its_run_dir_and_its_error_starts_its_own_line_after_the_progress_bar(tiny_data, tmp_path):
+    """Also the run dir's side (tests/rundir/test_run_dir_owner.py): a run that fails once started keeps its run
+    dir, with the reason in its log."""
+    run_dir = tmp_path / "run"
     code, out = run_in_a_terminal(
-        "data=sample",
+        *tiny_cifar(tiny_data),
         "optimizer=sgd",
         "optimizer.lr=1e30",
         "trainer.epochs=1",
         "trainer.batch_size=64",
         "trainer.plot=false",
         "trainer.verbose=1",  # the progress bar
-        f"hydra.run.dir={tmp_path / 'run'}",
+        f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
     )
     assert code == 2 and "cifar_dist: error: training diverged" in out, out[-2000:]
     before = out.split("cifar_dist: error:", 1)[0]
     assert "[====" in before and before.endswith("\n"), repr(out[-600:])
+    assert len([line for line in out.splitlines() if line.startswith("cifar_dist: error:")]) == 1, out[-2000:]
+    assert "stopped: training diverged" in (run_dir / "cifar_dist.log").read_text()

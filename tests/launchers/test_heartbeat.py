@@ -16,7 +16,7 @@ import time
 import pytest
 
 from cifar_dist.launchers.ranks.heartbeat import HEARTBEAT_ENV, HeartbeatWatch, heartbeat_path, start_from_env
-from helpers.cli import start_cli, wait_for
+from helpers.cli import start_cli, tiny_cifar, wait_for
 from helpers.mpirun_jobs import QUICK, processes_of, rank_pid
 
 
@@ -66,15 +66,16 @@ def test_a_rank_beats_on_the_file_its_wrapper_named(tmp_path):
 @pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 @pytest.mark.timeout(600)
-def test_a_stopped_rank_ends_the_job_within_the_stall_timeout(tmp_path):
+def test_a_stopped_rank_ends_the_job_within_the_stall_timeout(tiny_data, tmp_path):
     run_dir = tmp_path / "run"
     proc = start_cli(
         "launcher=mpirun",
         "launcher.np=2",
         *QUICK,
-        "trainer.epochs=20",
-        "launcher.stall_shutdown_s=10",
-        "launcher.kill_grace_s=5",
+        *tiny_cifar(tiny_data),  # after QUICK's debug=fast (the command line wins): its first checkpoint sooner
+        "trainer.epochs=200",
+        "launcher.stall_shutdown_s=10",  # the least allowed
+        "launcher.kill_grace_s=1",  # a stopped rank ignores the runner's SIGINT: SIGKILL after the grace
         f"hydra.run.dir={run_dir}",
     )
     try:
@@ -92,7 +93,7 @@ def test_a_stopped_rank_ends_the_job_within_the_stall_timeout(tmp_path):
                 pass
     took = time.time() - stopped_at
     assert proc.returncode not in (0, None), out[-3000:]
-    # stall timeout 10 s + a beat (2 s) + the supervisor's poll + kill grace 5 s, with margin for a loaded machine
+    # stall timeout 10 s + a beat (2 s) + the supervisor's poll + kill grace 1 s, with margin for a loaded machine
     assert took < 45, f"the job took {took:.0f}s to end"
     assert "rank 1 stopped responding (no heartbeat for" in out, out[-3000:]
     assert f"Last lines of {run_dir / 'logs' / 'rank.1.log'}" in out

@@ -81,19 +81,13 @@ def empty_class_folder(tmp_path):
     return root
 
 
-@pytest.mark.parametrize(
-    "data",
-    [
-        ("data=folder", "data.path=missing"),
-        ("data=cifar10", "data.cache_dir=cache", "data.url=http://127.0.0.1:9/cifar-10-python.tar.gz"),
-        ("data=folder", "data.path=images"),
-    ],
-    ids=["missing data path", "failed download", "empty class folder"],
-)
-def test_an_error_found_at_the_start_leaves_no_run_dir(tmp_path, empty_class_folder, data):
-    proc = run_cli(*data, "trainer.verbose=0", "hydra.run.dir=outputs/run", cwd=tmp_path, timeout=180)
+def test_an_error_found_at_the_start_leaves_no_run_dir(tmp_path, empty_class_folder):
+    """An empty class folder, found as the job loads its data; a missing data path and a failed download are found
+    there too and end the same way (the app's ``fail`` removes the run dir it created): their one-line errors are
+    tested in-process (tests/data/test_data_own.py, tests/data/test_data_download.py)."""
+    proc = run_cli("data=folder", "data.path=images", "trainer.verbose=0", "hydra.run.dir=outputs/run", cwd=tmp_path)
     line = one_error_line(proc)
-    assert any(word in line for word in ("missing", "download", "holds no images")), line
+    assert "holds no images" in line, line
     assert not (tmp_path / "outputs").exists()
 
 

@@ -28,12 +28,14 @@ def snapshot(run_dir: Path) -> dict:
     }
 
 
-def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(half_run_overrides, tmp_path):
+def test_a_sweep_point_that_would_resume_with_another_lr_is_refused_untouched(half_run, half_run_overrides, tmp_path):
+    """Point #0 of an earlier sweep holds one epoch of two with lr 1e-4: ``half_run`` (trained with the default lr,
+    1e-4) in a sweep's dir (its ``multirun.yaml``). A point is checked as a single run is (``guard_run_dir``), so
+    how its epoch was trained does not matter; the Slurm variant trains its sweep (test_slurm_rerun.py)."""
     sweep = tmp_path / "sweep"
-    first = run_cli(
-        "-m", *half_run_overrides, FIRST_EPOCH, "optimizer.lr=1e-4", f"hydra.sweep.dir={sweep}", timeout=300
-    )
-    assert_ok(first)
+    shutil.copytree(half_run, sweep / "0")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert OmegaConf.load(sweep / "0" / ".hydra" / "config.yaml").optimizer.lr == 1e-4
     before = snapshot(sweep / "0")
 
     again = run_cli(
@@ -109,11 +111,19 @@ def test_another_recipe_key_is_refused_end_to_end(half_run, half_run_overrides, 
 
 @pytest.fixture
 def folder_run(tmp_path):
-    """One epoch of two: the user's own builder (tests/helpers/user_project.py) on a small image folder."""
+    """One epoch of two: the user's own builder (tests/helpers/user_project.py), which imports a helper module of
+    the user's (tests/rundir/test_fingerprint_content.py), on a small image folder."""
     from helpers.cifar_fixtures import random_batches, write_png_tree
     from helpers.user_project import write_user_project
 
     project = write_user_project(tmp_path / "project")
+    (project / "myhelpers.py").write_text('ACTIVATION = "relu"\n')
+    (project / "mymodels.py").write_text(
+        (project / "mymodels.py")
+        .read_text()
+        .replace('activation="relu"', "activation=ACTIVATION")
+        .replace("from tensorflow import keras", "from tensorflow import keras\nfrom myhelpers import ACTIVATION")
+    )
     (train,), test = random_batches(n_train_batches=1, per_batch=40, n_test=20)
     write_png_tree(project / "images", {"train": train, "test": test})
     args = (
@@ -134,23 +144,44 @@ def folder_run(tmp_path):
     return project, args
 
 
-def test_an_edited_builder_or_a_renamed_class_folder_is_refused_unless_accepted(folder_run):
+def test_an_edited_builder_or_helper_inverted_images_or_a_renamed_class_folder_are_refused_unless_accepted(
+    folder_run,
+):
+    """Each change to the code or the data of the run is refused in one line, the run dir untouched; accepted, the
+    run resumes (the content fingerprints' end-to-end test, tests/rundir/test_fingerprint_content.py, too)."""
+    import numpy as np
+    from PIL import Image
+
     project, args = folder_run
     source = (project / "mymodels.py").read_text()
     before = snapshot(project / "run")
 
-    (project / "mymodels.py").write_text(source.replace('activation="relu"', 'activation="tanh"'))
-    proc = run_cli(*args, cwd=project, timeout=120)
-    line = one_error_line(proc)
+    (project / "mymodels.py").write_text(source.replace("GlobalAveragePooling2D", "GlobalMaxPooling2D"))
+    line = one_error_line(run_cli(*args, cwd=project, timeout=120))
     assert "trained with other code or data: builder (was " in line and "trainer.resume_despite_changes=true" in line
     assert snapshot(project / "run") == before
-
     (project / "mymodels.py").write_text(source)
+
+    (project / "myhelpers.py").write_text('ACTIVATION = "tanh"\n')
+    line = one_error_line(run_cli(*args, cwd=project, timeout=120))
+    assert "trained with other code or data: builder_sources.myhelpers.py (was " in line, line
+    assert snapshot(project / "run") == before
+    (project / "myhelpers.py").write_text('ACTIVATION = "relu"\n')
+
+    image = sorted((project / "images" / "train").rglob("*.png"))[0]
+    original = image.read_bytes()
+    Image.fromarray(255 - np.asarray(Image.open(image))).save(image)  # inverted: the same counts and names
+    line = one_error_line(run_cli(*args, cwd=project, timeout=120))
+    reasons = line.split("trained with other code or data: ", 1)[-1]  # (the run dir's path names this test)
+    assert reasons.startswith("data_files.bytes (was ") and "builder" not in reasons, line
+    assert snapshot(project / "run") == before
+    image.write_bytes(original)
+
     (project / "images" / "train" / "cat").rename(project / "images" / "train" / "kat")
     (project / "images" / "test" / "cat").rename(project / "images" / "test" / "kat")
-    proc = run_cli(*args, cwd=project, timeout=120)
-    line = one_error_line(proc)
-    assert "data_files.class_names (was [" in line and "'kat'" in line and "builder (was" not in line
+    line = one_error_line(run_cli(*args, cwd=project, timeout=120))
+    reasons = line.split("trained with other code or data: ", 1)[-1]
+    assert "data_files.class_names (was [" in reasons and "'kat'" in reasons and "builder (was" not in reasons, line
     assert snapshot(project / "run") == before
 
     accepted = run_cli(*args, "trainer.resume_despite_changes=true", cwd=project, timeout=300)

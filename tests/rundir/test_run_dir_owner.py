@@ -5,7 +5,8 @@
   adopting it (an empty marker) moves the files a run would replace aside.
 * A refused command (bad values, a refused launcher setting, a dry run)
   leaves nothing under ``outputs/``; in a run dir that already exists the
-  reason is also in its log.
+  reason is also in its log. A run that fails once started (a diverged loss) keeps its run dir and the reason in
+  its log: tests/common/test_console_line.py, whose diverged run checks that too.
 * A full disk and a YAML syntax error in a user's config dir are one line,
   rc 2, no traceback.
 """
@@ -112,21 +113,6 @@ def test_a_refused_command_writes_nothing_under_outputs(tmp_path, overrides):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(error_lines(proc)) == 1 and no_traceback(proc)
     assert list(tmp_path.iterdir()) == []
-
-
-def test_a_run_that_fails_once_started_keeps_its_run_dir_and_the_reason(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = run_cli(
-        "data=sample",
-        "optimizer=sgd",
-        "optimizer.lr=1e30",
-        "trainer.epochs=1",
-        "trainer.verbose=0",
-        f"hydra.run.dir={run_dir}",
-        timeout=300,
-    )
-    assert proc.returncode == 2 and len(error_lines(proc)) == 1, proc.stderr[-3000:]
-    assert "stopped: training diverged" in (run_dir / "cifar_dist.log").read_text()
 
 
 def test_every_bad_value_is_named_in_one_line_the_launchers_too(tmp_path):

@@ -4,7 +4,7 @@
   the holder (pid, host); a lock left by a killed run does not block.
 * Each test also checks what the resume policy does once the lock is taken:
   a finished run whose checkpoints are gone is not trained again over its
-  saved model; a damaged metrics.json does not block a resume.
+  saved model; a damaged metrics.json does not block a resume, nor does a run dir of an earlier version.
 
 A re-run with other settings: tests/rundir/test_resume_policy.py. Temp files: tests/common/test_durable.py.
 """
@@ -28,8 +28,22 @@ from helpers.paths import REPO
 def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_damaged_record(
     half_run, half_run_overrides, tmp_path
 ):
+    """The run dir is also one of an earlier version, before the marker and 1-based CSV epochs (no
+    .cifar_dist_run, training_log.csv numbered from 0): it resumes, its log renumbered, and is claimed."""
+    import csv
+
+    from cifar_dist.rundir.owner import MARKER
+
     run_dir = tmp_path / "run"
     shutil.copytree(half_run, run_dir)
+    (run_dir / MARKER).unlink()
+    (run_dir / LOCK_NAME).unlink(missing_ok=True)
+    log = run_dir / "training_log.csv"
+    rows = list(csv.reader(open(log, newline="")))
+    assert [r[0] for r in rows[1:]] == ["1"]  # this version writes epoch 1 as 1
+    rows[1][0] = "0"  # as Keras' CSVLogger numbered it before
+    with open(log, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
     (run_dir / "metrics.json").write_text('{"epochs": [{"epoch": 1, "loss": 2.')  # cut off mid-write by hand
     users_file = run_dir / ".notes.partial"
     users_file.write_text("mine")
@@ -55,40 +69,17 @@ def test_a_busy_run_dir_is_refused_naming_its_holder_and_a_resume_survives_a_dam
         (line,) = error_lines(second)
         assert f"pid {first.pid} on host {socket.gethostname()}" in line and "hydra.run.dir" in line
         assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_config
-        _, err = first.communicate(timeout=600)
+        out, err = first.communicate(timeout=600)
     finally:
         first.kill()
-    assert_ok(first, err)
+    assert_ok(first, out + err)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["complete"] and [e["epoch"] for e in metrics["epochs"]] == [2]
     assert (run_dir / "metrics.json.damaged").read_text().startswith('{"epochs": [{"epoch": 1')
     assert users_file.read_text() == "mine" and not ours.exists()
-
-
-def test_a_run_dir_of_an_earlier_version_resumes_and_its_0_based_log_is_renumbered(
-    half_run, half_run_overrides, tmp_path
-):
-    """Before the marker and 1-based CSV epochs: no .cifar_dist_run, training_log.csv numbered from 0."""
-    import csv
-
-    from cifar_dist.rundir.owner import MARKER
-
-    old = tmp_path / "old"
-    shutil.copytree(half_run, old)
-    (old / MARKER).unlink()
-    (old / LOCK_NAME).unlink(missing_ok=True)
-    log = old / "training_log.csv"
-    rows = list(csv.reader(open(log, newline="")))
-    assert [r[0] for r in rows[1:]] == ["1"]  # this version writes epoch 1 as 1
-    rows[1][0] = "0"  # as Keras' CSVLogger numbered it before
-    with open(log, "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(rows)
-    proc = run_cli(*half_run_overrides, f"hydra.run.dir={old}", timeout=300)
-    assert_ok(proc)
-    assert "resuming after epoch 1" in proc.stdout + proc.stderr
+    assert "resuming after epoch 1" in out + err
     assert [r["epoch"] for r in csv.DictReader(open(log, newline=""))] == ["1", "2"]
-    assert json.loads((old / "metrics.json").read_text())["complete"] is True
-    assert (old / MARKER).is_file()  # claimed for this version once the checks passed
+    assert (run_dir / MARKER).is_file()  # claimed for this version once the checks passed
 
 
 def test_a_lock_left_by_a_killed_run_does_not_block_and_a_finished_run_is_not_retrained(trained_run, tmp_path):

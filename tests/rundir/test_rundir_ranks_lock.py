@@ -22,7 +22,7 @@ import pytest
 
 from cifar_dist.launchers.ranks.rank_failure import first_failure, read_exit_records
 from cifar_dist.rundir.ranks_lock import RANKS_LOCK_NAME, LaunchStart, OldRanksAlive, current_launch
-from helpers.cli import assert_ok, cli_env, run_cli, wait_for
+from helpers.cli import cli_env, start_cli, wait_for
 from helpers.paths import REPO
 
 
@@ -91,13 +91,13 @@ def test_a_live_rank_of_an_earlier_launch_keeps_the_run_dir_and_a_late_one_never
     assert not (tmp_path / "logs" / "rank.0.exit.json").exists() and not ran.exists()
 
 
-# An old rank that writes ``tick`` ("alone") every 0.1 s for ``s`` seconds, then dies by SIGKILL. If ``watched``
+# An old rank that writes ``tick`` ("alone") every 0.1 s until ``die`` exists, then dies by SIGKILL. If ``watched``
 # changes meanwhile (a new launch wrote into the run dir while it lived) it writes "overlap" and dies at once.
 WRITES_UNTIL_A_NEW_LAUNCH_WRITES = """
 import os, time
-tick, watched, until = {tick!r}, {watched!r}, time.time() + {s}
+tick, watched, die, until = {tick!r}, {watched!r}, {die!r}, time.time() + 300
 first = os.stat(watched).st_mtime_ns
-while time.time() < until:
+while time.time() < until and not os.path.exists(die):
     if os.stat(watched).st_mtime_ns != first:
         open(tick, "w").write("overlap")
         break
@@ -115,28 +115,40 @@ def test_a_rerun_after_the_launcher_was_killed_waits_for_its_ranks_and_ignores_t
     """As the issue saw it: the old rank 0 outlives its killed launcher, writing into the run dir, then dies by
     SIGKILL and its wrapper writes ``logs/rank.0.exit.json``. The re-run, started at once, must not write before that
     rank has gone, nor stop for that record (``launcher.rank_failure_grace_s=1``: a failed rank's record older than
-    1 s stops the job)."""
+    1 s stops the job). The old rank dies once the re-run says it waits for it."""
     run_dir = tmp_path / "run"
     shutil.copytree(half_run, run_dir)
     tick, config = run_dir / "checkpoints" / "old-rank-wrote-this", run_dir / ".hydra" / "config.yaml"
+    die = tmp_path / "die"
     old = LaunchStart(run_dir).start()
-    child = WRITES_UNTIL_A_NEW_LAUNCH_WRITES.format(tick=str(tick), watched=str(config), s=8)
+    child = WRITES_UNTIL_A_NEW_LAUNCH_WRITES.format(tick=str(tick), watched=str(config), die=str(die))
     wrapper = start_old_rank(run_dir, old, child)
     try:
         wait_for(lambda: signed_in(run_dir, wrapper), 60, wrapper, "the old rank to hold the ranks' lock")
-        proc = run_cli(
-            *half_run_overrides,
-            "launcher=mpirun",
-            "launcher.np=1",
-            "launcher.rank_failure_grace_s=1",
-            f"hydra.run.dir={run_dir}",
-            timeout=500,
-        )
+        with open(tmp_path / "rerun.out", "w") as out:
+            proc = start_cli(
+                *half_run_overrides,
+                "launcher=mpirun",
+                "launcher.np=1",
+                "launcher.rank_failure_grace_s=1",
+                f"hydra.run.dir={run_dir}",
+                stdout=out,
+                stderr=subprocess.PIPE,
+            )
+            err = ""
+            for line in proc.stderr:  # until the re-run waits (or ends: then it did not wait, and fails below)
+                err += line
+                if "waiting up to 30s for rank 0" in line:
+                    break
+            time.sleep(0.5)  # it keeps waiting while the old rank lives
+            die.touch()
+            err += proc.stderr.read()
+            proc.wait(timeout=500)
     finally:
         wrapper.kill()
-    assert_ok(proc)
+    assert proc.returncode == 0, (tmp_path / "rerun.out").read_text()[-3000:] + err[-3000:]
     assert tick.read_text() == "alone"  # the new launch wrote nothing into the run dir while the old rank lived
-    assert f"waiting up to 30s for rank 0 (pid {wrapper.pid} on host {socket.gethostname()})" in proc.stderr
+    assert f"waiting up to 30s for rank 0 (pid {wrapper.pid} on host {socket.gethostname()})" in err
     record = json.loads((run_dir / "logs" / "rank.0.exit.json").read_text())
     assert record["launch"] == current_launch(run_dir) != old and record["exit_code"] == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())

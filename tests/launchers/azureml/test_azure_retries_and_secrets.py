@@ -1,17 +1,15 @@
 """Azure faults and secrets beyond tests/launchers/batchai/test_batchai_*.py, against the same local fakes.
 
-Already covered there: 429/503 with Retry-After retried by azure-core
-(test_throttling_and_unavailable_are_retried_by_azure_core), a failed job
-reports its stderr (test_failed_job_exits_non_zero_and_prints_the_stderr_tail),
-a requeued/preempted job reports the service's reasons
-(tests/launchers/batchai/test_batchai_preemption.py), a re-run neither resubmits nor re-uploads
-(test_rerunning_the_same_launch_neither_resubmits_nor_reuploads), the key in
-no run-dir file, console output or request but the mount credentials
+Already covered there: 429/503 with Retry-After retried by azure-core and a re-run that neither resubmits nor
+re-uploads (test_happy_path_submits_a_valid_job_streams_output_and_downloads_results_and_a_rerun_follows_it),
+a requeued/preempted job reports the service's reasons (tests/launchers/batchai/test_batchai_preemption.py), the
+key in no run-dir file, console output or request but the mount credentials
 (assert_key_only_in_the_mount_credentials), nor in the launcher's argv.
 Here: (launcher=azureml) the bearer token and SAS signatures nowhere they do not
-belong; (launcher=batchai) a service that never recovers (bounded total retry time), a response
-that never comes (read timeout, retried), and the planted key with debug
-logging on, on a failure path, and in the arguments of every process.
+belong, on a failed job (which reports the tail of its log); (launcher=batchai) a service that never
+recovers (bounded total retry time), a response that never comes (read timeout, retried), and the
+planted key with debug logging on, on a failed job (which reports the tail of its stderr), and in
+the arguments of every process.
 """
 
 import subprocess
@@ -113,13 +111,16 @@ def test_the_key_is_in_no_file_output_or_process_argument_with_debug_logs_and_a_
     # Debug logging of every logger (azure-core's HTTP logging included), a job that fails,
     # and a 503 on the way (retry messages).
     fake_azure.faults.append(Fault(lambda m, p: m == "GET" and _arm_job(p), 503, times=1, retry_after="0"))
-    args = launcher_overrides(
-        fake_azure, run_dir, wheel_cache, **{"hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail"}
-    )
+    # The failed job (stream_output=false): exit 3, the tail of its stderr on the console, the whole of it kept.
+    extra = {"hydra.verbose": "true", "+launcher.env.FAKE_OUTCOME": "fail", "launcher.stream_output": "false"}
+    args = launcher_overrides(fake_azure, run_dir, wheel_cache, **extra)
     proc = start_cli(*args, env=cli_env(fake_azure, storage_key), cwd=tmp_path, stderr=subprocess.PIPE)
     out, err, seen = _communicate_sampling_ps(proc, timeout=120)
     assert proc.returncode == 3, err[-3000:]
-    assert "planted training failure" in err
+    assert "RuntimeError: planted training failure" in err
+    assert "last 40 lines of" in err and "noise line 9" not in err  # a tail, not the whole file
+    assert "failed with exit code 3" in out + err
+    assert "noise line 9" in (run_dir / "batchai" / "stderr.txt").read_text()
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()  # debug logging really was on
     assert len(seen) > 10 and not any(storage_key.encode() in s for s in seen)
     assert storage_key not in out + err
@@ -137,7 +138,8 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     """launcher=azureml: a planted bearer token and the service's SAS signatures appear
     in no run-dir file (job.yml, logs, outputs), no console line (debug logging on, a 503
     retried, the job failing), no process's arguments, and on the wire only where they
-    belong (the Authorization header; the signature in the SAS query)."""
+    belong (the Authorization header; the signature in the SAS query). The failed job
+    exits 1 with the tail of its log (``launcher.log_tail_lines``) and where the whole log is."""
     import secrets
 
     from helpers.fake_azureml.fixtures import aml_env, aml_overrides
@@ -154,6 +156,7 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
             "data": "cifar10",
             "data.path": str(tmp_path / "missing"),
             "data.download": "false",
+            "launcher.log_tail_lines": "1",
         },
     )
     proc = start_cli(
@@ -162,6 +165,14 @@ def test_azureml_no_token_or_sas_in_files_output_or_arguments_with_debug_logs_an
     out, err, seen = _communicate_sampling_ps(proc, timeout=300)
     assert proc.returncode == 1, err[-3000:]
     assert "failed" in out + err and "missing" in err  # the failure line goes to the console log (stdout)
+    (job,) = fake_aml.jobs()
+    assert job.status == "Failed"
+    # A tail of 1 line of the job's log shows the limit holds and ends with the error.
+    assert f"--- last 1 lines of job {job.name}'s log ---" in err
+    tail = err.split("'s log ---", 1)[1].strip().splitlines()
+    assert len(tail) == 1 and str(tmp_path / "missing") in tail[0], tail
+    (summary,) = [line for line in (out + err).splitlines() if f"Azure ML job {job.name} failed" in line]
+    assert "exited with status code 2" in summary and str(run_dir / "azureml" / "std_log.txt") in summary
     assert "DEBUG" in (run_dir / "cifar_dist.log").read_text()
     secrets_planted = [fake_aml.token, fake_aml.state.sas_sig]
     for secret in secrets_planted:

@@ -25,6 +25,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
         "launcher.instance_count": "4",
         "launcher.process_count_per_instance": "2",
         "launcher.vm_priority": "low_priority",
+        "trainer.resume": "false",  # warned about on low-priority VMs
         "optimizer.lr": "0.002",
         "+launcher.env.FOO": "bar",
     }
@@ -33,6 +34,7 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     )
     assert_ok(proc)
     assert fake_aml.requests == [] and fake_aml.proxy.tunnelled == []
+    assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr
 
     job_file = run_dir / "azureml" / "job.yml"
     assert f"Dry run: wrote {job_file}" in proc.stdout
@@ -80,23 +82,6 @@ def test_dry_run_writes_a_job_the_sdk_loads_and_sends_nothing(fake_aml, snapshot
     commands = [line.strip() for line in proc.stdout.splitlines() if line.strip().startswith("az ml ")]
     assert [c.split()[2:4] for c in commands] == [["compute", "create"], ["job", "create"], ["job", "download"]]
     assert f"--file {job_file}" in commands[1]
-
-
-def test_a_registered_environment_is_named_instead_of_built(fake_aml, snapshot_cache, tmp_path):
-    run_dir = tmp_path / "run"
-    extra = {
-        "launcher.dry_run": "true",
-        "launcher.environment": "cifar-tf218-hvd:3",
-        "launcher.create_compute": "false",
-    }
-    proc = run_cli(
-        *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
-    )
-    assert_ok(proc)
-    doc = yaml.safe_load((run_dir / "azureml" / "job.yml").read_text())
-    assert doc["environment"] == "azureml:cifar-tf218-hvd:3"
-    assert not (run_dir / "azureml" / "environment").exists() and not (run_dir / "azureml" / "compute.yml").exists()
-    assert "compute create" not in proc.stdout
 
 
 def test_missing_settings_are_named_in_one_line(tmp_path):
@@ -148,30 +133,31 @@ def test_bad_sizes_and_custom_clouds_are_refused():
     assert "launcher.arm_endpoint" in str(err.value)
 
 
-def test_low_priority_without_auto_resume_is_warned_about(fake_aml, snapshot_cache, tmp_path):
-    extra = {"launcher.dry_run": "true", "launcher.vm_priority": "low_priority", "trainer.resume": "false"}
-    proc = run_cli(
-        *aml_overrides(fake_aml, tmp_path / "run", snapshot_cache, **extra),
-        env=aml_env(fake_aml),
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert_ok(proc)
-    assert "trainer.resume=false on low-priority VMs" in proc.stdout + proc.stderr
-
-
-def test_a_password_in_the_tracking_uri_stays_out_of_the_job_file(fake_aml, snapshot_cache, tmp_path):
-    """job.yml is readable by everyone in the workspace: no user:password or URI token in its description or command."""
+def test_a_registered_environment_is_named_and_a_password_in_the_tracking_uri_stays_out_of_the_job_file(
+    fake_aml, snapshot_cache, tmp_path
+):
+    """A registered environment is named instead of built (no Dockerfile, no compute.yml without
+    create_compute); job.yml is readable by everyone in the workspace: no user:password or URI token in its
+    description or command."""
     run_dir = tmp_path / "run"
     # (a token in the URI's query is refused before anything is written: tests/common/test_secrets_in_files.py)
     uri = "https://alice:Pa55word-in-uri@mlflow.example:8443/x"
-    extra = {"launcher.dry_run": "true", "tracking": "mlflow", "tracking.uri": f"'{uri}'"}
+    extra = {
+        "launcher.dry_run": "true",
+        "launcher.environment": "cifar-tf218-hvd:3",
+        "launcher.create_compute": "false",
+        "tracking": "mlflow",
+        "tracking.uri": f"'{uri}'",
+    }
     proc = run_cli(
         *aml_overrides(fake_aml, run_dir, snapshot_cache, **extra), env=aml_env(fake_aml), cwd=tmp_path, timeout=60
     )
     assert_ok(proc)
     text = (run_dir / "azureml" / "job.yml").read_text()
     doc = yaml.safe_load(text)
+    assert doc["environment"] == "azureml:cifar-tf218-hvd:3"
+    assert not (run_dir / "azureml" / "environment").exists() and not (run_dir / "azureml" / "compute.yml").exists()
+    assert "compute create" not in proc.stdout
     assert "tracking.uri=" in doc["command"] and "mlflow.example:8443/x" in doc["description"]
     for secret in ("Pa55word-in-uri", "alice"):
         assert secret not in text, secret

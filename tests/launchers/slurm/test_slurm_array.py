@@ -1,10 +1,14 @@
 """A sweep on the real Slurm is one job array, followed with one squeue per poll round, in a sweep
-dir and under a job name holding spaces, quotes, ``$`` and ``%`` (tests/helpers/slurm_cluster.py)."""
+dir and under a job name holding spaces, quotes, ``$`` and ``%`` (tests/helpers/slurm_cluster.py); its points run
+side by side (``launcher.concurrent=2``), each with its own result."""
 
+import csv
+import json
 import os
 import re
 import shutil
 import stat
+import time
 from pathlib import Path
 
 from cifar_dist.config.override_syntax import quote_override_value
@@ -44,6 +48,14 @@ def calls(log: Path, name: str) -> list:
     return out
 
 
+def run_span(run_dir: Path):
+    """(start, end) of rank 0 of a finished job, from rank_exec's log header and exit record."""
+    header = (run_dir / "logs" / "rank.0.log").read_text().splitlines()[0]
+    started = time.mktime(time.strptime(re.search(r"started (.+) ====", header).group(1), "%Y-%m-%d %H:%M:%S"))
+    ended = json.loads((run_dir / "logs" / "rank.0.exit.json").read_text())["time"]
+    return started, ended
+
+
 def test_a_sweep_is_one_job_array_polled_with_one_query_per_round(cluster, tiny_data, tmp_path):
     sweep_dir = tmp_path / "a sweep \"q\" 'x' $HOME 50%"
     name = "my \"job\" 'x' 10%"
@@ -76,6 +88,15 @@ def test_a_sweep_is_one_job_array_polled_with_one_query_per_round(cluster, tiny_
         assert f"Slurm job {ids[n]} completed" in out
         assert "rank 0/1" in (sweep_dir / str(n) / "slurm" / f"slurm-{ids[n]}.out").read_text()
     assert "Sweep summary" in out
+    rows = list(csv.DictReader(open(sweep_dir / "sweep_summary.csv")))
+    assert [(r["varied"], r["status"]) for r in rows] == [
+        ("optimizer.lr=0.0001", "ok"),
+        ("optimizer.lr=0.0002", "ok"),
+        ("optimizer.lr=0.0004", "ok"),
+    ]
+    # Submitted together (the one sbatch above), the first two points ran at the same time (concurrent=2).
+    (start_a, end_a), (start_b, end_b) = run_span(sweep_dir / "0"), run_span(sweep_dir / "1")
+    assert start_b < end_a and start_a < end_b, "the two points did not run at the same time"
     # Slurm read the name and the paths as written: nothing split, quotes kept, % not expanded.
     shown = cluster.run("scontrol", "-o", "show", "job", ids[0]).stdout
     assert f"JobName={name} " in shown

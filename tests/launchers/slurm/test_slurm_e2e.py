@@ -9,13 +9,11 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from helpers.cli import assert_ok, error_lines, read_metrics, run_cli, start_cli, wait_for
-from helpers.paths import REPO
 from helpers.slurm_jobs import REAL_SLURM, env_for, job_id, job_state, small
 
 pytestmark = [*REAL_SLURM, pytest.mark.xdist_group("slurm_e2e")]  # one worker runs two_rank_run (--dist loadgroup)
@@ -27,14 +25,6 @@ def running(cluster, run_dir: Path) -> bool:
 
 def checkpoints(run_dir: Path):
     return sorted((run_dir / "checkpoints").glob("checkpoint-*.h5")) if (run_dir / "checkpoints").is_dir() else []
-
-
-def run_span(run_dir: Path):
-    """(start, end) of rank 0 of a finished job, from rank_exec's log header and exit record."""
-    header = (run_dir / "logs" / "rank.0.log").read_text().splitlines()[0]
-    started = time.mktime(time.strptime(re.search(r"started (.+) ====", header).group(1), "%Y-%m-%d %H:%M:%S"))
-    ended = json.loads((run_dir / "logs" / "rank.0.exit.json").read_text())["time"]
-    return started, ended
 
 
 @pytest.fixture(scope="module")
@@ -117,41 +107,6 @@ def test_evaluate_runs_on_slurm(cluster, two_rank_run, tiny_data, tmp_path):
     assert f"Test accuracy: {evaluation['accuracy']:.4f}" in out
 
 
-def test_launch_all_submits_every_point_then_watches_them_side_by_side(cluster, tiny_data, tmp_path, monkeypatch):
-    from hydra import compose, initialize_config_module
-
-    import cifar_dist.app  # noqa: F401 - registers the config schemas
-    from cifar_dist.launchers.base import JobSpec
-    from cifar_dist.launchers.slurm.launcher import SlurmLauncher
-
-    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    monkeypatch.delenv("CIFAR_DIST_CHILD", raising=False)
-    jobs = []
-    with initialize_config_module(config_module="cifar_dist.conf", version_base="1.3"):
-        for num, lr in enumerate(("1e-4", "4e-4")):
-            overrides = [*small(tiny_data, "trainer.epochs=2"), f"optimizer.lr={lr}"]
-            cfg = compose("config", overrides=overrides)
-            jobs.append(
-                JobSpec(
-                    cfg=cfg,
-                    output_dir=tmp_path / str(num),
-                    task_overrides=overrides,
-                    original_cwd=REPO,
-                    multirun=True,
-                    job_num=num,
-                )
-            )
-    launcher = SlurmLauncher(**{k: v for k, v in cfg.launcher.items()})
-    results = launcher.launch_all(jobs)
-
-    assert [r.exit_code for r in results] == [0, 0], [r.message for r in results]
-    assert [r.metrics["run"]["lr_config"] for r in results] == [1e-4, 4e-4]
-    assert all(r.metrics["complete"] for r in results)
-    (start_a, end_a), (start_b, end_b) = run_span(tmp_path / "0"), run_span(tmp_path / "1")
-    assert start_b < end_a and start_a < end_b, "the two points did not run at the same time"
-
-
 @pytest.mark.slow  # ~4 min on a busy machine: two jobs one after another until the sweep launcher uses launch_all
 def test_a_multirun_sweep_on_slurm_returns_each_points_result(cluster, tiny_data, tmp_path):
     # Points go through the launcher one after another here, or all at once through
@@ -210,25 +165,6 @@ def test_ctrl_c_cancels_the_job(cluster, tiny_data, tmp_path):
     assert proc.returncode == 130, out[-3000:]
     assert f"cancelled Slurm job {jid} (scancel {jid})" in out
     wait_for(lambda: job_state(cluster, jid) == "CANCELLED", 60, what="the job to be cancelled")
-
-
-def test_detach_leaves_the_job_and_a_rerun_follows_it_to_the_end(cluster, tiny_data, tmp_path):
-    run_dir = tmp_path / "run"
-    overrides = small(tiny_data, "trainer.epochs=2", "launcher.on_interrupt=detach", f"hydra.run.dir={run_dir}")
-    proc = start_cli(*overrides, env=env_for(cluster))
-    wait_for(lambda: running(cluster, run_dir), 300, proc, "the job to run")
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    jid = job_id(run_dir)
-    assert proc.returncode == 130, out[-3000:]
-    assert f"Slurm job {jid} keeps running: follow it with `squeue -j {jid}`" in out
-    assert job_state(cluster, jid) == "RUNNING"
-
-    rerun = run_cli(*overrides, env=env_for(cluster), timeout=600)
-    out = rerun.stdout + rerun.stderr
-    assert_ok(rerun)
-    assert f"Slurm job {jid} of this run dir is RUNNING: following it instead of submitting again" in out
-    assert job_id(run_dir) == jid and read_metrics(run_dir)["complete"]
 
 
 def test_wait_false_submits_and_says_how_to_follow(cluster, tiny_data, tmp_path):

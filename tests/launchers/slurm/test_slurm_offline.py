@@ -1,5 +1,6 @@
 """The Slurm launcher's parts that need no cluster: settings, the batch script, scontrol's output."""
 
+import json
 import os
 import shlex
 import signal
@@ -299,12 +300,17 @@ def test_every_poll_round_asks_slurm_once_for_all_watched_jobs(tmp_path):
     queue = CountingQueue({"9_0": 2, "9_1": 4, "9_2": 3})
     states = JobStates(queue)
     conf = SlurmLauncherConf(stream_output=False)
+    for i, lr in zip("012", (1e-4, 2e-4, 4e-4)):  # each point's own result, in its run dir
+        (tmp_path / i).mkdir()
+        (tmp_path / i / "metrics.json").write_text(json.dumps({"complete": True, "run": {"lr_config": lr}}))
     jobs = [
         SlurmJob(queue, conf, tmp_path / i, tmp_path / "job.sbatch", f"9_{i}", "train", states=states) for i in "012"
     ]
     sleeps = []
     results = watch(jobs, 1.0, sleep=sleeps.append)
     assert [r.exit_code for r in results] == [0, 0, 0]
+    # In the points' order although they ended in another (#0, #2, #1), each with its own metrics.
+    assert [r.metrics["run"]["lr_config"] for r in results] == [1e-4, 2e-4, 4e-4]
     assert len(queue.calls) == len(sleeps) + 1 == 4  # one query a round, four rounds
     assert queue.calls[0] == ["9_0", "9_1", "9_2"] and queue.calls[-1] == ["9_1"]  # ended jobs are not asked again
 

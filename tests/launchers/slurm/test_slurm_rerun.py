@@ -22,23 +22,6 @@ def lr_of(point_dir) -> float:
     return OmegaConf.load(point_dir / ".hydra" / "config.yaml").optimizer.lr
 
 
-def test_a_rerun_with_changed_values_does_not_follow_the_old_job(cluster, tiny_data, tmp_path):
-    sweep = tmp_path / "sweep"
-    args = small(tiny_data, "trainer.epochs=50", "launcher.wait=false", f"hydra.sweep.dir={sweep}")
-    first = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=300)
-    assert_ok(first)
-    jobs = [job_id(sweep / "0"), job_id(sweep / "1")]
-
-    again = run_cli("-m", "optimizer.lr=1e-4,3e-4", *args, env=env_for(cluster), timeout=300)
-    out = again.stdout + again.stderr
-    assert again.returncode == 1, out[-3000:]  # point #1 failed alone; point #0 follows its own job
-    assert "point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {jobs[1]} (" in out
-    assert "optimizer.lr (job: 0.0002, now: 0.0003)" in out
-    assert lr_of(sweep / "1") == 2e-4 and [job_id(sweep / "0"), job_id(sweep / "1")] == jobs
-    assert "0.0003" not in (sweep / "sweep_summary.csv").read_text()  # no result under the new value
-    assert job_state(cluster, jobs[1]) in ("RUNNING", "PENDING")
-
-
 def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one_with_another_lr(
     cluster, tiny_data, tmp_path
 ):
@@ -56,7 +39,18 @@ def test_a_killed_sweep_rerun_neither_resubmits_a_finished_point_nor_resumes_one
     )
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
-    finished = job_id(sweep / "0")
+    finished, running = job_id(sweep / "0"), job_id(sweep / "1")
+
+    # Re-run with changed values, the launcher gone: the changed point #1 does not follow the old job, nor
+    # does its result come home under the new value; its job runs on untouched (point #0 finished: nothing to do).
+    changed = run_cli("-m", "optimizer.lr=1e-4,3e-4", *args, "launcher.wait=false", env=env_for(cluster), timeout=300)
+    out = changed.stdout + changed.stderr
+    assert changed.returncode == 1, out[-3000:]  # point #1 failed alone
+    assert "point #1 (optimizer.lr=0.0003 " in out and f"holds Slurm job {running} (" in out
+    assert "optimizer.lr (job: 0.0002, now: 0.0003)" in out
+    assert lr_of(sweep / "1") == 2e-4 and [job_id(sweep / "0"), job_id(sweep / "1")] == [finished, running]
+    assert "0.0003" not in (sweep / "sweep_summary.csv").read_text()  # no result under the new value
+    assert job_state(cluster, running) in ("RUNNING", "PENDING")
 
     rerun = run_cli("-m", "optimizer.lr=1e-4,2e-4", *args, env=env_for(cluster), timeout=600)
     out = rerun.stdout + rerun.stderr
