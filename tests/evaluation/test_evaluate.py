@@ -35,6 +35,7 @@ def test_scores_the_saved_model_as_training_reported(trained_run, one_rank_eval)
     ev = evaluation(out)
     test = read_metrics(train_dir)["test"]
     assert ev["model"].endswith("saved_models/keras_cifar10_trained_model.h5")
+    assert ev["data"] == "data=sample, as the command says"  # named on the command line, over the run dir's data
     assert ev["samples"] == ev["labelled"] == 1017
     assert ev["correct"] == round(test["accuracy"] * 1017)  # Keras reports a float32 mean
     assert ev["accuracy"] == pytest.approx(test["accuracy"], abs=1e-6)
