@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.cli import assert_ok, cli_env, error_lines, read_metrics, run_cli
+from helpers.cli import assert_ok, cli_env, compose_cfg, error_lines, read_metrics, run_cli
 from helpers.paths import REPO
 
 pytestmark = pytest.mark.xdist_group("evaluate")  # one worker scores one_rank_eval (make test: --dist loadgroup)
@@ -35,6 +35,7 @@ def test_scores_the_saved_model_as_training_reported(trained_run, one_rank_eval)
     ev = evaluation(out)
     test = read_metrics(train_dir)["test"]
     assert ev["model"].endswith("saved_models/keras_cifar10_trained_model.h5")
+    assert ev["data"] == "data=sample, as the command says"  # named on the command line, over the run dir's data
     assert ev["samples"] == ev["labelled"] == 1017
     assert ev["correct"] == round(test["accuracy"] * 1017)  # Keras reports a float32 mean
     assert ev["accuracy"] == pytest.approx(test["accuracy"], abs=1e-6)
@@ -112,29 +113,37 @@ def test_scores_a_checkpoint_and_a_folder_of_images(trained_run, tmp_path):
     assert len(unlabelled) == 5 and all("/" not in r["source"] for r in unlabelled)
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_model", "unreadable_image"])
-def test_bad_inputs_give_one_line(case, trained_run, tmp_path):
-    train_dir, _ = trained_run
-    args = ["task=evaluate", f"hydra.run.dir={tmp_path / 'out'}"]
-    if case == "missing":
-        args.append(f"evaluate.model={tmp_path / 'nope'}")
-        expect = "no such file or directory"
-    elif case == "not_a_model":
-        bad = tmp_path / "model.h5"
-        bad.write_text("this is not HDF5")
-        args.append(f"evaluate.model={bad}")
-        expect = "not a loadable Keras model"
-    else:
-        from PIL import Image
-
-        folder = tmp_path / "imgs"
-        folder.mkdir()
-        Image.new("RGB", (64, 48)).save(folder / "big.png")  # any size is resized, as in training (data=folder)
-        (folder / "notes.png").write_text("not an image")
-        args += [f"evaluate.model={train_dir}", f"evaluate.input={folder}"]
-        expect = f"an image file cannot be read: {folder / 'notes.png'} (cannot identify image file"
-    proc = run_cli(*args, timeout=300)
+def test_a_missing_model_is_one_line(tmp_path):
+    """What the CLI makes of an evaluation input it cannot use: exit 2, one line, no traceback."""
+    proc = run_cli("task=evaluate", f"hydra.run.dir={tmp_path / 'out'}", f"evaluate.model={tmp_path / 'nope'}")
     assert proc.returncode == 2
     errors = error_lines(proc)
-    assert len(errors) == 1 and expect in errors[0], proc.stderr[-2000:]
+    assert len(errors) == 1 and "no such file or directory" in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("case", ["not_a_model", "unreadable_image"])
+def test_bad_inputs_give_one_line(case, tmp_path):
+    """The other inputs an evaluation refuses, read as the task reads them, in this process: each a CifarDistError of
+    one line, which the CLI prints as ``test_a_missing_model_is_one_line`` sees."""
+    from PIL import Image
+
+    from cifar_dist.common.errors import CifarDistError
+    from cifar_dist.evaluation.inputs import load_images, load_model
+
+    bad, folder = tmp_path / "model.h5", tmp_path / "imgs"
+    bad.write_text("this is not HDF5")
+    folder.mkdir()
+    Image.new("RGB", (64, 48)).save(folder / "big.png")  # any size is resized, as in training (data=folder)
+    (folder / "notes.png").write_text("not an image")
+    with pytest.raises(CifarDistError) as refused:
+        if case == "not_a_model":
+            load_model(bad, 10)
+        else:
+            load_images(str(folder), compose_cfg("task=evaluate", f"evaluate.input={folder}").data, ())
+    expect = {
+        "not_a_model": "not a loadable Keras model",
+        "unreadable_image": f"an image file cannot be read: {folder / 'notes.png'} (cannot identify image file",
+    }[case]
+    line = str(refused.value)
+    assert expect in line and "\n" not in line, line

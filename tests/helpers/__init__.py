@@ -10,6 +10,7 @@
 * ``mpirun_jobs``: short real mpirun jobs and their processes; ``keras3_project``: the Keras 3 user model;
 * ``user_project``: a user's own model, data and config dir, and what a run of it must show;
 * ``sweep_fakes``: a recording launcher for sweeps; ``terminal_signals``: the SIGINT a terminal gives;
+* ``imports_record``: a CLI run whose every process records the modules it loaded;
 * ``fake_azure`` / ``fake_azureml``: local HTTPS doubles of Batch AI (ARM + File service) and Azure ML
   (``fake_azureml.small_data``: its jobs' few random images).
 

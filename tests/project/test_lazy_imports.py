@@ -8,64 +8,24 @@ Keras 3 (and the scikit-learn/matplotlib it pulls in) is not the Keras the
 trainer uses (tf.keras is tf-keras), yet Horovod's Keras layer loaded it in
 every rank; matplotlib is for the learning-curves plot only; JAX is engine=jax's
 (and an engine=jax run loads no Horovod). The same run
-with tracking=mlflow must load MLflow, or the check would prove nothing.
+with tracking=mlflow must load MLflow, or the check would prove nothing: that run is
+tests/tracking/test_uri_secrets.py's, whose processes record their modules too
+(helpers/imports_record.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
-from helpers.cli import assert_ok, cli_env, run_cli, tiny_cifar
+from helpers.cli import cli_env
+from helpers.imports_record import is_trainer, loaded, run_recording_imports
 
 UNUSED = ("mlflow", "azure", "optuna", "submitit", "keras", "sklearn", "pandas", "matplotlib", "jax")
-
-MODULES_HOOK = textwrap.dedent(
-    """
-    import atexit, json, os, sys
-    def _record():
-        path = os.path.join(os.environ["IMPORTS_OUT"], "%d.json" % os.getpid())
-        with open(path, "w") as f:
-            json.dump({"argv": sys.argv, "modules": sorted(sys.modules)}, f)
-    atexit.register(_record)
-    """
-)
-
-
-def run_recording_imports(tmp_path, tiny_data, *overrides):
-    """Run the CLI with every process recording its modules; returns the records (one per Python process).
-
-    What a process imports does not depend on how much it trains: one epoch of ``tiny_data``."""
-    out, hook = tmp_path / "imports", tmp_path / "hook"
-    out.mkdir()
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(MODULES_HOOK)
-    env = cli_env(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")])), IMPORTS_OUT=str(out)
-    )
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = run_cli(
-        *tiny_cifar(tiny_data),
-        "trainer.epochs=1",
-        "trainer.plot=false",
-        "trainer.tensorboard=false",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        *overrides,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert_ok(proc)
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-
-
-def loaded(record, top: str) -> bool:
-    return any(m == top or m.startswith(top + ".") for m in record["modules"])
 
 
 def unused_loaded(records):
@@ -76,26 +36,17 @@ def unused_loaded(records):
     }
 
 
-def is_trainer(record) -> bool:
-    return "cifar_dist.training.trainer" in record["modules"]
-
-
 def test_a_plain_run_loads_no_optional_sdk(tmp_path, tiny_data):
-    records = run_recording_imports(tmp_path, tiny_data)
+    _, records = run_recording_imports(tmp_path, tiny_data)
     assert any(is_trainer(r) for r in records), "no process trained: the hook recorded nothing useful"
     assert unused_loaded(records) == {}
-
-
-def test_tracking_mlflow_does_load_mlflow(tmp_path, tiny_data):
-    records = run_recording_imports(tmp_path, tiny_data, "tracking=mlflow")
-    assert any(loaded(r, "mlflow") for r in records if is_trainer(r))
 
 
 @pytest.mark.mpi
 @pytest.mark.horovod
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun not installed")
 def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path, tiny_data):
-    records = run_recording_imports(
+    _, records = run_recording_imports(
         tmp_path, tiny_data, "launcher=mpirun", "launcher.np=2", "launcher.oversubscribe=true"
     )
     assert sum(is_trainer(r) for r in records) == 2, [r["argv"] for r in records]  # both ranks recorded
@@ -104,7 +55,7 @@ def test_mpirun_launcher_and_its_ranks_load_no_optional_sdk(tmp_path, tiny_data)
 
 
 def test_an_engine_jax_run_loads_jax_and_no_horovod(tmp_path, tiny_data):
-    records = run_recording_imports(tmp_path, tiny_data, "engine=jax")
+    _, records = run_recording_imports(tmp_path, tiny_data, "engine=jax")
     trainers = [r for r in records if is_trainer(r)]
     assert trainers and all(loaded(r, "jax") for r in trainers)
     assert [" ".join(r["argv"][:3]) for r in records if loaded(r, "horovod")] == []

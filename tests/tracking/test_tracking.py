@@ -481,6 +481,7 @@ def test_a_failing_job_is_marked_failed(tmp_path):
 
 
 def test_sweep_points_grouped_under_one_parent_and_linked_from_the_summary(tiny_data, tmp_path):
+    """Also the local multirun's own test: each point trained in its own dir, and the sweep's summary."""
     db, sweep = tmp_path / "mlflow.db", tmp_path / "sweep"
     proc = run_cli(
         "-m",
@@ -493,9 +494,13 @@ def test_sweep_points_grouped_under_one_parent_and_linked_from_the_summary(tiny_
         f"hydra.sweep.dir={sweep}",
     )
     assert_ok(proc)
+    runs = {read_metrics(sweep / str(n))["run"]["lr_config"]: read_metrics(sweep / str(n)) for n in (0, 1)}
+    assert set(runs) == {1e-4, 2e-4}
+    assert all(m["complete"] and m["ranks"] == 1 for m in runs.values())
     client = MlflowClient(f"sqlite:///{db}")
     parent = read_ref(sweep / SWEEP_FILE).run_id
     rows = list(csv.DictReader(open(sweep / "sweep_summary.csv")))
+    assert len(rows) == 2 and all(r["status"] == "ok" for r in rows)
     assert [r["mlflow_run_id"] for r in rows] == [read_ref(sweep / str(n) / RUN_FILE).run_id for n in (0, 1)]
     lrs = set()
     for row in rows:

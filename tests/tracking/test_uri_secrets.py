@@ -2,7 +2,8 @@
 (issue 31, hostile 7): the console, the job log, the run dir's ``.hydra/*.yaml`` (issue 37), ``--cfg job``
 and a typo's one-line error; the password as typed, with a raw ``/`` and a space (issue 57, item 1)."""
 
-from helpers.cli import assert_ok, one_error_line, run_cli, tiny_cifar
+from helpers.cli import assert_ok, one_error_line, run_cli
+from helpers.imports_record import is_trainer, loaded, run_recording_imports
 
 URI = (
     "http://alice:S3cretPW/w9 x@127.0.0.1:9/x"
@@ -16,19 +17,19 @@ def leaked(text: str) -> list:
 
 
 def test_the_console_and_the_job_log_show_the_uri_without_its_secrets(tiny_data, tmp_path):
+    """Its processes record the modules they load: this run is also test_lazy_imports's control, a run with
+    tracking=mlflow whose trainer loads MLflow (else that module's checks of what a run does not load prove nothing)."""
     run_dir = tmp_path / "run"
-    proc = run_cli(
-        *tiny_cifar(tiny_data),
-        "trainer.epochs=1",
+    proc, records = run_recording_imports(
+        tmp_path,
+        tiny_data,
         "trainer.verbose=0",
-        "trainer.plot=false",
         "tracking=mlflow",
         f"tracking.uri='{URI}'",
         "tracking.http_max_retries=0",
         "tracking.http_timeout_s=5",
-        f"hydra.run.dir={run_dir}",
     )
-    assert_ok(proc)
+    assert any(loaded(r, "mlflow") for r in records if is_trainer(r))
     text = proc.stdout + proc.stderr + (run_dir / "cifar_dist.log").read_text()
     text += "".join(p.read_text() for p in sorted((run_dir / ".hydra").glob("*.yaml")))  # issue 37 item 3
     assert "127.0.0.1:9" in text and leaked(text) == [], text[-3000:]  # the guard's warning names the server

@@ -5,20 +5,20 @@ a registered custom layer, Dropout, BatchNormalization) trains on 2 mpirun ranks
 that see different data and ends with identical weights (Horovod averages the
 gradients through the engine's Keras 3 optimizer wrapper); checkpoints are
 Keras 3's own ``.keras`` files; a kill -9 resumes with the same batches, bit for
-bit with trainer.deterministic; evaluate and batch-score read the run; the same
-model runs as a 2-task job on the tests' real Slurm; and what cannot train says
-so in one line before any data is read.
+bit with trainer.deterministic; evaluate and batch-score read the run; MLflow
+records its epochs; the same model runs as a 2-task job on the tests' real Slurm;
+and what cannot train says so in one line before any data is read.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib
+import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ import pytest
 from helpers.cli import (
     assert_ok,
     cli_env,
+    compose_cfg,
     one_error_line,
     read_metrics,
     run_as_two_task_slurm_job,
@@ -70,15 +71,31 @@ def project(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture
+def importable_project(project, monkeypatch):
+    """The project's folder on sys.path, as a run started from it has it; its module forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(project))
+    yield project
+    sys.modules.pop("mymodels3", None)
+
+
+STORE = "mlflow.db"  # beside two_rank_run's run dir
+
+
 @pytest.fixture(scope="module")
 def two_rank_run(project, tiny_run, tmp_path_factory):
+    """2 ranks, 2 epochs on tiny_data, tracked in MLflow (a SQLite store beside the run dir) where it is installed:
+    test_a_keras3_run_is_tracked_in_mlflow reads what rank 0's Keras 3 callback logged, without a run of its own."""
     run_dir = tmp_path_factory.mktemp("k3-two") / "run"
+    tracked = importlib.util.find_spec("mlflow") is not None
+    tracking = ("tracking=mlflow", f"tracking.uri=sqlite:///{run_dir.parent / STORE}") if tracked else ()
     proc = run_cli(
         *tiny_run,
         "trainer.epochs=2",
         "trainer.epoch_policy=shard",
         "launcher=mpirun",
         "launcher.np=2",
+        *tracking,
         f"hydra.run.dir={run_dir}",
         cwd=project,
         timeout=600,
@@ -101,26 +118,20 @@ def test_two_ranks_on_different_data_end_with_identical_weights(two_rank_run):
     ]
 
 
-def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_run, project, tiny_data):
+def test_the_exact_test_equals_scoring_the_saved_model_in_one_process(two_rank_run, importable_project, tiny_data):
+    """The saved .keras file, loaded by Keras itself in this process as a user's script would (its module imported
+    for its registered layer), scores the test images as the two ranks' reduced test said."""
+    import keras
+    import numpy as np
+
+    from helpers.cifar_fixtures import tiny_dataset
+
+    importlib.import_module("mymodels3")
     m = read_metrics(two_rank_run)
-    code = textwrap.dedent(f"""
-        import json, sys
-        import numpy as np
-        import cifar_dist, keras, mymodels3
-        from omegaconf import OmegaConf
-        from cifar_dist.config.schema import DataConfig
-        from cifar_dist.data import load_dataset
-        model = keras.saving.load_model({str(two_rank_run / "saved_models" / "keras_cifar10_trained_model.keras")!r},
-                                        compile=False)
-        data = load_dataset(OmegaConf.structured(DataConfig(name="cifar10", path={str(tiny_data)!r}, download=False)))
-        probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
-        print(json.dumps(float((probs.argmax(axis=1) == data.y_test).mean())))
-    """)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=project, env=cli_env(), capture_output=True, text=True, timeout=300
-    )
-    assert_ok(proc)
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
+    model = keras.saving.load_model(two_rank_run / "saved_models" / "keras_cifar10_trained_model.keras", compile=False)
+    data = tiny_dataset(tiny_data)
+    probs = model.predict(data.x_test.astype(np.float32) / 255.0, verbose=0, batch_size=256)
+    assert float((probs.argmax(axis=1) == data.y_test).mean()) == pytest.approx(m["test"]["accuracy"], abs=1e-9)
 
 
 def test_evaluate_and_batch_score_read_the_keras3_run(two_rank_run, project, tiny_run, tiny_data, tmp_path):
@@ -183,31 +194,46 @@ def test_kill_9_mid_epoch_resumes_bit_for_bit(project, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "model, env, words",
+    "model, words",
     [
-        (
+        pytest.param(
             "mixed",
-            {},
             ["model._target_=mymodels3.mixed mixes Keras", "both Keras 3 (keras) and Keras 2 (tf.keras)", "one Keras"],
+            id="mixed",
         ),
-        ("unsaveable", {}, ["cannot be saved and loaded back", "register_keras_serializable"]),
-        ("k3", {"KERAS_BACKEND": "jax"}, ["jax backend", "engine=horovod", "unset KERAS_BACKEND"]),
+        pytest.param("unsaveable", ["cannot be saved and loaded back", "register_keras_serializable"], id="unsaveable"),
     ],
 )
-def test_what_cannot_train_is_one_line_before_any_data_is_read(project, tmp_path, model, env, words):
+def test_what_cannot_train_is_one_line_from_the_check_before_the_data(importable_project, model, words):
+    """The check a run makes of its model before it reads any data (``probe_model_flavor``: the test below sees the
+    CLI make it before the data, and the error line a ConfigError becomes), in this process: one line each."""
+    from cifar_dist.models.keras_checks import ModelKerasError
+    from cifar_dist.training.model_setup import probe_model_flavor
+
+    cfg = compose_cfg()
+    cfg.model = {"_target_": f"mymodels3.{model}"}  # as myconf/model/<model>.yaml gives it
+    with pytest.raises(ModelKerasError) as refused:
+        probe_model_flavor(cfg)
+    line = str(refused.value)
+    assert "\n" not in line
+    for word in words:
+        assert word in line, line
+
+
+def test_a_keras3_model_on_another_backend_is_one_line_before_any_data_is_read(project, tmp_path):
     run_dir = tmp_path / "run"
     proc = run_cli(
         *RUN,
-        f"model={model}",
+        "model=k3",
         "data=cifar10",  # a data option that reads data.path (data=sample refuses one)
         "data.path=/nonexistent/not-read.tar.gz",
         f"hydra.run.dir={run_dir}",
         cwd=project,
-        env=cli_env(**env),
+        env=cli_env(KERAS_BACKEND="jax"),
         timeout=300,
     )
     line = one_error_line(proc)
-    for word in words:
+    for word in ("jax backend", "engine=horovod", "unset KERAS_BACKEND"):
         assert word in line, line
     assert "not-read" not in proc.stderr  # refused before the data was looked at
     assert not list(run_dir.glob("checkpoints/*"))
@@ -226,26 +252,13 @@ def test_a_keras3_model_trains_as_a_two_task_slurm_job(slurm, project, tmp_path)
     assert (run_dir / "checkpoints" / "checkpoint-002.keras").is_file()
 
 
-def test_a_keras3_run_is_tracked_in_mlflow(project, tiny_run, tmp_path):
+def test_a_keras3_run_is_tracked_in_mlflow(two_rank_run):
     pytest.importorskip("mlflow")
-    run_dir = tmp_path / "run"
-    store = tmp_path / "mlflow.db"
-    proc = run_cli(
-        *tiny_run,
-        "trainer.epochs=1",
-        "tracking=mlflow",
-        f"tracking.uri=sqlite:///{store}",
-        f"hydra.run.dir={run_dir}",
-        cwd=project,
-        timeout=600,
-    )
-    assert_ok(proc)
     import mlflow
 
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{store}")
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{two_rank_run.parent / STORE}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    history = client.get_metric_history(runs[0].info.run_id, "lr")
-    assert [m.step for m in history] == [1] and history[0].value == pytest.approx(
-        read_metrics(run_dir)["epochs"][0]["lr"]
-    )
+    history = sorted(client.get_metric_history(runs[0].info.run_id, "lr"), key=lambda m: m.step)
+    assert [m.step for m in history] == [1, 2]
+    assert [m.value for m in history] == pytest.approx([e["lr"] for e in read_metrics(two_rank_run)["epochs"]])
