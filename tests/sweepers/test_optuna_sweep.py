@@ -100,6 +100,25 @@ def launches(sweep) -> list:
     return [json.loads(line)["jobs"] for line in (sweep / "launch_all.jsonl").read_text().splitlines()]
 
 
+def kill_sweep_at_trial(sweep, trial: int, *command) -> None:
+    """Start the fake Optuna sweep into ``sweep`` and kill -9 its whole session once trial #``trial`` has started
+    (and hangs there): a machine that dies mid-sweep."""
+    killed = start_cli(
+        *FAKE_SWEEP,
+        f"hydra.sweep.dir={sweep}",
+        *command,
+        env=fake_sweep_env(**{HANG_AT_JOB: str(trial)}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        new_session=True,
+    )
+    try:
+        wait_for(lambda: (sweep / str(trial) / "hanging").exists(), 240, proc=killed, what=f"trial #{trial} to start")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+
+
 @needs_optuna
 def test_optuna_maximises_the_accuracy_by_default_and_warns_on_minimize(tmp_path):
     proc = fake_optuna_sweep(tmp_path / "max", "hydra.sweeper.n_trials=4", "optimizer.lr=choice(0.01,0.02,0.04)")
@@ -156,20 +175,7 @@ def test_a_killed_sweep_run_again_continues_its_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'studies' / 'lr.db'}"  # its folder does not exist yet
     command = ("hydra.sweeper.n_trials=6", f"hydra.sweeper.storage={storage}", "optimizer.lr=interval(0.01, 0.04)")
     # The machine dies in the second batch: trial #2 never returns, and the whole sweep is killed (kill -9).
-    killed = start_cli(
-        *FAKE_SWEEP,
-        f"hydra.sweep.dir={sweep}",
-        *command,
-        env=fake_sweep_env(**{HANG_AT_JOB: "2"}),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        new_session=True,
-    )
-    try:
-        wait_for(lambda: (sweep / "2" / "hanging").exists(), 240, proc=killed, what="trial #2 to start")
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    kill_sweep_at_trial(sweep, 2, *command)
     interrupted = {n: (sweep / str(n) / ".hydra" / "overrides.yaml").read_text() for n in (2, 3)}
 
     proc = fake_optuna_sweep(sweep, *command)  # the same command
@@ -235,20 +241,7 @@ def test_a_killed_sweeps_running_trials_are_run_again_from_another_sweep_dir(tmp
     first, second = tmp_path / "first", tmp_path / "second"
     storage = f"sqlite:///{tmp_path / 'lr.db'}"
     command = (f"hydra.sweeper.storage={storage}", "hydra.sweeper.n_trials=2", "optimizer.lr=interval(0.01, 0.04)")
-    killed = start_cli(
-        *FAKE_SWEEP,
-        f"hydra.sweep.dir={first}",
-        *command,
-        env=fake_sweep_env(**{HANG_AT_JOB: "1"}),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        new_session=True,
-    )
-    try:
-        wait_for(lambda: (first / "1" / "hanging").exists(), 240, proc=killed, what="trial #1 to start")
-    finally:
-        os.killpg(killed.pid, signal.SIGKILL)
-        killed.wait()
+    kill_sweep_at_trial(first, 1, *command)
     proc = fake_optuna_sweep(second, *command)
     assert_ok(proc)
     assert "2 interrupted (#0, #1: run again)" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
