@@ -8,7 +8,7 @@ TensorFlow traceback mid-epoch (or a run that trains silently on wrong targets).
 - ``check_elements``: a data factory's first elements of each split (after ``decode``): unbatched
   HxWx3 images in [0, 1] with no NaN or infinite pixel (a NaN trains to NaN weights without a word),
   integer scalar labels in [0, num_classes). A stream is not read whole before training: its batches are
-  checked for NaN and inf as they are read (``streams.finite_images``).
+  checked for labels out of range, NaN and inf as they are read (``streams.checked_batch``).
 - ``check_arrays``: a factory's arrays (and a stream read into memory for engine=jax or scoring) as a whole:
   shapes, dtypes, labels, no empty split, and every pixel of a float split (``pixels_problem``).
 - ``check_same_on_every_rank``: every rank read the same sizes and classes (a factory must return the
@@ -82,10 +82,7 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int, ind
     if not np.issubdtype(label.dtype, np.integer):
         return f"yields {label.dtype} labels (e.g. {label.item()}); yield integer class indices (cast them to int64)"
     if not 0 <= int(label) < num_classes:
-        return (
-            f"yields label {int(label)}, outside [0, {num_classes}) for num_classes={num_classes}; "
-            f"number the classes 0..{num_classes - 1}"
-        )
+        return label_out_of_range(int(label), num_classes)
     if np.issubdtype(image.dtype, np.floating) and not np.isfinite(image).all():  # min/max would not see a NaN
         return non_finite_element(index)
     low, high = float(image.min()), float(image.max())
@@ -96,9 +93,19 @@ def _element_problem(image: np.ndarray, label: np.ndarray, num_classes: int, ind
     return None
 
 
+def label_out_of_range(label: int, num_classes: int, index: Optional[int] = None) -> str:
+    """The problem of a stream's element (the ``index``-th, where known) whose label is not a class index (found
+    before training among the first elements, or in a batch as it is read: ``streams.checked_batch``)."""
+    element = "" if index is None else f" (element {index})"
+    return (
+        f"yields label {label}{element}, outside [0, {num_classes}) for num_classes={num_classes}; "
+        f"number the classes 0..{num_classes - 1}"
+    )
+
+
 def non_finite_element(index: int) -> str:
     """The problem of a stream's element ``index`` that holds a NaN or infinite pixel (found before training
-    among the first elements, or in a batch as it is read: ``streams.finite_images``)."""
+    among the first elements, or in a batch as it is read: ``streams.checked_batch``)."""
     return f"yields an image with NaN or infinite pixels (element {index}); replace or drop them"
 
 

@@ -23,10 +23,11 @@ The per-rank contract of a data factory (``data=custom data._target_=mydata.make
   elements stops with TensorFlow's error when reached, not a stall.
 - The first elements of each split are checked (``checks.check_elements``):
   HxWx3 images in [0, 1], integer labels in [0, num_classes), unbatched. A
-  stream is not read whole before training: every batch of float images is
-  checked for NaN and inf as it is read (``finite_images``), and one that holds
-  one stops the run in one line naming the element
-  (``non_finite_input_in_one_line``), not as a diverged loss.
+  stream is not read whole before training: every batch is checked as it is
+  read (``checked_batch``: labels in [0, num_classes), which ``tf.one_hot``
+  would turn into a row of zeros, and float images for NaN and inf), and one
+  that fails stops the run in one line naming the element
+  (``bad_input_in_one_line``), not as a diverged loss or a silent score.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import tensorflow as tf
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
-from cifar_dist.data.checks import empty_split, non_finite_element
+from cifar_dist.data.checks import empty_split, label_out_of_range, non_finite_element
 from cifar_dist.data.pipeline import (
     _EPOCH_STRIDE,
     EvalStream,
@@ -153,33 +154,59 @@ def _size(dataset: tf.data.Dataset, split: str, stated: Optional[int]) -> int:
     return n
 
 
-# Starts the message of the assertion ``finite_images`` adds (then "<split>|<source>", then the element's index).
+# Start the messages of the assertions ``checked_batch`` adds: then "<split>|<source>" (and "|<num_classes>" for a
+# label), then the first bad element's index (and its label).
 NON_FINITE = "cifar_dist: non-finite input: "
+BAD_LABEL = "cifar_dist: label out of range: "
 
 
-def finite_images(images: tf.Tensor, index: tf.Tensor, split: str, source: str) -> tf.Tensor:
-    """A batch of decoded images (``index``: their elements' numbers), asserted to hold no NaN or infinite pixel.
-    One reduction per batch: a stream cannot be read whole before training as arrays are (``checks.check_arrays``),
-    and a NaN image would otherwise end as a diverged loss, blamed on the learning rate."""
-    finite = tf.reduce_all(tf.math.is_finite(tf.reshape(images, [tf.shape(images)[0], -1])), axis=1)
-    first_bad = tf.boolean_mask(index, tf.logical_not(finite))[:1]
-    check = tf.debugging.Assert(tf.reduce_all(finite), [f"{NON_FINITE}{split}|{source}", first_bad])
-    with tf.control_dependencies([check]):
-        return tf.identity(images)
+def checked_batch(images, labels, index, *, split: str, source: str, num_classes: int, floating: bool):
+    """A batch as read (``index``: its elements' numbers), as (images, one-hot labels), asserted to hold labels in
+    [0, num_classes) and, for float images (``floating``), no NaN or infinite pixel. A stream cannot be read whole
+    before training as arrays are (``checks.check_arrays``): without this a label out of range would become a row
+    of zeros (``tf.one_hot``), trained on and scored without a word, and a NaN image a diverged loss blamed on the
+    learning rate. Two reductions per batch."""
+    labels = tf.cast(labels, tf.int64)
+    in_range = tf.logical_and(labels >= 0, labels < num_classes)
+    where = f"{split}|{source}"
+    checks = [
+        tf.debugging.Assert(
+            tf.reduce_all(in_range),
+            [
+                f"{BAD_LABEL}{where}|{num_classes}",
+                tf.boolean_mask(index, ~in_range)[:1],
+                tf.boolean_mask(labels, ~in_range)[:1],
+            ],
+        )
+    ]
+    if floating:
+        finite = tf.reduce_all(tf.math.is_finite(tf.reshape(images, [tf.shape(images)[0], -1])), axis=1)
+        checks.append(
+            tf.debugging.Assert(tf.reduce_all(finite), [f"{NON_FINITE}{where}", tf.boolean_mask(index, ~finite)[:1]])
+        )
+    with tf.control_dependencies(checks):
+        return tf.identity(images), tf.one_hot(tf.cast(labels, tf.int32), num_classes)
 
 
 @contextmanager
-def non_finite_input_in_one_line() -> Iterator[None]:
-    """Keras' fit or evaluate over streams: a batch that failed ``finite_images``'s assertion becomes the one-line
-    DataError that names the split, the data and the element; any other error passes unchanged."""
+def bad_input_in_one_line() -> Iterator[None]:
+    """Keras' fit or evaluate over streams: a batch that failed one of ``checked_batch``'s assertions becomes the
+    one-line DataError that names the split, the data and the element; any other error passes unchanged."""
     try:
         yield
     except tf.errors.InvalidArgumentError as exc:
-        found = re.search(rf"\[{re.escape(NON_FINITE)}(\w+)\|(.*?)\] \[(\d+)\]", str(exc.message))
-        if found is None:
+        message = str(exc.message)
+        nan = re.search(rf"\[{re.escape(NON_FINITE)}(\w+)\|(.*?)\] \[(\d+)\]", message)
+        label = re.search(rf"\[{re.escape(BAD_LABEL)}(\w+)\|(.*)\|(\d+)\] \[(\d+)\] \[(-?\d+)\]", message)
+        if nan is not None:
+            split, source, index = nan.groups()
+            problem = non_finite_element(int(index))
+        elif label is not None:
+            split, source, classes, index, value = label.groups()
+            problem = label_out_of_range(int(value), int(classes), int(index))
+        else:
             raise
-        split, source, index = found.groups()
-        raise DataError(f"the {split} dataset of {source} {non_finite_element(int(index))} (docs/data.md)") from None
+        raise DataError(f"the {split} dataset of {source} {problem} (docs/data.md)") from None
 
 
 def _floating(data: DataStreams, dataset: tf.data.Dataset) -> bool:
@@ -217,7 +244,7 @@ def streamed_train(
     if shard:
         mine = mine.shard(size, rank)
     buffer = shuffle_buffer or (math.ceil(n / size) if shard else n)
-    check = _floating(data, data.train)
+    checks = dict(source=data.source, num_classes=int(data.num_classes), floating=_floating(data, data.train))
 
     def epoch_batches(epoch):
         stream = epoch * _EPOCH_STRIDE + rank
@@ -235,12 +262,11 @@ def streamed_train(
 
     def load(epoch, step, batch):
         index, images, labels = batch
-        if check:
-            images = finite_images(images, index, "train", data.source)
+        images, labels = checked_batch(images, labels, index, split="train", **checks)
         if augment.enabled:
             batch_seed = tf.stack([seed_t ^ 0x5EED, (epoch * _EPOCH_STRIDE + rank) * 1_000_000 + step])
             images = augment_batch_all(images, index, epoch, batch_seed, augment, image_bits)
-        return images, tf.one_hot(tf.cast(labels, tf.int32), data.num_classes)
+        return images, labels
 
     ds = (
         tf.data.Dataset.range(initial_epoch, epochs)
@@ -259,11 +285,10 @@ def streamed_eval(data: DataStreams, *, batch_size: int, rank: int, size: int, e
     if equal_shards:
         count = validation_share(n, size)
         mine = mine.take(count)
-    check = _floating(data, data.test)
+    checks = dict(source=data.source, num_classes=int(data.num_classes), floating=_floating(data, data.test))
 
     def batch(index, images, labels):
-        images = finite_images(images, index, "test", data.source) if check else images
-        return images, tf.one_hot(tf.cast(labels, tf.int32), data.num_classes)
+        return checked_batch(images, labels, index, split="test", **checks)
 
     ds = (
         mine.map(lambda i, xy: (i, data.image(xy[0]), xy[1]), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -106,6 +106,8 @@ FACTORY = textwrap.dedent("""
             images[2, 0, 0, 0] = -np.inf
         elif kind == "nan_late":  # issue 57 item 2: past the first 256 elements, the ones checked before training
             images[300:, 1, 1, 1] = np.nan
+        elif kind == "label_late":  # the same, for a label: tf.one_hot made it a row of zeros, scored as class 0
+            labels[400] = 7
         elif kind == "int_images":
             images = (images * 255).astype(np.int64)
         elif kind == "per_rank":  # a factory that reads a different share of its data on each rank
@@ -218,6 +220,44 @@ def test_a_streamed_batch_with_a_nan_image_stops_fit_in_one_line_naming_the_elem
     with pytest.raises(DataError) as err:
         TfDataLoop.evaluate(None, model, test)
     assert str(err.value) == "the test dataset of tf.data factory checkfactory.make " + expected.format(300)
+
+
+def _late_label():
+    return _cfg(CustomDataConfig, _target_="checkfactory.make", kwargs={"kind": "label_late", "n": 512})
+
+
+def test_a_factorys_label_out_of_range_past_the_checked_ones_is_refused(factory):
+    """A label outside [0, num_classes) past the first 256 elements: ``tf.one_hot`` made it a row of zeros, which
+    trained and was scored (as class 0) without a word. Read into memory (engine=jax, scoring), the whole split is
+    refused before training; streamed (the TensorFlow engines), the batch that holds it stops fit and evaluate in
+    one line naming the element and the label."""
+    import keras
+
+    from cifar_dist.data.streams import streamed_eval, streamed_train
+    from cifar_dist.training.engines.tf_data_loop import TfDataLoop
+
+    with pytest.raises(
+        DataError, match=r"^the train arrays of data._target_=checkfactory.make hold labels in \[0, 7\]"
+    ):
+        load_dataset(_late_label(), arrays=True)
+    data = load_dataset(_late_label())  # the first 256 elements pass check_elements
+    train = streamed_train(
+        data, batch_size=64, rank=0, size=1, shard=True, seed=0, initial_epoch=0, epochs=1,
+        augment=OmegaConf.create({"enabled": False}),
+    )  # fmt: skip
+    test = streamed_eval(data, batch_size=64, rank=0, size=1, equal_shards=False)
+    model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(), keras.layers.Dense(4)])
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    expected = (
+        "dataset of tf.data factory checkfactory.make yields label 7 (element 400), outside [0, 4) for num_classes=4; "
+        "number the classes 0..3 (docs/data.md)"
+    )
+    with pytest.raises(DataError) as err:
+        TfDataLoop.fit(None, model, train, test, epochs=1, initial_epoch=0, validation_freq=1, callbacks=[], verbose=0)
+    assert str(err.value) == "the train " + expected
+    with pytest.raises(DataError) as err:
+        TfDataLoop.evaluate(None, model, test)
+    assert str(err.value) == "the test " + expected
 
 
 def test_a_good_factory_passes_and_a_size_tensorflow_cannot_know_must_be_stated(factory):

@@ -33,10 +33,11 @@ class TfDataLoop(Engine):
         return eval_input(data, batch_size=batch_size, rank=rank, size=size, equal_shards=equal_shards)
 
     def fit(self, model, train, validation, *, epochs, initial_epoch, validation_freq, callbacks, verbose, **_):
-        """Keras' ``fit`` over the two streams (a streamed batch holding a NaN image: one line, ``streams.py``)."""
-        from cifar_dist.data.streams import non_finite_input_in_one_line  # lazy: TensorFlow
+        """Keras' ``fit`` over the two streams (a streamed batch with a NaN image or a label out of range: one line,
+        ``streams.checked_batch``)."""
+        from cifar_dist.data.streams import bad_input_in_one_line  # lazy: TensorFlow
 
-        with non_finite_input_in_one_line():
+        with bad_input_in_one_line():
             return model.fit(
                 train.dataset,
                 epochs=epochs,
@@ -52,11 +53,11 @@ class TfDataLoop(Engine):
 
     def evaluate(self, model, stream, outputs=("",)) -> dict:
         """``model.evaluate(..., return_dict=True)`` of ``stream``, its labels given once per output."""
-        from cifar_dist.data.streams import non_finite_input_in_one_line  # lazy: TensorFlow
+        from cifar_dist.data.streams import bad_input_in_one_line  # lazy: TensorFlow
 
         dataset = stream.dataset
         if len(outputs) > 1:  # Keras 2 took one label tensor for all outputs; Keras 3 wants the outputs' structure
             names = [o.rstrip("_") for o in outputs]
             dataset = dataset.map(lambda images, labels: (images, {name: labels for name in names}))
-        with non_finite_input_in_one_line():
+        with bad_input_in_one_line():
             return model.evaluate(dataset, steps=stream.steps, verbose=0, return_dict=True)
