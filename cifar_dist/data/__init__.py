@@ -36,7 +36,7 @@ from cifar_dist.data.batches import CIFAR10, CifarArrays, DataError, Layout, ass
 from cifar_dist.data.cache import cached_folder, ensure_cached
 from cifar_dist.data.custom import load_custom
 from cifar_dist.data.folder import load_folder_arrays, load_folder_streams
-from cifar_dist.data.sources import DataSources
+from cifar_dist.data.sources import DataSources, host_memory_budget
 
 __all__ = ["CifarArrays", "DataArrays", "DataSources", "DataError", "load_dataset", "DATA_NAMES", "num_classes_of"]
 
@@ -46,20 +46,26 @@ DATA_NAMES = ("cifar10", "sample", "cifar100", "folder", "custom")
 SAMPLE_NAME = "cifar-10-sample.tar.gz"
 
 
-def load_dataset(data_cfg, seed: int = 0, arrays: bool = False):
+def load_dataset(data_cfg, seed: int = 0, arrays: bool = False, processes_here: int = 1):
     """The data set named by ``data_cfg`` (the ``data`` node of the config); ``seed`` goes to a custom factory.
 
     ``arrays``: in memory as ``DataArrays`` whatever the option (engine=jax, evaluation): an image folder decoded
-    by Pillow, a tf.data factory's datasets read through; otherwise those two stay ``DataStreams`` (tf.data)."""
+    by Pillow, a tf.data factory's datasets read through; otherwise those two stay ``DataStreams`` (tf.data).
+    ``processes_here``: the job's processes on this host, each reading its own copy, which share the memory a set
+    read into memory may take (``sources.host_memory_budget``)."""
     name = str(data_cfg.name)
     if name == "sample":
         data = _load_sample()
     elif name in ("cifar10", "cifar100"):
         data = _load_cifar(data_cfg, _layout(data_cfg))
     elif name == "folder":
-        data = load_folder_arrays(data_cfg) if arrays else load_folder_streams(data_cfg)
+        data = (
+            load_folder_arrays(data_cfg, host_memory_budget(processes_here))
+            if arrays
+            else load_folder_streams(data_cfg)
+        )
     elif name == "custom":
-        data = load_custom(data_cfg, seed, arrays)
+        data = load_custom(data_cfg, seed, arrays, host_memory_budget(processes_here))
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
     log.info(

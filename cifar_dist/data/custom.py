@@ -50,9 +50,11 @@ NO_TENSORFLOW = (
 )
 
 
-def load_custom(data_cfg, seed: int, arrays: bool = False):
+def load_custom(data_cfg, seed: int, arrays: bool = False, budget: Optional[int] = None):
     """What ``data._target_`` returns for ``seed``, checked; one-line DataErrors when it cannot. ``arrays``: a
-    tf.data factory's datasets read into memory too (engine=jax, scoring), and then checked whole."""
+    tf.data factory's datasets read into memory too (engine=jax, scoring), and then checked whole. ``budget``: the
+    bytes what is read into memory may take (``sources.host_memory_budget``'s for one process by default)."""
+    budget = host_memory_budget() if budget is None else budget
     target = str(data_cfg.get("_target_") or "")
     if not target or OmegaConf.is_missing(data_cfg, "_target_"):
         raise DataError(
@@ -72,7 +74,7 @@ def load_custom(data_cfg, seed: int, arrays: bool = False):
         check_arrays(data, where)
         return data
     if isinstance(data, DataSources):
-        data = read_sources(data, where)
+        data = read_sources(data, where, budget)
         data = _named(data, f"sources of {target}")
         check_arrays(data, where)
         return data
@@ -80,7 +82,7 @@ def load_custom(data_cfg, seed: int, arrays: bool = False):
         streams = _checked_streams(data, target)
         if not arrays:
             return streams  # too big to read whole here: its batches are checked as they are read
-        data = streams.as_arrays(host_memory_budget())
+        data = streams.as_arrays(budget)
         check_arrays(data, where)  # every image now: a NaN past the first elements too
         return data
     raise DataError(f"{where} returned {type(data).__name__}, not {RETURNS}; see docs/data.md")

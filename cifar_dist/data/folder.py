@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import AbstractSet, Dict, List, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import REFUSE, bad_images
-from cifar_dist.data.sources import host_memory_budget
+from cifar_dist.data.sources import budget_words, host_memory_budget
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif"})
 
@@ -161,16 +161,18 @@ def folder_split(data_cfg):
     return train, test, names, root
 
 
-def load_folder_arrays(data_cfg):
+def load_folder_arrays(data_cfg, budget: Optional[int] = None):
     """``DataArrays`` of the tree at ``data.path``: every image decoded into memory once (engine=jax keeps them on
-    the device); refused in one line when they would take more than ``sources.host_memory_budget``."""
+    the device); refused in one line when they would take more than ``budget`` bytes (``sources.host_memory_budget``'s
+    for one process by default)."""
     train, test, names, root = folder_split(data_cfg)
     size = int(data_cfg.image_size)
-    needed, budget = (len(train) + len(test)) * size * size * 3, host_memory_budget()
+    needed = (len(train) + len(test)) * size * size * 3
+    budget = host_memory_budget() if budget is None else budget
     if needed > budget:
         raise DataError(
             f"data=folder: the {len(train) + len(test)} images of {root} at data.image_size={size} take "
-            f"{needed / 2**30:.1f} GiB decoded, more than the {budget / 2**30:.1f} GiB they may take in memory; "
+            f"{needed / 2**30:.1f} GiB decoded, more than {budget_words(budget)}; "
             "use a smaller data.image_size, or engine=tensorflow/horovod, which stream them from disk"
         )
     return DataArrays(

@@ -7,10 +7,12 @@ A source is random access: ``len(source)`` and ``source[i]``, as grain's
 batch. cifar_dist reads each split once, in order, into ``DataArrays``
 (``read_sources``), so every engine trains on it as on CIFAR-10: engine=jax
 keeps it on the device (or streams it from there), the TensorFlow engines
-feed it through tf.data. A split that would take more than a third of this
-process's memory (``host_memory_budget``: the machine's, or its cgroup's limit)
-is refused in one line before it is read; its records are copied into one
-array, never stacked from a list (docs/data.md, "Memory").
+feed it through tf.data. A split that would take more than this process's
+share of the memory (``host_memory_budget``: a third of the machine's, or of
+its cgroup's limit, divided among the job's processes on this host, each of
+which reads its own copy) is refused in one line before it is read; its
+records are copied into one array, never stacked from a list (docs/data.md,
+"Memory").
 """
 
 from __future__ import annotations
@@ -44,9 +46,19 @@ class DataSources:
 PEAK_COPIES = 2
 
 
-def host_memory_budget() -> int:
-    """The bytes a data set read into memory may take: a third of this process's memory (``host_memory``)."""
-    return host_memory() // (PEAK_COPIES + 1)
+def host_memory_budget(processes_here: int = 1) -> int:
+    """The bytes a data set read into memory may take in one of the ``processes_here`` processes of the job on
+    this host: a third of the memory (``host_memory``: the machine's, or the cgroup's all of them share), divided
+    among them, since each reads its own copy."""
+    return host_memory() // (PEAK_COPIES + 1) // max(1, int(processes_here))
+
+
+def budget_words(budget: int) -> str:
+    """How a refusal names ``budget``: its size and what it is a share of."""
+    return (
+        f"the {budget / 2**30:.1f} GiB a process may hold (a third of this host's memory, shared by the job's "
+        'processes on it: docs/data.md, "Memory")'
+    )
 
 
 def host_memory() -> int:
@@ -162,6 +174,6 @@ def _check_fits(first: np.ndarray, count: int, batched: bool, what: str, budget:
     if needed > budget:
         raise DataError(
             f"{what} holds {count} {'batches' if batched else 'records'} of {first.nbytes / 2**20:.1f} MiB, "
-            f"{needed / 2**30:.1f} GiB in all, more than the {budget / 2**30:.1f} GiB it may take in memory; "
+            f"{needed / 2**30:.1f} GiB in all, more than {budget_words(budget)}; "
             "give uint8 images, or fewer or smaller ones"
         )

@@ -56,6 +56,7 @@ from cifar_dist.data.pipeline import (
     without_model_thread,
 )
 from cifar_dist.data.sampling import validation_share
+from cifar_dist.data.sources import budget_words
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class DataStreams:
         if needed > budget:
             raise DataError(
                 f"{self.source}: engine=jax reads a tf.data factory's images into memory, {needed / 2**30:.1f} GiB "
-                f"here, more than the {budget / 2**30:.1f} GiB they may take; return DataSources of uint8 images "
+                f"here, more than {budget_words(budget)}; return DataSources of uint8 images "
                 "(docs/data.md), or train on engine=tensorflow/horovod, which stream it"
             )
         (x_train, y_train), (x_test, y_test) = self.arrays("train"), self.arrays("test")

@@ -125,11 +125,20 @@ class Images:
     names: Optional[List[str]] = None  # per-image file names, for folders of images
 
 
-def load_images(spec: str, data_cfg, default_class_names: Sequence[str], seed: int = 0, image_size: int = 32) -> Images:
-    """The images named by evaluate.input ("test"/"train": that split of the data group, any data option);
-    a folder of images is read as ``data=folder`` reads one for training, resized to ``image_size``."""
+def load_images(
+    spec: str,
+    data_cfg,
+    default_class_names: Sequence[str],
+    seed: int = 0,
+    image_size: int = 32,
+    processes_here: int = 1,
+) -> Images:
+    """The images named by evaluate.input ("test"/"train": that split of the data group, any data option, read by
+    each of the ``processes_here`` processes on this host); a folder of images is read as ``data=folder`` reads one
+    for training, resized to ``image_size``."""
     if spec in ("test", "train"):
-        data = load_dataset(data_cfg, seed, arrays=True)  # every rank reads the split, in order, and scores its part
+        # every rank reads the split, in order, and scores its part
+        data = load_dataset(data_cfg, seed, arrays=True, processes_here=processes_here)
         x, y = (data.x_test, data.y_test) if spec == "test" else (data.x_train, data.y_train)
         return Images(
             x, np.asarray(y, np.int64), tuple(data.class_names) or tuple(default_class_names), f"{data.source} ({spec})"

@@ -78,7 +78,7 @@ def user_model_modules(model_cfg) -> List[str]:
     return [module] if module and module.split(".")[0] != "cifar_dist" else []
 
 
-def _model_and_images(cfg: DictConfig, model_path: Path):
+def _model_and_images(cfg: DictConfig, model_path: Path, processes_here: int = 1):
     """The model, the images to score and the class count, checked to agree with each other."""
     ev = cfg.evaluate
     expected = cfg.model.get("num_classes") or num_classes_of(cfg.data)  # None: data=folder/custom, known once read
@@ -97,6 +97,7 @@ def _model_and_images(cfg: DictConfig, model_path: Path):
         _default_class_names(cfg.data, num_classes, model_path),
         int(cfg.trainer.seed),
         image_size=model.input_shape[1] or 32,
+        processes_here=processes_here,
     )
     if tuple(images.x.shape[1:]) != tuple(model.input_shape[1:]):
         raise EvaluationInputError(
@@ -121,7 +122,7 @@ def evaluate(cfg: DictConfig, output_dir: Path) -> Dict[str, Any]:
     world = engine.world
     from cifar_dist.models.tta import with_tta  # imports TensorFlow: only after the engine's start chose its kernels
 
-    model, images, num_classes = _model_and_images(scored, model_path)
+    model, images, num_classes = _model_and_images(scored, model_path, world.local_processes)
     same_on_every_rank(f"{len(images.x)} images", images.class_names, images.source, engine.allgather_object)
     if world.is_chief:
         log.info("data: %s", data_used)

@@ -220,7 +220,12 @@ def start_run(cfg: DictConfig, output_dir: Path):
 def load_data(run: Run):
     """The configured data set, in memory (every rank reads it; streams take their part)."""
     # ENGINE: engine=jax trains on arrays in memory (an image folder decoded, a tf.data factory read through)
-    data = load_dataset(run.cfg.data, run.trainer.seed, arrays=not run.engine.facts.keras_fit)
+    data = load_dataset(
+        run.cfg.data,
+        run.trainer.seed,
+        arrays=not run.engine.facts.keras_fit,
+        processes_here=run.world.local_processes,  # each reads its own copy: they share the memory budget
+    )
     check_same_on_every_rank(data, run.engine.allgather_object)  # a factory giving ranks different data: named
     if run.world.is_chief:
         log.info("data: %s", data.source)

@@ -135,6 +135,50 @@ def test_a_source_over_the_budget_is_refused_before_it_is_read(monkeypatch):
     assert read == [0]  # the first record only: its size times the count is over the budget
 
 
+def test_the_processes_of_a_host_share_its_budget(monkeypatch):
+    """Each of the job's processes on a host reads its own copy of the set (every rank, on the TensorFlow engines;
+    every process, on engine=jax): 4 of them may each take a quarter of the third, or together they would need
+    the whole memory. The refusal names the share."""
+    import numpy as np
+
+    monkeypatch.setattr(sources_module, "host_memory", lambda: 3 * 100 * 3072)  # a third: 100 images
+    assert [sources_module.host_memory_budget(n) for n in (1, 4)] == [100 * 3072, 25 * 3072]
+    image = (np.zeros((32, 32, 3), np.uint8), 0)
+    thirty = DataSources([image] * 30, [image] * 5, ())
+    assert len(read_sources(thirty, "here", sources_module.host_memory_budget(1)).x_train) == 30
+    with pytest.raises(DataError, match=r"more than the 0\.0 GiB a process may hold \(a third of this host's memory, "
+                       r"shared by the job's processes on it"):  # fmt: skip
+        read_sources(thirty, "here", sources_module.host_memory_budget(4))
+
+
+def test_the_trainer_and_the_evaluation_read_the_data_as_one_of_their_hosts_processes(monkeypatch):
+    """What tells ``load_dataset`` how many processes share the host: the trainer's and the evaluation's world."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from cifar_dist.evaluation import inputs
+    from cifar_dist.training import trainer
+
+    asked = []
+    data = SimpleNamespace(source="s", train_size=1, test_size=1, num_classes=2, class_names=("a", "b"),
+                           x_test=np.zeros((1, 32, 32, 3), np.uint8), y_test=np.zeros(1, np.int64))  # fmt: skip
+
+    def load_dataset(*args, **kwargs):
+        asked.append(kwargs.get("processes_here", 1))
+        return data
+
+    monkeypatch.setattr(trainer, "load_dataset", load_dataset)
+    monkeypatch.setattr(trainer, "check_same_on_every_rank", lambda *args: None)
+    monkeypatch.setattr(inputs, "load_dataset", load_dataset)
+    run = SimpleNamespace(cfg=SimpleNamespace(data=None), trainer=SimpleNamespace(seed=0),
+                          engine=SimpleNamespace(facts=SimpleNamespace(keras_fit=True), allgather_object=None),
+                          world=SimpleNamespace(local_processes=4, is_chief=False))  # fmt: skip
+    assert trainer.load_data(run) is data
+    assert inputs.load_images("test", None, ("a", "b"), processes_here=3).source == "s (test)"
+    assert asked == [4, 3]
+
+
 def test_the_memory_a_cgroup_allows_is_found_in_v1_and_v2_and_the_smallest_counts(tmp_path):
     """A container or a Slurm job's ``--mem`` is a cgroup: its limit, not the machine's memory, is what the kernel
     holds the process to (it kills it past it)."""
