@@ -53,19 +53,15 @@ def load_dataset(data_cfg, seed: int = 0, arrays: bool = False, processes_here: 
     by Pillow, a tf.data factory's datasets read through; otherwise those two stay ``DataStreams`` (tf.data).
     ``processes_here``: the job's processes on this host, each reading its own copy, which share the memory a set
     read into memory may take (``sources.host_memory_budget``)."""
-    name = str(data_cfg.name)
+    name, budget = str(data_cfg.name), host_memory_budget(processes_here)
     if name == "sample":
         data = _load_sample()
     elif name in ("cifar10", "cifar100"):
         data = _load_cifar(data_cfg, _layout(data_cfg))
     elif name == "folder":
-        data = (
-            load_folder_arrays(data_cfg, host_memory_budget(processes_here))
-            if arrays
-            else load_folder_streams(data_cfg)
-        )
+        data = load_folder_arrays(data_cfg, budget) if arrays else load_folder_streams(data_cfg)
     elif name == "custom":
-        data = load_custom(data_cfg, seed, arrays, host_memory_budget(processes_here))
+        data = load_custom(data_cfg, seed, arrays, budget)
     else:
         raise DataError(f"data.name={name!r} is not a data set; use one of: {', '.join(DATA_NAMES)} (e.g. data=sample)")
     log.info(

@@ -40,7 +40,7 @@ from cifar_dist.common.target_source import (
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import check_arrays, check_elements
-from cifar_dist.data.sources import DataSources, host_memory_budget, read_sources
+from cifar_dist.data.sources import DataSources, read_sources
 
 RETURNS = "cifar_dist.data.DataArrays, DataSources or (with TensorFlow) DataStreams"
 ON_PYTHONPATH = "put its module on PYTHONPATH (or run from the directory that holds it)"
@@ -50,11 +50,10 @@ NO_TENSORFLOW = (
 )
 
 
-def load_custom(data_cfg, seed: int, arrays: bool = False, budget: Optional[int] = None):
+def load_custom(data_cfg, seed: int, arrays: bool, budget: int):
     """What ``data._target_`` returns for ``seed``, checked; one-line DataErrors when it cannot. ``arrays``: a
     tf.data factory's datasets read into memory too (engine=jax, scoring), and then checked whole. ``budget``: the
-    bytes what is read into memory may take (``sources.host_memory_budget``'s for one process by default)."""
-    budget = host_memory_budget() if budget is None else budget
+    bytes what is read into memory may take (``sources.host_memory_budget``)."""
     target = str(data_cfg.get("_target_") or "")
     if not target or OmegaConf.is_missing(data_cfg, "_target_"):
         raise DataError(

@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import AbstractSet, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from cifar_dist.data.arrays import DataArrays
 from cifar_dist.data.batches import DataError
 from cifar_dist.data.checks import REFUSE, bad_images
-from cifar_dist.data.sources import budget_words, host_memory_budget
+from cifar_dist.data.sources import budget_words
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif"})
 
@@ -161,14 +161,13 @@ def folder_split(data_cfg):
     return train, test, names, root
 
 
-def load_folder_arrays(data_cfg, budget: Optional[int] = None):
+def load_folder_arrays(data_cfg, budget: int):
     """``DataArrays`` of the tree at ``data.path``: every image decoded into memory once (engine=jax keeps them on
-    the device); refused in one line when they would take more than ``budget`` bytes (``sources.host_memory_budget``'s
-    for one process by default)."""
+    the device); refused in one line when they would take more than ``budget`` bytes
+    (``sources.host_memory_budget``)."""
     train, test, names, root = folder_split(data_cfg)
     size = int(data_cfg.image_size)
     needed = (len(train) + len(test)) * size * size * 3
-    budget = host_memory_budget() if budget is None else budget
     if needed > budget:
         raise DataError(
             f"data=folder: the {len(train) + len(test)} images of {root} at data.image_size={size} take "

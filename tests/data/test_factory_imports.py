@@ -10,6 +10,7 @@ import pytest
 from cifar_dist.config.data_options import CustomDataConfig
 from cifar_dist.data import DataError
 from cifar_dist.data.custom import factory_problem, load_custom
+from cifar_dist.data.sources import host_memory_budget
 from helpers.cifar_fixtures import data_cfg
 from helpers.cli import cli_env, one_error_line, run_cli
 
@@ -23,6 +24,8 @@ MODULES = {
     "guarded": "try:\n    import not_a_real_module_xyz\nexcept ImportError:\n    pass\n" + MAKE,
     "own_path": "import sys\nsys.path.insert(0, '/opt/x')\nimport not_a_real_module_xyz\n" + MAKE,
 }
+
+BUDGET = host_memory_budget()  # what load_dataset gives one process (the factories here fail before reading)
 
 
 @pytest.fixture
@@ -62,13 +65,13 @@ def test_what_only_importing_tells_is_one_line_naming_the_file_and_line(factorie
         ("own_path", 3, "ModuleNotFoundError: No module named 'not_a_real_module_xyz'"),
     ):
         with pytest.raises(DataError) as refused:
-            load_custom(data_cfg(CustomDataConfig, _target_=f"{name}.make"), seed=1)
+            load_custom(data_cfg(CustomDataConfig, _target_=f"{name}.make"), seed=1, arrays=False, budget=BUDGET)
         assert str(refused.value) == (
             f"data._target_={name}.make cannot be imported: importing {name} fails at {factories}/{name}.py:{line}: "
             f"{error}"
         )
     with pytest.raises(DataError, match=r"^data._target_=guarded.nope: guarded has no `nope`$"):
-        load_custom(data_cfg(CustomDataConfig, _target_="guarded.nope"), seed=1)
+        load_custom(data_cfg(CustomDataConfig, _target_="guarded.nope"), seed=1, arrays=False, budget=BUDGET)
 
 
 def test_the_cli_says_it_in_one_line_before_the_run_dir_exists(factories, tmp_path):

@@ -85,11 +85,6 @@ class StepPlan:
     augment: AugmentPlan
     streamed: bool  # batches come from the host, one execution at a time
 
-    @property
-    def process_batch(self) -> int:
-        """The images this process's devices take together each step."""
-        return self.batch_size * self.local_devices
-
 
 @dataclass
 class DeviceTrainSet:
