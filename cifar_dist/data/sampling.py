@@ -25,6 +25,8 @@ from cifar_dist.data.batches import DataError
 EPOCH_STRIDE = 1_000_003
 # The fixed per-image bits of airbench's alternating flip come from (trainer.seed, this salt).
 _FLIP_BITS_SALT = 0xF11F
+# engine=jax's epoch orders come from (trainer.seed, this salt, epoch, rank).
+_ORDER_SALT = 0x0DE5
 
 
 def steps_per_epoch(n: int, batch_size: int, size: int, shard: bool) -> int:
@@ -77,3 +79,9 @@ def flip_bits(n: int, seed: int) -> np.ndarray:
     """One fixed random bit per training image for the alternating flip, from the seed alone (the same on every
     rank, whichever images it holds)."""
     return np.random.default_rng([int(seed), _FLIP_BITS_SALT]).random(n) < 0.5
+
+
+def epoch_order(n: int, seed: int, epoch: int, rank: int) -> np.ndarray:
+    """Rank ``rank``'s order of its ``n`` images in ``epoch`` (int32 indices into them), from (seed, epoch, rank)
+    alone: the same in whichever process and on whichever device the rank runs, and on a resume."""
+    return np.random.default_rng([int(seed), _ORDER_SALT, int(epoch), int(rank)]).permutation(n).astype(np.int32)

@@ -1,10 +1,12 @@
 """engine=jax's input: each rank's training images kept on its device, batches drawn inside the compiled step.
 
 airbench's recipe, for any data set that fits: the images stay on the device
-as uint8 (CIFAR-10's 50,000 are 150 MB), and the epoch's permutation, each
-batch's gather and its augmentation (``jax_augment.py``) are device ops of the
-compiled training step. A step then costs the host nothing but its dispatch,
-and ``trainer.steps_per_execution`` steps are one dispatch (``jax_fit.py``).
+as uint8 (CIFAR-10's 50,000 are 150 MB), and each batch's gather and its
+augmentation (``jax_augment.py``) are device ops of the compiled training
+step. The epoch's order is drawn on the host and sent once an epoch (4 bytes
+an image; a program drawing it cost every run 0.15 s to trace and load, the
+host 1 ms). A step then costs the host nothing but its dispatch, and
+``trainer.steps_per_execution`` steps are one dispatch (``jax_fit.py``).
 
 A rank is a device (``world.py``): a device's rank is its place in the job's
 mesh (``jax.devices()``'s order: process by process, each process's devices in
@@ -40,12 +42,13 @@ from jax.sharding import PartitionSpec as P
 
 from cifar_dist.common.errors import ConfigError
 from cifar_dist.data.sampling import EPOCH_STRIDE, checked_steps, eval_indices, flip_bits, rank_images
+from cifar_dist.data.sampling import epoch_order as rank_order
 from cifar_dist.training.engines.jax_augment import augment
 
 log = logging.getLogger(__name__)
 
 AXIS = "batch"  # the mesh axis of Keras' DataParallel: every device of the job along it
-_AUGMENT_SALT, _ORDER_SALT = 0x5EED, 0x0DE5  # keep the streams of permutations and augmentations apart
+_AUGMENT_SALT = 0x5EED  # keeps the augmentations' stream apart
 
 
 @dataclass(frozen=True)
@@ -99,11 +102,6 @@ class DeviceTrainSet:
     host: tuple  # (images, labels, flip bits) on the host (numpy): what the devices' blocks are taken from
     rows: List[slice]  # per local device, the rows of ``host`` its rank owns (``sampling.rank_images``)
     ranks: jax.Array  # (devices,): each device's rank
-
-    def __post_init__(self):
-        # Compiled once, now (not in the first epoch), called each epoch.
-        scalar = jax.ShapeDtypeStruct((), jnp.int32)
-        self._order = _order_fn(self.mesh, self.owned_images).lower(self.ranks, scalar, scalar).compile()
 
     @property
     def owned_images(self) -> int:
@@ -214,16 +212,9 @@ def float_images(images: jax.Array) -> jax.Array:
 
 
 def epoch_order(train: DeviceTrainSet, epoch: int) -> jax.Array:
-    """Each rank's order of its images for ``epoch``, on its device."""
-    return train._order(train.ranks, jnp.int32(train.seed), jnp.int32(epoch))
-
-
-def _order_fn(mesh: Mesh, owned_images: int):
-    def order(rank, seed, epoch):
-        key = jax.random.fold_in(jax.random.key(seed ^ _ORDER_SALT), epoch * EPOCH_STRIDE + rank[0])
-        return jax.random.permutation(key, owned_images).astype(jnp.int32)
-
-    return jax.jit(jax.shard_map(order, mesh=mesh, in_specs=(P(AXIS), P(), P()), out_specs=P(AXIS)))
+    """Each rank's order of its images for ``epoch`` (``sampling.epoch_order``), on its device."""
+    orders = [rank_order(train.owned_images, train.seed, epoch, rank) for rank in local_ranks(train.mesh)]
+    return per_device(orders, train.mesh)
 
 
 def device_batch(plan: StepPlan, images, labels, bits, order, rank, seed, epoch, step, first):
