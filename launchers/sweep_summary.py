@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from cifar_dist.common.atomic_files import atomic_path, save_figure
+from cifar_dist.common.atomic_files import atomic_path, new_figure, save_figure
 from cifar_dist.common.results import Point, read_point
 from cifar_dist.config.launcher_object import launcher_class
 from cifar_dist.tracking.runfile import RUN_FILE, read_ref
@@ -168,15 +168,12 @@ def _numeric_axis(points: List[Point], labels: List[List[str]]):
 
 
 def plot(points: List[Point], path: Path) -> None:
-    import matplotlib  # lazy: matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: matplotlib
     from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     labels = varying_overrides(points)
     names = [" ".join(v) for v in labels]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = new_figure(figsize=(12, 4.5))
+    left, right = fig.subplots(1, 2)
     axis = _numeric_axis(points, labels)
     done = [(p, n) for p, n in zip(points, names) if p.test_accuracy is not None]
     if axis is not None:

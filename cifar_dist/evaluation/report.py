@@ -14,7 +14,7 @@ from typing import Any, Dict, Sequence
 
 import numpy as np
 
-from cifar_dist.common.atomic_files import atomic_write_text, save_figure
+from cifar_dist.common.atomic_files import atomic_write_text, new_figure, save_figure
 
 
 def summarize(
@@ -72,13 +72,9 @@ def write_predictions(path: Path, labels, predicted, confidence, class_names, na
 
 
 def plot_confusion(matrix, class_names, path: Path, title: str) -> None:
-    import matplotlib  # lazy: matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: matplotlib
-
     m = np.asarray(matrix)
-    fig, ax = plt.subplots(figsize=(7, 6))
+    fig = new_figure(figsize=(7, 6))
+    ax = fig.subplots()
     im = ax.imshow(m, cmap="Blues")
     ax.set_xticks(range(len(class_names)), class_names, rotation=45, ha="right")
     ax.set_yticks(range(len(class_names)), class_names)

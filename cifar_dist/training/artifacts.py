@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
-from cifar_dist.common.atomic_files import atomic_write_text, save_figure
+from cifar_dist.common.atomic_files import atomic_write_text, new_figure, save_figure
 from cifar_dist.common.results import load_json
 
 
@@ -72,13 +72,10 @@ def read_metrics_to_resume(path: Path) -> Dict[str, Any]:
 
 def plot_learning_curves(epochs: List[Dict[str, Any]], path: Path, title: str = "") -> None:
     """Loss and accuracy per epoch, train and validation, as a PNG."""
-    import matplotlib  # lazy: matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: matplotlib
     from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig = new_figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
     for ax, key, label in ((axes[0], "loss", "loss"), (axes[1], "accuracy", "accuracy")):
         for prefix, style in (("", "-"), ("val_", "--")):
             # Epochs without validation (trainer.validate_every) have no val_ numbers: the line joins those that do.

@@ -7,7 +7,6 @@ renumbered when it resumes so the rows it appends continue it.
 
 import csv
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -72,9 +71,10 @@ def test_an_earlier_versions_0_based_log_is_renumbered_on_resume(tmp_path):
 
 
 def test_the_learning_curves_have_whole_epoch_ticks(tmp_path, monkeypatch):
-    figures = []
-    close = plt.close
-    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    from matplotlib.figure import Figure
+
+    figures, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figures.append(fig) or save(fig, *a, **k))
     plot_learning_curves(
         [{"epoch": 1, "loss": 2.0, "accuracy": 0.2}, {"epoch": 2, "loss": 1.5, "accuracy": 0.3}],
         tmp_path / "curves.png",
@@ -84,4 +84,3 @@ def test_the_learning_curves_have_whole_epoch_ticks(tmp_path, monkeypatch):
     for ax in fig.axes:
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
-    close(fig)
