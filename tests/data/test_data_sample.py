@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 
 from cifar_dist.config.schema import DataConfig
 from cifar_dist.data import CifarArrays, load_dataset
+from cifar_dist.data.arrays import as_float
 from helpers.paths import REPO, shared_path
 
 pytestmark = [pytest.mark.both_stacks, pytest.mark.jax_stack]  # also run on the current and jax stacks (Makefile)
@@ -79,3 +80,13 @@ def test_make_sample_rebuilds_the_committed_tarball_byte_for_byte(tmp_path, subs
     assert main(["--source", str(subset), "--out", str(out)]) == 0
     assert out.read_bytes() == SAMPLE.read_bytes()
     assert SAMPLE.stat().st_size <= 16 * 2**20
+
+
+def test_images_as_float_are_the_seeds_pixels_over_255_and_leave_the_uint8_ones_alone():
+    """``as_float`` divides in place (one array, not two): the same float32 values as the seed's ``x / 255``."""
+    pixels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1)
+    kept = pixels.copy()
+    floats = as_float(pixels)
+    assert floats.dtype == np.float32 and np.array_equal(pixels, kept)
+    assert floats.tobytes() == (pixels.astype(np.float32) / 255.0).tobytes()
+    assert as_float(floats) is not floats and as_float(floats).tobytes() == floats.tobytes()
