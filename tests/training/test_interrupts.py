@@ -17,6 +17,15 @@ import cifar_dist  # noqa: F401  (tf.keras is Keras 2)
 from cifar_dist.training.process.interrupts import interrupts_kept
 
 
+@pytest.fixture(autouse=True)
+def sigint_raises_keyboard_interrupt():
+    """SIGINT as Python sets it in a terminal: a suite started in the background (``make test &`` in a script, nohup)
+    inherits it ignored, and then no interrupt is raised, lost or kept (tests/helpers/terminal_signals.py)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 class InterruptOnDelete:
     def __del__(self):
         signal.raise_signal(signal.SIGINT)  # Python's handler raises here, where it cannot propagate
