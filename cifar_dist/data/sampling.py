@@ -81,7 +81,7 @@ def flip_bits(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng([int(seed), _FLIP_BITS_SALT]).random(n) < 0.5
 
 
-def epoch_order(n: int, seed: int, epoch: int, rank: int) -> np.ndarray:
+def rank_order(n: int, seed: int, epoch: int, rank: int) -> np.ndarray:
     """Rank ``rank``'s order of its ``n`` images in ``epoch`` (int32 indices into them), from (seed, epoch, rank)
     alone: the same in whichever process and on whichever device the rank runs, and on a resume."""
     return np.random.default_rng([int(seed), _ORDER_SALT, int(epoch), int(rank)]).permutation(n).astype(np.int32)

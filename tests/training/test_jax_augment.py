@@ -18,7 +18,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from cifar_dist.data.sampling import epoch_order  # noqa: E402
+from cifar_dist.data.sampling import rank_order  # noqa: E402
 from cifar_dist.training.engines import jax_augment as aug  # noqa: E402
 from cifar_dist.training.engines.jax_data import AugmentPlan, StepPlan, device_batch  # noqa: E402
 
@@ -159,11 +159,11 @@ def test_an_epoch_walks_every_image_of_the_shard_once():
     assert sorted(seen) == list(range(64))
 
 
-def test_a_ranks_epoch_order_is_a_permutation_drawn_from_seed_epoch_and_rank_alone():
+def test_a_ranks_order_of_an_epoch_is_a_permutation_drawn_from_seed_epoch_and_rank_alone():
     """The order a rank walks its images in (drawn on the host, sent once an epoch): the same wherever the rank
     runs and on a resume, another for another epoch, rank or seed."""
-    order = epoch_order(1000, seed=42, epoch=3, rank=1)
+    order = rank_order(1000, seed=42, epoch=3, rank=1)
     assert order.dtype == np.int32 and sorted(order) == list(range(1000))
-    np.testing.assert_array_equal(order, epoch_order(1000, seed=42, epoch=3, rank=1))
+    np.testing.assert_array_equal(order, rank_order(1000, seed=42, epoch=3, rank=1))
     for other in (dict(seed=43, epoch=3, rank=1), dict(seed=42, epoch=4, rank=1), dict(seed=42, epoch=3, rank=0)):
-        assert not np.array_equal(order, epoch_order(1000, **other)), other
+        assert not np.array_equal(order, rank_order(1000, **other)), other

@@ -41,8 +41,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from cifar_dist.common.errors import ConfigError
-from cifar_dist.data.sampling import EPOCH_STRIDE, checked_steps, eval_indices, flip_bits, rank_images
-from cifar_dist.data.sampling import epoch_order as rank_order
+from cifar_dist.data.sampling import EPOCH_STRIDE, checked_steps, eval_indices, flip_bits, rank_images, rank_order
 from cifar_dist.training.engines.jax_augment import augment
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ def float_images(images: jax.Array) -> jax.Array:
 
 
 def epoch_order(train: DeviceTrainSet, epoch: int) -> jax.Array:
-    """Each rank's order of its images for ``epoch`` (``sampling.epoch_order``), on its device."""
+    """Each rank's order of its images for ``epoch`` (``sampling.rank_order``), on its device."""
     orders = [rank_order(train.owned_images, train.seed, epoch, rank) for rank in local_ranks(train.mesh)]
     return per_device(orders, train.mesh)
 
