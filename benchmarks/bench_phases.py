@@ -68,7 +68,7 @@ LOCAL_UP = [("in-process launcher to trainer", "config compose and checks", "R",
 TRAINER_START = [
     ("trainer config typing and checks", "config compose and checks", "R", TRAINER + "start_engine:enter"),
     (
-        "Horovod init + TensorFlow import",
+        "engine start (its framework's imports)",
         "launcher start to ranks up (Horovod init)",
         "R",
         TRAINER + "start_engine:exit",
@@ -90,8 +90,9 @@ FIT = ("fit", None, "R", "fit.train_end.first")
 AFTER_FIT = [
     ("Keras fit tear-down", "Keras fit overhead", "R", TRAINER + "finish:enter"),
     ("BatchNorm sync, weight digests, peak RSS", "final test (plain and TTA)", "R", RECIPE + "final_test:enter"),
-    ("final test, plain", "final test (plain and TTA)", "R", EXACT_TEST + "evaluate_exact:exit"),
-    ("final test, TTA", "final test (plain and TTA)", "R", RECIPE + "final_test:exit"),
+    # recipe.final_test scores the plain model and its TTA view in one pass (models/tta.plain_and_tta)
+    ("final test, plain and TTA", "final test (plain and TTA)", "R", EXACT_TEST + "evaluate_exact:exit"),
+    ("final test's records", "final test (plain and TTA)", "R", RECIPE + "final_test:exit"),
     ("model save", "model save", "R", "cifar_dist.rundir.checkpoints.atomic_save_model:exit"),
     ("learning-curve plot + metrics.json", "checkpoints and logs", "R", RECORDS + "write_record:exit"),
     ("tracker finish + result broadcast", "tracking", "R", TRAINER + "finish:exit"),
