@@ -210,10 +210,11 @@ def float_images(images: jax.Array) -> jax.Array:
     return images.astype(jnp.float32)
 
 
-def epoch_order(train: DeviceTrainSet, epoch: int) -> jax.Array:
-    """Each rank's order of its images for ``epoch`` (``sampling.rank_order``), on its device."""
+def epoch_order(train: DeviceTrainSet, epoch: int):
+    """Each local rank's order of its images for ``epoch`` (``sampling.rank_order``), in mesh order: on its device,
+    or, where the data streams, on the host, where its batches are gathered (``streamed_block``)."""
     orders = [rank_order(train.owned_images, train.seed, epoch, rank) for rank in local_ranks(train.mesh)]
-    return per_device(orders, train.mesh)
+    return orders if train.plan.streamed else per_device(orders, train.mesh)
 
 
 def device_batch(plan: StepPlan, images, labels, bits, order, rank, seed, epoch, step, first):

@@ -161,11 +161,10 @@ class TrainSteps:
         return state, block, order, train.ranks, scalar, scalar, scalar, scalar
 
     def __call__(self, state, order, epoch: int, first: int, count: int):
+        """``order``: ``epoch_order``'s (the local ranks' orders on the host where the data streams)."""
         train = self.train
         if train.plan.streamed:
-            shards = sorted(order.addressable_shards, key=lambda shard: shard.index[0].start)  # in mesh order
-            orders = [np.asarray(shard.data) for shard in shards]  # each local device's
-            *block, order = streamed_block(train, orders, first, self.per_call)
+            *block, order = streamed_block(train, order, first, self.per_call)
         else:
             block = train.block
         # numpy's scalars, not jnp's: a jnp scalar is a device array made per call (~25 us each, 4 a step)
