@@ -52,6 +52,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=NO_HOROVOD))
 
 
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """Every matplotlib figure saved during the test, as it was when saved (to read its plotted data back)."""
+    from matplotlib.figure import Figure
+
+    saved, save = [], Figure.savefig
+
+    def recording_savefig(fig, *args, **kwargs):
+        saved.append(fig)
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    return saved
+
+
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """The session's one real single-node Slurm (tests/helpers/slurm_cluster.py), started when a test first asks

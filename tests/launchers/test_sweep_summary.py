@@ -4,7 +4,6 @@ import csv
 import json
 from pathlib import Path
 
-import pytest
 from omegaconf import OmegaConf
 
 from cifar_dist.launchers.sweep_summary import collect, summarize, table
@@ -31,21 +30,6 @@ def metrics(acc, loss, complete=True, epochs=2):
         "complete": complete,
         "epochs": [{"epoch": e + 1, "val_accuracy": acc * (e + 1) / epochs, "loss": 2.0} for e in range(epochs)],
     }
-
-
-@pytest.fixture
-def saved_figures(monkeypatch) -> list:
-    """Every matplotlib figure saved during the test, as it was when saved (to read its plotted data back)."""
-    from matplotlib.figure import Figure
-
-    saved, save = [], Figure.savefig
-
-    def recording_savefig(fig, *args, **kwargs):
-        saved.append(fig)
-        return save(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", recording_savefig)
-    return saved
 
 
 def read_png(path: Path):

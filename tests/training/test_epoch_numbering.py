@@ -70,16 +70,12 @@ def test_an_earlier_versions_0_based_log_is_renumbered_on_resume(tmp_path):
         assert [row["loss"] for row in csv.DictReader(f)] == ["0.9", "0.8"]
 
 
-def test_the_learning_curves_have_whole_epoch_ticks(tmp_path, monkeypatch):
-    from matplotlib.figure import Figure
-
-    figures, save = [], Figure.savefig
-    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: figures.append(fig) or save(fig, *a, **k))
+def test_the_learning_curves_have_whole_epoch_ticks(tmp_path, saved_figures):
     plot_learning_curves(
         [{"epoch": 1, "loss": 2.0, "accuracy": 0.2}, {"epoch": 2, "loss": 1.5, "accuracy": 0.3}],
         tmp_path / "curves.png",
     )
-    (fig,) = figures
+    (fig,) = saved_figures
     fig.canvas.draw()
     for ax in fig.axes:
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
